@@ -1,0 +1,47 @@
+# lattn — the two set-up commands (README):
+#   make demo   install deps, build, run the main job on the embedded default (CPU)
+#   make test   install deps, build, run every test (C++, sanitizers, Python)
+#
+# Variables: BUILD (build dir), JOBS (parallel jobs), CUDA (AUTO/ON/OFF),
+# PYTHON (Debian's interpreter, named explicitly: another python3 may come
+# first on PATH).
+
+BUILD  ?= build
+ASAN_BUILD ?= build-asan
+JOBS   ?= $(shell nproc)
+CUDA   ?= AUTO
+PYTHON ?= /usr/bin/python3
+CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
+
+.PHONY: all deps configure build demo test test-cpp test-asan clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLATTN_CUDA=$(CUDA) \
+	  -DLATTN_PYTHON=OFF -DLATTN_PYTHON_EXECUTABLE=$(PYTHON) -DLATTN_TESTS=ON -DLATTN_BENCH=ON >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	$(BUILD)/tools/lattn run
+
+# Every test: the main build's C++ and Python tests, then the C++ tests once
+# more under AddressSanitizer + UndefinedBehaviorSanitizer (CPU code only).
+test: build test-cpp test-asan
+
+test-cpp:
+	cd $(BUILD) && ctest $(CTEST_FLAGS)
+
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DLATTN_CUDA=OFF -DLATTN_SANITIZE=ON \
+	  -DLATTN_PYTHON=OFF -DLATTN_BENCH=OFF -DLATTN_TESTS=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -E install_consumer
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

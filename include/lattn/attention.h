@@ -1,0 +1,83 @@
+// lattn/attention.h — one MLA attention layer's forward over a mixed batch
+// (seed 002's MLACommonImpl), on a paged latent KV cache.
+//
+//   forward(q, kv_c_normed, k_pe, cache, metadata) -> out [T, N*V]
+//   1. concat_and_cache_mla: write every token's [kv_c | k_pe] to the cache
+//   2. decode rows [0, num_decode_tokens): ql_nope = q_nope · W_UK_T,
+//      DecodeBackend::run over the latent cache, then · W_UV
+//   3. prefill rows [num_decode_tokens, T): up-project the new latents
+//      (kv_b_proj) to k_nope, v; causal attention with LSE; per context
+//      chunk: gather_cache -> up-project -> non-causal attention ->
+//      merge_attn_states; then merge context with new tokens
+//
+// The attention owns only kv_b_proj (W_UK, W_UV) and their absorbed forms;
+// the model owns W_DQ/W_UQ/W_QR/W_DKV/W_KR, RoPE and W_O (SPEC §1.3).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "lattn/backend.h"
+#include "lattn/cache.h"
+#include "lattn/config.h"
+#include "lattn/metadata.h"
+#include "lattn/tensor.h"
+
+namespace lattn {
+
+struct MlaAttentionConfig {
+  MlaDims dims;
+  float scale = 0.f;                   // softmax scale; 0 = 1/sqrt(P+R)
+  DType dtype = DType::bf16;           // activation dtype (f16, bf16; f32 for CPU backends)
+  DType kv_cache_dtype = DType::bf16;  // f16, bf16 or fp8_e4m3 (must match the caches passed to forward)
+  Device device = Device::cpu();
+  Stream stream = nullptr;
+  std::string prefill_backend;         // "" = the selector's choice
+  std::string decode_backend;          // "" = the selector's choice
+  int block_size = 16;                 // for backend selection
+  int max_query_tokens_per_request = 1;  // decode s_q the backends must support
+  // Seed 002: MLACommonImpl refuses KV sharing ("KV sharing not supported in V0.").
+  std::optional<std::string> kv_sharing_target_layer_name;
+};
+
+class MlaAttention {
+ public:
+  explicit MlaAttention(const MlaAttentionConfig& config);
+  ~MlaAttention();
+  MlaAttention(MlaAttention&&) noexcept;
+  MlaAttention& operator=(MlaAttention&&) noexcept;
+
+  const MlaAttentionConfig& config() const;
+
+  // Loads kv_b_proj's weight, (out, in) = [N*(P+V), L], any floating dtype,
+  // on any device; splits it per head into W_UK_T [N, P, L] and W_UV [N, L, V]
+  // (contiguous, activation dtype, on the layer's device). A wrong shape raises
+  // AssertionError with the seed's text (SPEC TV-WEIGHTS).
+  void process_weights_after_loading(const Tensor& kv_b_proj_weight);
+  const Tensor& W_UK_T() const;  // [N, P, L]
+  const Tensor& W_UV() const;    // [N, L, V]
+
+  // One layer's forward (see the file comment). Shapes:
+  //   q            [T, N, P+R] or [T, N*(P+R)]   activation dtype
+  //   kv_c_normed  [T, L]                         activation dtype
+  //   k_pe         [T, R] or [T, 1, R]            activation dtype (roped)
+  //   cache        this layer's latent cache (dtype == config.kv_cache_dtype)
+  //   metadata     the step's plan (built by MlaMetadataBuilder, on this device)
+  //   out          [T, N*V] written in place when defined; otherwise an
+  //                internal buffer is used (valid until the next forward)
+  //   output_scale undefined, or 1-element f32: out is fp8_e4m3 = fp8(o / scale)
+  // Returns the output view [T, N*V].
+  Tensor forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
+                 const MlaMetadata& metadata, const Tensor& out = {}, const Tensor& output_scale = {});
+
+  // The backends this layer runs, and why they were chosen.
+  const PrefillBackend& prefill_backend() const;
+  const DecodeBackend& decode_backend() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lattn

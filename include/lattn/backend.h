@@ -1,0 +1,229 @@
+// lattn/backend.h — the prefill and decode backend interfaces.
+//
+// A backend comes in two parts, as the seeds' Python classes do:
+//  * a *class* (PrefillBackendClass / DecodeBackendClass): what the seeds
+//    express with ClassVars and classmethods — name, supported dtypes and
+//    dims, compute capability, availability, validate_configuration — and a
+//    factory for instances. Classes live in the registry (lattn/registry.h).
+//  * an *instance* (PrefillBackend / DecodeBackend): built for one layer
+//    configuration; prepare_metadata() plans a step, run*() only launches.
+//
+// Tensors: every tensor lives on the instance's device; shapes are given
+// per parameter below. LSE is the natural-log softmax denominator in layout
+// [num_heads, num_tokens] (FlashAttention's order), f32; a row that attended
+// to nothing has LSE -inf and output 0.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lattn/cache.h"
+#include "lattn/config.h"
+#include "lattn/device.h"
+#include "lattn/dtype.h"
+#include "lattn/metadata.h"
+#include "lattn/stream.h"
+#include "lattn/tensor.h"
+
+namespace lattn {
+
+// What the selector knows about a layer when it picks backends (the seeds'
+// MLAPrefillSelectorConfig, extended with what decode backends need).
+struct SelectorConfig {
+  DType dtype = DType::bf16;             // activation dtype
+  MLADimensions mla_dimensions{};        // newer seed revision (S0)
+  bool is_r1_compatible = false;         // older seed revision (S1)
+  Device device = Device::cpu();         // where the tensors live
+  // Decode-side facts (ignored by prefill backends):
+  int num_heads = 0;
+  int kv_lora_rank = 0;                  // L
+  int qk_rope_head_dim = 0;              // R
+  DType kv_cache_dtype = DType::bf16;    // f16, bf16 or fp8_e4m3
+  int block_size = 16;
+  int max_query_tokens_per_request = 1;  // decode s_q (speculative / MTP > 1)
+
+  // "MLAPrefillSelectorConfig(dtype=torch.bfloat16, mla_dimensions=(qk_nope_head_dim=..., ...))"
+  std::string repr() const;
+  static SelectorConfig for_dims(const MlaDims& dims, DType dtype, DType kv_cache_dtype, Device device,
+                                 int block_size = 16, int max_query_tokens_per_request = 1);
+  friend bool operator==(const SelectorConfig&, const SelectorConfig&) = default;
+};
+
+// Output quantization a backend may fuse (the seeds' QuantKey): fp8 e4m3 with
+// one static per-tensor scale is the only kind the seeds' callers use.
+enum class QuantKey { fp8_e4m3_static_per_tensor };
+
+// Where and how an instance runs.
+struct RunContext {
+  Device device = Device::cpu();
+  Stream stream = nullptr;  // CUDA stream for device backends; ignored on the CPU
+  int num_threads = 0;      // CPU backends: 0 = all (OpenMP default)
+};
+
+// ---------------------------------------------------------------------------
+// Prefill (compute-friendly path): ordinary MHA with QK dim P+R and V dim V.
+
+struct PrefillBackendParams {
+  int num_heads = 0;
+  float scale = 0.f;         // softmax scale
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+  DType dtype = DType::bf16;  // activation dtype of q, k, v, out
+  RunContext context;
+};
+
+class PrefillBackend {
+ public:
+  explicit PrefillBackend(const PrefillBackendParams& params) : params_(params) {}
+  virtual ~PrefillBackend() = default;
+  PrefillBackend(const PrefillBackend&) = delete;
+  PrefillBackend& operator=(const PrefillBackend&) = delete;
+
+  virtual std::string name() const = 0;
+  const PrefillBackendParams& params() const { return params_; }
+  void set_stream(Stream stream) { params_.context.stream = stream; }
+
+  // The plan: called once per step with that step's prefill view before any
+  // run*. The default keeps a pointer (the view must outlive the runs);
+  // overrides may precompute schedules and must call this base version.
+  virtual void prepare_metadata(const PrefillMetadata& metadata) { prefill_metadata_ = &metadata; }
+  const PrefillMetadata* prefill_metadata() const { return prefill_metadata_; }
+
+  // Causal attention of the new tokens among themselves, per request of the
+  // prepared view (cu_seqlens_q == cu_seqlens_k == query_start_loc).
+  //   q   [T, N, P+R]     k [T, N, P+R]     v [T, N, V]   (T = num_prefill_tokens)
+  //   out [T, N, V]        written (activation dtype, or fp8_e4m3 with output_scale)
+  //   lse [N, T] f32       written when return_softmax_lse (must then be defined)
+  //   output_scale         undefined, or a 1-element f32 tensor: out = fp8(o / scale);
+  //                        only when supports_quant_output(), else NotImplementedError
+  virtual void run_prefill_new_tokens(const Tensor& q, const Tensor& k, const Tensor& v, bool return_softmax_lse,
+                                      const Tensor& out, const Tensor& lse, const Tensor& output_scale = {}) = 0;
+
+  // Non-causal attention of the new tokens against context chunk chunk_idx;
+  // key rows of request p are [cu_seq_lens[chunk_idx][p], cu_seq_lens[chunk_idx][p+1]).
+  //   q [T, N, P+R]   k [seq_tot[chunk_idx], N, P+R]   v [seq_tot[chunk_idx], N, V]
+  //   out [T, N, V] and lse [N, T] f32, both written (empty key rows: 0 and -inf)
+  virtual void run_prefill_context_chunk(int chunk_idx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Tensor& out, const Tensor& lse) = 0;
+
+  // Whether run_prefill_new_tokens can write quantized output directly.
+  virtual bool supports_quant_output(QuantKey key) const { return false; }
+
+ protected:
+  PrefillBackendParams params_;
+  const PrefillMetadata* prefill_metadata_ = nullptr;
+};
+
+class PrefillBackendClass {
+ public:
+  virtual ~PrefillBackendClass() = default;
+
+  virtual std::string name() const = 0;                                  // get_name()
+  virtual std::vector<DType> supported_dtypes() const { return {DType::f16, DType::bf16}; }
+  virtual std::vector<MLADimensions> supported_mla_dimensions() const { return {}; }  // empty = any (S0)
+  virtual bool requires_r1_mla_dimensions() const { return false; }                   // (S1)
+  // nullopt = the CPU (no compute capability).
+  virtual bool supports_compute_capability(std::optional<DeviceCapability> capability) const { return true; }
+  virtual bool is_available() const { return true; }
+  virtual bool supports_quant_output(QuantKey key) const { return false; }
+  bool supports_dtype(DType dtype) const;
+
+  // Ordered reasons why this backend cannot serve `config` on a device of
+  // `capability`; empty = valid. Texts are the seeds' (SPEC TV-VALIDATE):
+  //   "compute capability 8.0 not supported" (no capability: "compute capability none (cpu) not supported")
+  //   "dtype torch.float32 not supported"
+  //   "required dependencies not available"
+  //   S1: "model does not have DeepSeek R1 MLA dimensions (qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)"
+  //   S0: "Model does not have supported MLA dimensions (got ...; supported: ...)"
+  virtual std::vector<std::string> validate_configuration(std::optional<DeviceCapability> capability,
+                                                          const SelectorConfig& config) const;
+
+  virtual std::unique_ptr<PrefillBackend> create(const PrefillBackendParams& params) const = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Decode (absorbed, data-movement-friendly path): MQA over the latent cache
+// with QK dim L+R ([ql_nope | q_pe] · [kv_c | k_pe]) and V = kv_c (dim L).
+
+struct DecodeBackendParams {
+  int num_heads = 0;
+  float scale = 0.f;          // softmax scale (the same as prefill's)
+  int kv_lora_rank = 0;       // L
+  int qk_rope_head_dim = 0;   // R
+  DType dtype = DType::bf16;  // activation dtype of ql_nope, q_pe, out
+  DType kv_cache_dtype = DType::bf16;
+  RunContext context;
+};
+
+class DecodeBackend {
+ public:
+  explicit DecodeBackend(const DecodeBackendParams& params) : params_(params) {}
+  virtual ~DecodeBackend() = default;
+  DecodeBackend(const DecodeBackend&) = delete;
+  DecodeBackend& operator=(const DecodeBackend&) = delete;
+
+  virtual std::string name() const = 0;
+  const DecodeBackendParams& params() const { return params_; }
+  void set_stream(Stream stream) { params_.context.stream = stream; }
+
+  // The plan (e.g. a split-KV schedule), once per step, before run.
+  virtual void prepare_metadata(const DecodeMetadata& metadata) { decode_metadata_ = &metadata; }
+  const DecodeMetadata* decode_metadata() const { return decode_metadata_; }
+
+  // Attention of the decode tokens over their requests' paged latent cache.
+  // Query token j of request r (s_q = its query length) sits at position
+  // seq_len - s_q + j and attends causally to keys [0, seq_len - s_q + j].
+  //   ql_nope [T, N, L]   (q_nope · W_UK_T)      q_pe [T, N, R]
+  //   cache   the layer's latent cache (f16/bf16/fp8_e4m3)
+  //   out     [T, N, L]  written, activation dtype
+  //   lse     [N, T] f32 written when defined (may be undefined)
+  virtual void run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& metadata,
+                   const Tensor& out, const Tensor& lse) = 0;
+
+ protected:
+  DecodeBackendParams params_;
+  const DecodeMetadata* decode_metadata_ = nullptr;
+};
+
+class DecodeBackendClass {
+ public:
+  virtual ~DecodeBackendClass() = default;
+
+  virtual std::string name() const = 0;
+  virtual std::vector<DType> supported_dtypes() const { return {DType::f16, DType::bf16}; }
+  virtual std::vector<DType> supported_kv_cache_dtypes() const { return {DType::f16, DType::bf16, DType::fp8_e4m3}; }
+  virtual std::vector<int> supported_block_sizes() const { return {}; }              // empty = any
+  // Supported (kv_lora_rank, qk_rope_head_dim) pairs; empty = any.
+  virtual std::vector<std::pair<int, int>> supported_latent_dims() const { return {}; }
+  virtual int max_query_tokens_per_request() const { return 1 << 30; }
+  virtual bool returns_lse() const { return true; }
+  virtual bool supports_cuda_graphs() const { return false; }
+  virtual bool supports_compute_capability(std::optional<DeviceCapability> capability) const { return true; }
+  virtual bool is_available() const { return true; }
+  bool supports_dtype(DType dtype) const;
+
+  // Same style and texts as PrefillBackendClass::validate_configuration, plus
+  // "kv cache dtype X not supported", "block size B not supported (supported: ...)",
+  // "latent dims (L, R) not supported (supported: ...)",
+  // "S query tokens per request not supported (max M)".
+  virtual std::vector<std::string> validate_configuration(std::optional<DeviceCapability> capability,
+                                                          const SelectorConfig& config) const;
+
+  virtual std::unique_ptr<DecodeBackend> create(const DecodeBackendParams& params) const = 0;
+};
+
+// Registers a built-in backend class at library load time: define one
+// `static const RegisterPrefillBackend kReg{std::make_shared<MyClass>()};`
+// in the backend's .cpp. Plug-ins and CUSTOM use lattn/registry.h instead.
+struct RegisterPrefillBackend {
+  explicit RegisterPrefillBackend(std::shared_ptr<const PrefillBackendClass> cls);
+};
+struct RegisterDecodeBackend {
+  explicit RegisterDecodeBackend(std::shared_ptr<const DecodeBackendClass> cls);
+};
+
+}  // namespace lattn

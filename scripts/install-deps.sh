@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs lattn's build and test dependencies from Debian 12 packages.
+# Idempotent: prints nothing and touches nothing when everything is present.
+# The CUDA toolkit is optional and never installed here (nvcc is used where found).
+set -euo pipefail
+
+packages=(
+  build-essential cmake            # compiler, CMake >= 3.25
+  libgtest-dev libgmock-dev        # GoogleTest / GoogleMock
+  libbenchmark-dev                 # Google Benchmark
+  libopenblas-dev                  # CPU GEMMs (cblas)
+  libcli11-dev nlohmann-json3-dev  # the lattn command
+  libdlpack-dev                    # zero-copy tensor exchange
+  pybind11-dev python3-dev         # Python bindings (Debian's interpreter)
+  python3-numpy python3-pytest     # Python tests
+  python3-matplotlib               # lattn bench --plot
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

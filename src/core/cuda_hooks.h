@@ -1,0 +1,38 @@
+// src/core/cuda_hooks.h — the CUDA entry points the core calls (internal).
+//
+// Defined in src/cuda/ when lattn is built with CUDA, and by
+// cuda_hooks_stub.cpp (which throws "built without CUDA") otherwise, so the
+// core never includes a CUDA header and always links.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "lattn/cache.h"
+#include "lattn/device.h"
+#include "lattn/stream.h"
+#include "lattn/tensor.h"
+
+namespace lattn::cuda_hooks {
+
+// Memory (device = CUDA ordinal). Errors throw RuntimeError naming the call.
+void* device_malloc(size_t bytes, int device);
+void device_free(void* ptr, int device) noexcept;
+// kind: copies between any two locations; synchronous when stream == nullptr.
+void memcpy_any(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes, Stream stream);
+void memset_device(void* ptr, int byte, size_t bytes, int device, Stream stream);
+void synchronize(Stream stream);
+
+CudaDeviceQuery query_devices();
+
+// Ops on device tensors (arguments already validated by the core).
+void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
+                          const Tensor& slot_mapping, Stream stream);
+void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& block_table,
+                  const Tensor& cu_seq_lens, int batch_size, const Tensor& seq_starts, Stream stream);
+void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& prefix_out, const Tensor& prefix_lse,
+                       const Tensor& suffix_out, const Tensor& suffix_lse, Stream stream);
+void copy_blocks(std::span<const LatentCache> caches, const Tensor& block_mapping, Stream stream);
+
+}  // namespace lattn::cuda_hooks

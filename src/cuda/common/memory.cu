@@ -1,0 +1,95 @@
+// CUDA memory hooks and the device query used by the core (core/cuda_hooks.h).
+#include <cuda_runtime.h>
+
+#include "core/cuda_hooks.h"
+#include "cuda/common/cuda_check.h"
+
+namespace lattn::cuda_hooks {
+namespace {
+
+// Makes `device` current for the scope and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    LATTN_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) LATTN_CUDA_CHECK(cudaSetDevice(device));
+    target_ = device;
+  }
+  ~DeviceGuard() {
+    if (previous_ != target_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0;
+  int target_ = 0;
+};
+
+}  // namespace
+
+void* device_malloc(size_t bytes, int device) {
+  DeviceGuard guard(device);
+  void* p = nullptr;
+  LATTN_CUDA_CHECK(cudaMalloc(&p, bytes));
+  return p;
+}
+
+void device_free(void* ptr, int device) noexcept {
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess) return;
+  if (previous != device) cudaSetDevice(device);
+  cudaFree(ptr);
+  if (previous != device) cudaSetDevice(previous);
+}
+
+void memcpy_any(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  const int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
+  DeviceGuard guard(device);
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  LATTN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+  if (stream == nullptr) LATTN_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void memset_device(void* ptr, int byte, size_t bytes, int device, Stream stream) {
+  if (bytes == 0) return;
+  DeviceGuard guard(device);
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  LATTN_CUDA_CHECK(cudaMemsetAsync(ptr, byte, bytes, s));
+  if (stream == nullptr) LATTN_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void synchronize(Stream stream) { LATTN_CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream))); }
+
+CudaDeviceQuery query_devices() {
+  CudaDeviceQuery q;
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state
+    q.unavailable_reason = std::string(err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice
+                                           ? "no CUDA device"
+                                           : "CUDA unavailable") +
+                           " (" + cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + ")";
+    return q;
+  }
+  if (count == 0) {
+    q.unavailable_reason = "no CUDA device (cudaGetDeviceCount returned 0)";
+    return q;
+  }
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    LATTN_CUDA_CHECK(cudaGetDeviceProperties(&prop, i));
+    CudaDeviceInfo info;
+    info.index = i;
+    info.name = prop.name;
+    info.capability = {prop.major, prop.minor};
+    info.sm_count = prop.multiProcessorCount;
+    info.total_memory_bytes = prop.totalGlobalMem;
+    info.l2_cache_bytes = uint64_t(prop.l2CacheSize);
+    info.max_shared_memory_per_block_optin = int(prop.sharedMemPerBlockOptin);
+    q.devices.push_back(std::move(info));
+  }
+  return q;
+}
+
+}  // namespace lattn::cuda_hooks
