@@ -36,3 +36,11 @@ void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& p
 void copy_blocks(std::span<const LatentCache> caches, const Tensor& block_mapping, Stream stream);
 
 }  // namespace lattn::cuda_hooks
+
+namespace lattn::detail {
+struct GemmProblem;
+}
+namespace lattn::cuda_hooks {
+// cuBLAS(Lt) implementation of detail::gemm for device pointers.
+void gemm(const detail::GemmProblem& p, int device, Stream stream);
+}  // namespace lattn::cuda_hooks

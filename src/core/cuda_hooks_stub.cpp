@@ -35,3 +35,9 @@ void copy_blocks(std::span<const LatentCache>, const Tensor&, Stream) { no_cuda(
 }  // namespace lattn::cuda_hooks
 
 #endif  // LATTN_WITH_CUDA
+
+#ifndef LATTN_WITH_CUDA
+namespace lattn::cuda_hooks {
+void gemm(const detail::GemmProblem&, int, Stream) { no_cuda("gemm"); }
+}  // namespace lattn::cuda_hooks
+#endif

@@ -24,3 +24,7 @@ void merge_attn_states(const Tensor&, const Tensor&, const Tensor&, const Tensor
 void copy_blocks(std::span<const LatentCache>, const Tensor&, Stream) { pending("copy_blocks"); }
 
 }  // namespace lattn::cuda_hooks
+
+namespace lattn::cuda_hooks {
+void gemm(const detail::GemmProblem&, int, Stream) { pending("gemm"); }
+}  // namespace lattn::cuda_hooks
