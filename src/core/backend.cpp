@@ -18,7 +18,10 @@ std::string capability_reason(std::optional<DeviceCapability> capability) {
 
 std::string join_dims(const std::vector<MLADimensions>& dims) {
   std::string s;
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + dims[i].str();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    s += dims[i].str();
+  }
   return s;
 }
 
@@ -86,7 +89,10 @@ std::vector<std::string> DecodeBackendClass::validate_configuration(std::optiona
   const auto blocks = supported_block_sizes();
   if (!blocks.empty() && std::find(blocks.begin(), blocks.end(), config.block_size) == blocks.end()) {
     std::string s;
-    for (size_t i = 0; i < blocks.size(); ++i) s += (i ? ", " : "") + std::to_string(blocks[i]);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (i) s += ", ";
+      s += std::to_string(blocks[i]);
+    }
     reasons.push_back("block size " + std::to_string(config.block_size) + " not supported (supported: " + s + ")");
   }
   const auto latents = supported_latent_dims();
@@ -94,7 +100,8 @@ std::vector<std::string> DecodeBackendClass::validate_configuration(std::optiona
   if (!latents.empty() && std::find(latents.begin(), latents.end(), mine) == latents.end()) {
     std::string s;
     for (size_t i = 0; i < latents.size(); ++i) {
-      s += (i ? ", " : "") + ("(" + std::to_string(latents[i].first) + ", " + std::to_string(latents[i].second) + ")");
+      if (i) s += ", ";
+      s += "(" + std::to_string(latents[i].first) + ", " + std::to_string(latents[i].second) + ")";
     }
     reasons.push_back("latent dims (" + std::to_string(mine.first) + ", " + std::to_string(mine.second) +
                       ") not supported (supported: " + s + ")");
