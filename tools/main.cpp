@@ -1,25 +1,79 @@
-// The `lattn` command. `lattn info` reports the build and the devices.
+// The `lattn` command: `run` (a serving-shaped workload), `info` (the build,
+// the machine, the backends) and `bench` (the benchmark harness).
+//
+// Every failure ends as one sentence on stderr ("lattn run: error: ...") and
+// an exit code from exit_codes.h; nothing is printed as a raw exception.
 #include <cstdio>
+#include <exception>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
-#include "lattn/lattn.h"
+#include "commands.h"
+#include "exit_codes.h"
+#include "lattn/version.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{"lattn: Multi-head Latent Attention (MLA) for inference engines"};
+namespace lattn::cli {
+
+const char* exit_codes_help() {
+  return "Exit codes: 0 success; 1 runtime error; 2 bad flag or value (unknown option, backend, model, dtype); "
+         "3 impossible configuration (no backend can serve it, or a request can never fit the cache); "
+         "4 unreadable or malformed input file; 5 --verify found an error beyond the dtype's bound; "
+         "6 bench --plot failed (the JSON was still written).";
+}
+
+namespace {
+
+int report(const std::string& command, ExitCode code, const std::string& message) {
+  std::fprintf(stderr, "%s: error: %s\n", command.c_str(), message.c_str());
+  return code;
+}
+
+int main_impl(int argc, char** argv) {
+  CLI::App app{"lattn: Multi-head Latent Attention (MLA) for inference engines.\n"
+               "  lattn run     serve a request trace through MLA layers and report throughput\n"
+               "  lattn info    the build, this machine, and which backends can serve a model\n"
+               "  lattn bench   measure prefill and decode against this machine's ceilings",
+               "lattn"};
+  app.set_version_flag("--version", std::string("lattn ") + version());
   app.require_subcommand(1);
-  CLI::App* info = app.add_subcommand("info", "Version, build options and devices");
-  CLI11_PARSE(app, argc, argv);
+  app.footer(exit_codes_help());
 
-  if (info->parsed()) {
-    std::printf("lattn %s (%s)\n", lattn::version(), lattn::build_options());
-    const lattn::CudaDeviceQuery q = lattn::query_cuda_devices();
-    if (q.devices.empty()) std::printf("CUDA: %s\n", q.unavailable_reason.c_str());
-    for (const auto& d : q.devices) {
-      std::printf("cuda:%d %s sm_%d%d, %d SMs, %.1f GiB\n", d.index, d.name.c_str(), d.capability.major,
-                  d.capability.minor, d.sm_count, double(d.total_memory_bytes) / (1 << 30));
+  std::vector<Subcommand> commands = {add_run_command(app), add_info_command(app), add_bench_command(app)};
+  std::string command_name = "lattn";
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    for (const Subcommand& c : commands) {
+      if (c.app->parsed()) command_name = "lattn " + c.app->get_name();
+    }
+    std::string message = e.what();
+    if (message.empty()) message = "bad command line";
+    return report(command_name, kExitUsage, message + " (see '" + command_name + " --help')");
+  }
+
+  for (const Subcommand& c : commands) {
+    if (!c.app->parsed()) continue;
+    command_name = "lattn " + c.app->get_name();
+    try {
+      return c.run();
+    } catch (const CliError& e) {
+      return report(command_name, e.code(), e.what());
+    } catch (const std::exception& e) {
+      return report(command_name, kExitRuntimeError, e.what());
     }
   }
-  return 0;
+  return kExitOk;
 }
+
+}  // namespace
+}  // namespace lattn::cli
+
+int main(int argc, char** argv) { return lattn::cli::main_impl(argc, argv); }
