@@ -1,4 +1,5 @@
-// `lattn run`: (in progress)
+// `lattn run`: waits for the metadata builder, MlaAttention::forward and the
+// registry/selector to land on main (the engine is in tools/serving).
 #include "commands.h"
 #include "exit_codes.h"
 

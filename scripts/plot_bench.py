@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""Draws `lattn bench` results: throughput and roofline fraction against shape.
+
+Usage: /usr/bin/python3 scripts/plot_bench.py BENCH.json OUT.png [--title TEXT]
+
+BENCH.json is what `lattn bench -o json` prints (the C++ side only writes
+JSON; `lattn bench --plot OUT.png` runs this script on it). Each row is one
+benchmark case; the figure has two panels sharing the x axis (one tick per
+case, labelled with its shape):
+  * top: achieved TFLOP/s (bars, left axis) and GB/s (dots, right axis);
+  * bottom: the fraction of the roofline reached, i.e. achieved / the
+    ceiling that bounds the case (measured in the same run), 0..1.
+Bars are coloured by phase and backend. Runs with Debian's interpreter and
+python3-matplotlib (apt-get install python3-matplotlib).
+"""
+import argparse
+import json
+import sys
+
+
+def load_rows(path):
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{path}: no benchmark rows (expected the JSON of `lattn bench -o json`)")
+    return data, rows
+
+
+def case_label(row):
+    parts = [row["phase"], f"H{row['heads']}", f"B{row['batch']}", f"S{row['seq']}"]
+    if row.get("block_size"):
+        parts.append(f"p{row['block_size']}")
+    return " ".join(parts)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("input", help="JSON written by `lattn bench -o json`")
+    parser.add_argument("output", help="PNG file to write")
+    parser.add_argument("--title", default=None)
+    args = parser.parse_args()
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")  # no display needed
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        print(f"plot_bench.py: matplotlib is not available ({e}); install python3-matplotlib", file=sys.stderr)
+        return 2
+
+    try:
+        data, rows = load_rows(args.input)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"plot_bench.py: {e}", file=sys.stderr)
+        return 2
+
+    labels = [case_label(r) for r in rows]
+    groups = sorted({(r["phase"], r["backend"]) for r in rows})
+    colours = plt.get_cmap("tab10")
+    colour_of = {g: colours(i % 10) for i, g in enumerate(groups)}
+    x = list(range(len(rows)))
+
+    width = max(8.0, 0.45 * len(rows) + 3)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(width, 8), sharex=True)
+
+    tflops = [r.get("tflops", 0.0) for r in rows]
+    gbps = [r.get("gbps", 0.0) for r in rows]
+    top.bar(x, tflops, color=[colour_of[(r["phase"], r["backend"])] for r in rows])
+    top.set_ylabel("TFLOP/s (bars)")
+    right = top.twinx()
+    right.plot(x, gbps, "o", color="black", markersize=4)
+    right.set_ylabel("GB/s (dots)")
+    top.set_title(args.title or "lattn bench: throughput and roofline fraction")
+
+    fraction = [r.get("roofline_fraction", 0.0) for r in rows]
+    bottom.bar(x, fraction, color=[colour_of[(r["phase"], r["backend"])] for r in rows])
+    bottom.set_ylabel("fraction of roofline")
+    bottom.set_ylim(0, max(1.0, max(fraction) * 1.1))
+    bottom.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    bottom.set_xticks(x)
+    bottom.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
+
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour_of[g]) for g in groups]
+    top.legend(handles, [f"{p} / {b}" for p, b in groups], loc="upper left", fontsize=8)
+
+    ceilings = data.get("ceilings", {})
+    if ceilings:
+        text = ", ".join(f"{k} {v:.4g}" for k, v in ceilings.items() if isinstance(v, (int, float)))
+        fig.text(0.01, 0.005, "ceilings (same run): " + text, fontsize=7)
+
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    fig.savefig(args.output, dpi=110)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
