@@ -1,0 +1,287 @@
+#!/usr/bin/python3
+"""Command tests of `lattn`: each case runs the real binary and checks its
+exit code, its stdout (text or JSON) and its stderr sentences.
+
+Usage: /usr/bin/python3 cli_test.py --lattn PATH/TO/lattn CASE [CASE...]
+       /usr/bin/python3 cli_test.py --list
+ctest runs one case per test (tests/cli/CMakeLists.txt). The exit codes are
+the documented ones (docs/cli.md, tools/exit_codes.h).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_NO_BACKEND, EXIT_BAD_INPUT, EXIT_VERIFY, EXIT_PLOT = range(7)
+ALL_BACKENDS = ["reference", "cpu", "cuda", "hopper", "CUSTOM"]
+
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+class Lattn:
+    def __init__(self, path, workdir):
+        self.path = path
+        self.workdir = workdir
+
+    def __call__(self, *args, expect=EXIT_OK, timeout=600):
+        proc = subprocess.run([self.path, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                              cwd=self.workdir)
+        shown = f"lattn {' '.join(map(str, args))}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        if proc.returncode != expect:
+            raise AssertionError(f"exit code {proc.returncode}, expected {expect}\n{shown}")
+        return proc
+
+    def json(self, *args, expect=EXIT_OK, timeout=600):
+        proc = self(*args, expect=expect, timeout=timeout)
+        try:
+            return json.loads(proc.stdout)
+        except json.JSONDecodeError as e:
+            raise AssertionError(f"stdout is not JSON ({e}):\n{proc.stdout}") from e
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def check_in(needle, haystack, what="output"):
+    check(needle in haystack, f"expected {needle!r} in the {what}:\n{haystack}")
+
+
+# ---------------------------------------------------------------------------
+# help and usage errors
+
+@case
+def help_is_complete(lattn):
+    top = lattn("--help").stdout
+    for word in ["run", "info", "bench", "Exit codes"]:
+        check_in(word, top)
+    run = lattn("run", "--help").stdout
+    for flag in ["--model", "--tp", "--num-heads", "--kv-lora-rank", "--qk-nope-head-dim", "--qk-rope-head-dim",
+                 "--v-head-dim", "--kv-cache-dtype", "--block-size", "--layers", "--prefill-backend",
+                 "--decode-backend", "--max-num-batched-tokens", "--max-num-seqs", "--num-blocks", "--trace",
+                 "--verify", "--json", "Exit codes"]:
+        check_in(flag, run, "run --help")
+    info = lattn("info", "--help").stdout
+    for flag in ["--model", "--tp", "--json"]:
+        check_in(flag, info, "info --help")
+    bench = lattn("bench", "--help").stdout
+    for flag in ["--phase", "--heads", "--batch", "--seq", "--block-size", "--backend", "-o", "--plot"]:
+        check_in(flag, bench, "bench --help")
+
+
+@case
+def bad_flags_are_usage_errors(lattn):
+    err = lattn("run", "--no-such-flag", expect=EXIT_USAGE).stderr
+    check_in("lattn run: error:", err, "stderr")
+    check_in("--no-such-flag", err, "stderr")
+    err = lattn("info", "--kv-cache-dtype", "int8", expect=EXIT_USAGE).stderr
+    check_in("--kv-cache-dtype must be one of auto, bf16, fp16, fp8; got 'int8'", err, "stderr")
+    err = lattn("info", "--tp", "3", expect=EXIT_USAGE).stderr
+    check_in("--tp 3 does not divide the 128 heads of deepseek-v3", err, "stderr")
+    err = lattn("info", "--model", "llama", expect=EXIT_USAGE).stderr
+    check_in("unknown model 'llama'; the known models are deepseek-v3, deepseek-r1, deepseek-v2-lite, minicpm3", err,
+             "stderr")
+    err = lattn("run", "--layers", "0", expect=EXIT_USAGE).stderr
+    check_in("--layers must be at least 1, got 0", err, "stderr")
+    err = lattn("run", "--trace", "x.jsonl", "--num-requests", "3", expect=EXIT_USAGE).stderr
+    check_in("excludes", err, "stderr")
+    lattn(expect=EXIT_USAGE)  # no subcommand
+
+
+@case
+def unknown_backend_lists_the_valid_names(lattn):
+    err = lattn("run", "--prefill-backend", "flashy", expect=EXIT_USAGE).stderr
+    check_in("--prefill-backend: Unknown MLA prefill backend: 'flashy'. Valid options are: "
+             + ", ".join(ALL_BACKENDS), err, "stderr")
+    err = lattn("info", "--decode-backend", "nope", expect=EXIT_USAGE).stderr
+    check_in("Valid options are: " + ", ".join(ALL_BACKENDS), err, "stderr")
+
+
+@case
+def impossible_config_prints_each_backends_reasons(lattn):
+    # `cuda` cannot run on the CPU: named explicitly, it is refused with its reasons.
+    err = lattn("run", "--device", "cpu", "--decode-backend", "cuda", expect=EXIT_NO_BACKEND).stderr
+    check_in("the decode backend cuda cannot serve deepseek-v3 --tp 8", err, "stderr")
+    check_in("cuda: compute capability none (cpu) not supported", err, "stderr")
+    # A request that can never fit the cache.
+    err = lattn("run", "--num-blocks", "2", "--block-size", "16", "-q", expect=EXIT_NO_BACKEND).stderr
+    check_in("blocks of 16 tokens, but the cache has only 2 blocks; raise --num-blocks", err, "stderr")
+
+
+# ---------------------------------------------------------------------------
+# traces
+
+def write(path, text):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+SMALL_RUN = ["--layers", "1", "--block-size", "16", "--num-blocks", "64", "--max-num-batched-tokens", "96",
+             "--max-num-seqs", "8", "-q"]
+
+
+@case
+def trace_file_runs(lattn):
+    trace = write(os.path.join(lattn.workdir, "ok.jsonl"),
+                  '{"prompt_len": 150, "output_len": 4}\n\n'
+                  '{"prompt_len": 20, "output_len": 6, "arrival_s": 0.01}\n'
+                  '{"prompt_len": 1, "output_len": 2, "arrival_s": 0.02}\n')
+    report = lattn.json("run", "--model", "deepseek-v2-lite", "--tp", "4", "--trace", trace, "--json", *SMALL_RUN)
+    check(report["requests"] == {"total": 3, "finished": 3}, f"requests: {report['requests']}")
+    check(report["prefill"]["tokens"] == 171, f"prefill tokens: {report['prefill']}")
+    check(report["decode"]["tokens"] == 3 + 5 + 1, f"decode tokens: {report['decode']}")
+    check(report["prefill"]["rows_with_context"] >= 1, "the 150-token prompt must be chunked (budget 96)")
+
+
+@case
+def bad_trace_lines_name_their_number(lattn):
+    good = '{"prompt_len": 10, "output_len": 2}\n'
+    cases = [
+        (good + good + '{"prompt_len": 10, "output_len": \n', "line 3: not valid JSON"),
+        (good + '{"prompt_len": 10}\n', "line 2: missing \"output_len\" (an integer >= 1)"),
+        ('{"prompt_len": -4, "output_len": 2}\n', "line 1: \"prompt_len\" must be an integer >= 1, got -4"),
+        (good + good + good + '{"prompt_len": 5, "output_len": 2, "user": "x"}\n',
+         "line 4: unknown key \"user\" (the keys are prompt_len, output_len, arrival_s)"),
+        ("", "holds no requests"),
+    ]
+    for i, (text, message) in enumerate(cases):
+        path = write(os.path.join(lattn.workdir, f"bad{i}.jsonl"), text)
+        err = lattn("run", "--trace", path, *SMALL_RUN, expect=EXIT_BAD_INPUT).stderr
+        check_in(f"lattn run: error: trace file '{path}'", err, "stderr")
+        check_in(message, err, "stderr")
+    err = lattn("run", "--trace", os.path.join(lattn.workdir, "missing.jsonl"), expect=EXIT_BAD_INPUT).stderr
+    check_in("cannot be opened for reading", err, "stderr")
+
+
+# ---------------------------------------------------------------------------
+# run --verify on small presets
+
+def run_verified(lattn, *args):
+    report = lattn.json("run", "--json", "--verify", "--verify-requests", "3", "--num-requests", "10",
+                        "--request-rate", "inf", "--prompt-len-median", "90", "--max-prompt-len", "260",
+                        "--output-len-mean", "5", "--max-output-len", "12", *SMALL_RUN, *args)
+    check(report["requests"]["finished"] == 10, f"requests: {report['requests']}")
+    check(report["decode"]["tokens"] > 0, "no decode ran")
+    check(report["prefill"]["rows_without_context"] > 0, "no prefill without context ran")
+    check(report["prefill"]["rows_with_context"] > 0, "no chunked prefill with context ran")
+    verify = report["verify"]
+    check(verify["passed"], f"verification failed: {json.dumps(verify, indent=1)}")
+    check(len(verify["requests"]) == 3, f"verified {len(verify['requests'])} requests")
+    check(0 <= verify["worst_rel_l2"] <= verify["bound"], f"worst error {verify['worst_rel_l2']}")
+    check(any(r["chunks_with_context"] > 0 for r in verify["requests"]), "no verified request had a chunk with context")
+    check(any(r["decode_steps"] > 0 for r in verify["requests"]), "no verified request decoded")
+    return report
+
+
+@case
+def run_verify_deepseek_tp8(lattn):
+    report = run_verified(lattn, "--model", "deepseek-v3", "--tp", "8")
+    check(report["config"]["dims"]["num_heads"] == 16, f"dims: {report['config']['dims']}")
+
+
+@case
+def run_verify_minicpm3(lattn):
+    report = run_verified(lattn, "--model", "minicpm3", "--tp", "4", "--layers", "2")
+    dims = report["config"]["dims"]
+    check(dims == {"num_heads": 10, "kv_lora_rank": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
+                   "v_head_dim": 64}, f"dims: {dims}")
+
+
+@case
+def run_verify_fp8_cache(lattn):
+    report = run_verified(lattn, "--model", "deepseek-v3", "--tp", "16", "--kv-cache-dtype", "fp8")
+    check(report["config"]["kv_cache_dtype"] == "fp8", f"config: {report['config']}")
+
+
+@case
+def run_text_summary(lattn):
+    proc = lattn("run", "--num-requests", "4", "--prompt-len-median", "40", "--output-len-mean", "3",
+                 "--model", "deepseek-v2-lite", "--tp", "8", "--layers", "1", "--block-size", "16")
+    for word in ["requests", "prefill", "decode", "step", "p50", "p99", "cache", "backends"]:
+        check_in(word, proc.stdout)
+    check_in("step 1:", proc.stderr, "stderr (plain progress lines when not a terminal)")
+
+
+# ---------------------------------------------------------------------------
+# info
+
+@case
+def info_json_lists_every_backend(lattn):
+    info = lattn.json("info", "--json")
+    for key in ["lattn", "cpu", "cuda", "config", "backends"]:
+        check(key in info, f"missing {key!r} in info --json")
+    check(info["cpu"]["hardware_threads"] >= 1, "no CPU threads")
+    for kind in ["prefill", "decode"]:
+        listing = info["backends"][kind]
+        names = [b["name"] for b in listing["backends"]]
+        check(names == ALL_BACKENDS, f"{kind} backends: {names}")
+        for b in listing["backends"]:
+            check(b["valid"] == (not b["reasons"]), f"{kind} {b['name']}: valid but reasons, or neither")
+        check(listing["selected"] in names, f"{kind}: selected {listing['selected']!r}")
+    text = lattn("info").stdout
+    check_in("valid", text)
+
+
+# ---------------------------------------------------------------------------
+# bench
+
+TINY_SWEEP = ["--phase", "prefill,decode", "--heads", "4", "--batch", "1,2", "--seq", "64", "--block-size", "16",
+              "--backend", "cpu"]
+
+
+@case
+def bench_json_has_ceilings_and_fractions(lattn):
+    result = lattn.json("bench", *TINY_SWEEP, "-o", "json")
+    ceilings = result["ceilings"]
+    check(ceilings and all(isinstance(v, (int, float)) and v > 0 for v in ceilings.values()),
+          f"ceilings: {ceilings}")
+    rows = result["rows"]
+    check(len(rows) == 4, f"{len(rows)} rows, expected 2 phases x 2 batches")
+    for row in rows:
+        check(row["phase"] in ("prefill", "decode"), f"row: {row}")
+        check(0 < row["roofline_fraction"], f"row without a roofline fraction: {row}")
+        check(row["median_us"] > 0, f"row without a time: {row}")
+    csv = lattn("bench", *TINY_SWEEP, "-o", "csv").stdout.splitlines()
+    check(len(csv) == 5 and "roofline_fraction" in csv[0], f"csv:\n{csv}")
+
+
+@case
+def bench_plot_writes_a_png(lattn):
+    png = os.path.join(lattn.workdir, "bench.png")
+    lattn("bench", *TINY_SWEEP, "-o", "json", "--plot", png)
+    with open(png, "rb") as f:
+        check(f.read(8) == b"\x89PNG\r\n\x1a\n", "not a PNG file")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lattn", help="path of the lattn binary")
+    parser.add_argument("--list", action="store_true", help="print the case names")
+    parser.add_argument("cases", nargs="*")
+    args = parser.parse_args()
+    if args.list:
+        print("\n".join(CASES))
+        return 0
+    failed = 0
+    for name in args.cases:
+        with tempfile.TemporaryDirectory(prefix="lattn_cli_") as workdir:
+            try:
+                CASES[name](Lattn(os.path.abspath(args.lattn), workdir))
+                print(f"ok   {name}")
+            except AssertionError as e:
+                failed += 1
+                print(f"FAIL {name}: {e}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
