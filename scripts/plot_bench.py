@@ -7,7 +7,7 @@ BENCH.json is what `lattn bench -o json` prints (the C++ side only writes
 JSON; `lattn bench --plot OUT.png` runs this script on it). Each row is one
 benchmark case; the figure has two panels sharing the x axis (one tick per
 case, labelled with its shape):
-  * top: achieved TFLOP/s (bars, left axis) and GB/s (dots, right axis);
+  * top: achieved GFLOP/s (bars, left axis) and GB/s (dots, right axis);
   * bottom: the fraction of the roofline reached, i.e. achieved / the
     ceiling that bounds the case (measured in the same run), 0..1.
 Bars are coloured by phase and backend. Runs with Debian's interpreter and
@@ -27,11 +27,21 @@ def load_rows(path):
     return data, rows
 
 
+# Shape fields as the harness names them, and their short prefixes in labels.
+SHAPE_FIELDS = [("heads", "H"), ("num_heads", "H"), ("batch", "B"), ("seq", "S"), ("seq_len", "S"),
+                ("context", "ctx"), ("new_tokens", "new"), ("block_size", "p")]
+
+
 def case_label(row):
-    parts = [row["phase"], f"H{row['heads']}", f"B{row['batch']}", f"S{row['seq']}"]
-    if row.get("block_size"):
-        parts.append(f"p{row['block_size']}")
+    if row.get("label"):
+        return str(row["label"])
+    parts = [str(row.get("phase", "?"))]
+    parts += [f"{short}{row[key]}" for key, short in SHAPE_FIELDS if row.get(key) not in (None, "", 0)]
     return " ".join(parts)
+
+
+def group_of(row):
+    return (str(row.get("phase", "?")), str(row.get("backend", "?")))
 
 
 def main():
@@ -51,12 +61,12 @@ def main():
 
     try:
         data, rows = load_rows(args.input)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError) as e:
         print(f"plot_bench.py: {e}", file=sys.stderr)
         return 2
 
     labels = [case_label(r) for r in rows]
-    groups = sorted({(r["phase"], r["backend"]) for r in rows})
+    groups = sorted({group_of(r) for r in rows})
     colours = plt.get_cmap("tab10")
     colour_of = {g: colours(i % 10) for i, g in enumerate(groups)}
     x = list(range(len(rows)))
@@ -64,17 +74,17 @@ def main():
     width = max(8.0, 0.45 * len(rows) + 3)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(width, 8), sharex=True)
 
-    tflops = [r.get("tflops", 0.0) for r in rows]
-    gbps = [r.get("gbps", 0.0) for r in rows]
-    top.bar(x, tflops, color=[colour_of[(r["phase"], r["backend"])] for r in rows])
-    top.set_ylabel("TFLOP/s (bars)")
+    gflops = [float(r.get("gflops", 0.0)) for r in rows]
+    gbps = [float(r.get("gbps", 0.0)) for r in rows]
+    top.bar(x, gflops, color=[colour_of[group_of(r)] for r in rows])
+    top.set_ylabel("GFLOP/s (bars)")
     right = top.twinx()
     right.plot(x, gbps, "o", color="black", markersize=4)
     right.set_ylabel("GB/s (dots)")
     top.set_title(args.title or "lattn bench: throughput and roofline fraction")
 
-    fraction = [r.get("roofline_fraction", 0.0) for r in rows]
-    bottom.bar(x, fraction, color=[colour_of[(r["phase"], r["backend"])] for r in rows])
+    fraction = [float(r.get("roofline_fraction", 0.0)) for r in rows]
+    bottom.bar(x, fraction, color=[colour_of[group_of(r)] for r in rows])
     bottom.set_ylabel("fraction of roofline")
     bottom.set_ylim(0, max(1.0, max(fraction) * 1.1))
     bottom.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
