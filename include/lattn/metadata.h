@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "lattn/batch_reorder.h"
 #include "lattn/common_metadata.h"
 #include "lattn/device.h"
 #include "lattn/stream.h"
@@ -277,6 +278,9 @@ class MlaMetadataBuilder {
                     bool fast_build = false) const;
 
   // v1 hooks (SPEC §4.5).
+  // MLA needs decodes first: reorders with this builder's
+  // reorder_batch_threshold; true when the batch was modified.
+  bool reorder_batch(InputBatch& input_batch) const;
   // Decode-only batches with one query token per request can be replayed.
   bool can_run_in_cudagraph(const CommonAttentionMetadata& common) const;
   // Capture-time build: a decode-only batch (num_reqs == num_actual_tokens),

@@ -655,6 +655,10 @@ MlaMetadata MlaMetadataBuilder::build(const CommonAttentionMetadata& common, con
   return fill_metadata(config_, graph_.get(), batch, options, plan);
 }
 
+bool MlaMetadataBuilder::reorder_batch(InputBatch& input_batch) const {
+  return reorder_batch_to_split_decodes_and_prefills(input_batch, config_.reorder_batch_threshold);
+}
+
 bool MlaMetadataBuilder::can_run_in_cudagraph(const CommonAttentionMetadata& common) const {
   return common.max_query_len == 1;
 }
