@@ -41,11 +41,20 @@ struct SelectorConfig {
   int kv_lora_rank = 0;                  // L
   int qk_rope_head_dim = 0;              // R
   DType kv_cache_dtype = DType::bf16;    // f16, bf16 or fp8_e4m3
-  int block_size = 16;
+  int block_size = 16;                   // tokens per cache block
   int max_query_tokens_per_request = 1;  // decode s_q (speculative / MTP > 1)
+  // Explicit choices (the seeds' attention_config.mla_prefill_backend): a
+  // registry member name, "" = the environment variable LATTN_MLA_PREFILL_BACKEND
+  // / LATTN_MLA_DECODE_BACKEND, and when that is unset too, automatic
+  // selection (lattn/selector.h).
+  std::string prefill_backend;
+  std::string decode_backend;
 
   // "MLAPrefillSelectorConfig(dtype=torch.bfloat16, mla_dimensions=(qk_nope_head_dim=..., ...))"
   std::string repr() const;
+  // "MLADecodeSelectorConfig(dtype=torch.bfloat16, kv_cache_dtype=torch.bfloat16, num_heads=16,
+  //  kv_lora_rank=512, qk_rope_head_dim=64, block_size=16, max_query_tokens_per_request=1)"
+  std::string decode_repr() const;
   static SelectorConfig for_dims(const MlaDims& dims, DType dtype, DType kv_cache_dtype, Device device,
                                  int block_size = 16, int max_query_tokens_per_request = 1);
   friend bool operator==(const SelectorConfig&, const SelectorConfig&) = default;
@@ -73,7 +82,7 @@ struct PrefillBackendParams {
   int qk_rope_head_dim = 0;
   int v_head_dim = 0;
   DType dtype = DType::bf16;  // activation dtype of q, k, v, out
-  RunContext context;
+  RunContext context{};
 };
 
 class PrefillBackend {
@@ -156,7 +165,7 @@ struct DecodeBackendParams {
   int qk_rope_head_dim = 0;   // R
   DType dtype = DType::bf16;  // activation dtype of ql_nope, q_pe, out
   DType kv_cache_dtype = DType::bf16;
-  RunContext context;
+  RunContext context{};
 };
 
 class DecodeBackend {
