@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend_report.h"
 #include "commands.h"
 #include "cpu_info.h"
 #include "exit_codes.h"
@@ -37,6 +38,33 @@ nlohmann::ordered_json dims_json(const MlaDims& d) {
           {"v_head_dim", d.v_head_dim}};
 }
 
+nlohmann::ordered_json listing_json(const BackendListing& listing) {
+  nlohmann::ordered_json backends = nlohmann::ordered_json::array();
+  for (const BackendVerdict& v : listing.verdicts) {
+    nlohmann::ordered_json b = {{"name", v.name}, {"valid", v.valid()}, {"reasons", v.reasons}, {"path", v.path}};
+    if (!v.error.empty()) b["error"] = v.error;
+    backends.push_back(b);
+  }
+  nlohmann::ordered_json j = {{"priority", listing.priority}};
+  j["selected"] = listing.selected.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(listing.selected);
+  if (!listing.selection_error.empty()) j["selection_error"] = listing.selection_error;
+  j["backends"] = backends;
+  return j;
+}
+
+void print_listing(const BackendListing& listing) {
+  std::printf("%s backends (automatic order on this device: %s)\n", backend_kind_name(listing.kind),
+              join(listing.priority, ", ").c_str());
+  for (const BackendVerdict& v : listing.verdicts) {
+    const bool selected = v.name == listing.selected;
+    std::printf("  %-10s %s%s\n", v.name.c_str(), v.valid() ? "valid" : join(v.reasons, "; ").c_str(),
+                selected ? "  <- selected" : "");
+  }
+  if (listing.selected.empty()) {
+    std::printf("  no backend can serve this configuration: %s\n", listing.selection_error.c_str());
+  }
+}
+
 nlohmann::ordered_json info_json(const LayerSetup& setup, const CpuInfo& cpu, const CudaDeviceQuery& cuda) {
   nlohmann::ordered_json j;
   j["lattn"] = {{"version", version()}, {"build_options", build_options()}, {"cuda_built", built_with_cuda()}};
@@ -61,6 +89,8 @@ nlohmann::ordered_json info_json(const LayerSetup& setup, const CpuInfo& cpu, co
                  {"kv_cache_dtype", dtype_flag_name(setup.kv_cache_dtype)},
                  {"block_size", setup.block_size},
                  {"device", device_name(setup.device)}};
+  j["backends"] = {{"prefill", listing_json(list_backends(BackendKind::prefill, setup))},
+                   {"decode", listing_json(list_backends(BackendKind::decode, setup))}};
   return j;
 }
 
@@ -79,6 +109,8 @@ void print_info(const LayerSetup& setup, const CpuInfo& cpu, const CudaDeviceQue
   std::printf("config    %s --tp %d: %s, dtype %s, kv cache %s, block size %d, device %s\n", setup.model.c_str(),
               setup.tp, setup.dims.str().c_str(), dtype_flag_name(setup.dtype), dtype_flag_name(setup.kv_cache_dtype),
               setup.block_size, device_name(setup.device).c_str());
+  print_listing(list_backends(BackendKind::prefill, setup));
+  print_listing(list_backends(BackendKind::decode, setup));
 }
 
 }  // namespace
@@ -93,7 +125,10 @@ Subcommand add_info_command(CLI::App& root) {
   app->footer(exit_codes_help());
 
   return {app, [options]() {
-            const LayerSetup setup = resolve_layer_setup(options->layer);
+            LayerSetup setup = resolve_layer_setup(options->layer);
+            const ResolvedBackends names = resolve_backend_names(setup);
+            setup.prefill_backend = names.prefill;
+            setup.decode_backend = names.decode;
             const CpuInfo cpu = query_cpu_info();
             const CudaDeviceQuery cuda = query_cuda_devices();
             if (options->json) {

@@ -1,0 +1,115 @@
+// Backend names, verdicts and the selector's choice, for run and info.
+#include "backend_report.h"
+
+#include <algorithm>
+
+#include "exit_codes.h"
+#include "lattn/errors.h"
+
+namespace lattn::cli {
+namespace {
+
+std::string join(const std::vector<std::string>& items, const char* separator) {
+  std::string s;
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? separator : "") + items[i];
+  return s;
+}
+
+template <class Registry>
+std::string canonical(const Registry& registry, const std::string& name, const char* flag) {
+  if (name.empty()) return "";
+  try {
+    return registry.canonical_name(name);
+  } catch (const ValueError& e) {
+    throw CliError(kExitUsage, std::string(flag) + ": " + e.what());
+  }
+}
+
+std::vector<BackendVerdict> explain(BackendKind kind, const SelectorConfig& config) {
+  const auto capability = selector_device_capability(config);
+  return kind == BackendKind::prefill ? explain_mla_prefill_backends(capability, config)
+                                      : explain_mla_decode_backends(capability, config);
+}
+
+std::string describe_layer(const LayerSetup& s) {
+  return s.model + " --tp " + std::to_string(s.tp) + " (" + s.dims.str() + "), " + dtype_flag_name(s.dtype) +
+         " activations, " + dtype_flag_name(s.kv_cache_dtype) + " cache, block size " + std::to_string(s.block_size) +
+         ", on " + device_name(s.device);
+}
+
+// "  cuda: compute capability none (cpu) not supported, required dependencies not available"
+std::string verdict_lines(const std::vector<BackendVerdict>& verdicts, const std::vector<std::string>& only) {
+  std::string lines;
+  for (const BackendVerdict& v : verdicts) {
+    if (!only.empty() && std::find(only.begin(), only.end(), v.name) == only.end()) continue;
+    lines += "\n  " + v.name + ": " + (v.valid() ? std::string("valid") : join(v.reasons, "; "));
+    if (!v.error.empty()) lines += " (" + v.error + ")";
+  }
+  return lines;
+}
+
+// Throws kExitNoBackend when no backend of `kind` can serve the layer.
+void require_one(BackendKind kind, const std::string& name, const LayerSetup& setup, const SelectorConfig& config) {
+  const char* kind_name = backend_kind_name(kind);
+  const std::vector<BackendVerdict> verdicts = explain(kind, config);
+  if (!name.empty()) {
+    for (const BackendVerdict& v : verdicts) {
+      if (v.name != name || v.valid()) continue;
+      throw CliError(kExitNoBackend, std::string("the ") + kind_name + " backend " + name + " cannot serve " +
+                                         describe_layer(setup) + ":" + verdict_lines(verdicts, {name}));
+    }
+    return;
+  }
+  const auto priority = mla_backend_priorities(setup.device, selector_device_capability(config));
+  for (const BackendVerdict& v : verdicts) {
+    if (v.valid() && std::find(priority.begin(), priority.end(), v.name) != priority.end()) return;
+  }
+  throw CliError(kExitNoBackend, std::string("no ") + kind_name + " backend can serve " + describe_layer(setup) +
+                                     ". Each backend's reasons:" + verdict_lines(verdicts, {}));
+}
+
+}  // namespace
+
+SelectorConfig selector_config(const LayerSetup& setup) {
+  SelectorConfig config = SelectorConfig::for_dims(setup.dims, setup.dtype, setup.kv_cache_dtype, setup.device,
+                                                   setup.block_size);
+  config.prefill_backend = setup.prefill_backend;
+  config.decode_backend = setup.decode_backend;
+  return config;
+}
+
+ResolvedBackends resolve_backend_names(const LayerSetup& setup) {
+  ResolvedBackends names;
+  names.prefill = canonical(mla_prefill_backend_registry(), setup.prefill_backend, "--prefill-backend");
+  names.decode = canonical(mla_decode_backend_registry(), setup.decode_backend, "--decode-backend");
+  return names;
+}
+
+ResolvedBackends require_servable_backends(const LayerSetup& setup) {
+  const ResolvedBackends names = resolve_backend_names(setup);
+  LayerSetup resolved = setup;
+  resolved.prefill_backend = names.prefill;
+  resolved.decode_backend = names.decode;
+  const SelectorConfig config = selector_config(resolved);
+  require_one(BackendKind::prefill, names.prefill, setup, config);
+  require_one(BackendKind::decode, names.decode, setup, config);
+  return names;
+}
+
+BackendListing list_backends(BackendKind kind, const LayerSetup& setup) {
+  const SelectorConfig config = selector_config(setup);
+  const auto capability = selector_device_capability(config);
+  BackendListing listing;
+  listing.kind = kind;
+  listing.priority = mla_backend_priorities(setup.device, capability);
+  listing.verdicts = explain(kind, config);
+  try {
+    listing.selected = kind == BackendKind::prefill ? get_mla_prefill_backend(capability, config)->name()
+                                                    : get_mla_decode_backend(capability, config)->name();
+  } catch (const std::exception& e) {
+    listing.selection_error = e.what();
+  }
+  return listing;
+}
+
+}  // namespace lattn::cli

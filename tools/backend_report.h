@@ -1,0 +1,44 @@
+// tools/backend_report.h — which backends can serve a layer, in sentences:
+// unknown names list the valid ones; an impossible configuration names every
+// backend with its reasons.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lattn/registry.h"
+#include "lattn/selector.h"
+#include "layer_options.h"
+
+namespace lattn::cli {
+
+// The canonical backend names of the flags ("" = the selector's choice).
+struct ResolvedBackends {
+  std::string prefill;
+  std::string decode;
+};
+
+// Canonical names of --prefill-backend / --decode-backend; throws
+// CliError(kExitUsage) for an unknown name, listing the valid ones.
+ResolvedBackends resolve_backend_names(const LayerSetup& setup);
+
+// Checks --prefill-backend / --decode-backend and that the layer can be
+// served at all. Throws CliError: kExitUsage for an unknown name (listing the
+// valid ones), kExitNoBackend when the named backend, or every backend of the
+// priority list, refuses the configuration (each with its reasons).
+ResolvedBackends require_servable_backends(const LayerSetup& setup);
+
+// Every member of one registry for `setup`, and the selector's verdict.
+struct BackendListing {
+  BackendKind kind = BackendKind::prefill;
+  std::vector<std::string> priority;     // the automatic order for the device
+  std::vector<BackendVerdict> verdicts;  // registry order
+  std::string selected;                  // the backend the layer would run; "" when none
+  std::string selection_error;           // why none, when none
+};
+BackendListing list_backends(BackendKind kind, const LayerSetup& setup);
+
+// The selector's view of the layer (dims, dtypes, device, block size, names).
+SelectorConfig selector_config(const LayerSetup& setup);
+
+}  // namespace lattn::cli
