@@ -228,5 +228,39 @@ TEST(CudaGraph, CanRunAndCaptureBuildFromCommonMetadata) {
   EXPECT_FALSE(builder.use_cascade_attention(128, query_lens, 16, 1, false, false, 132));
 }
 
+
+TEST(CudaGraph, CaptureBuffersOnTheGpu) {
+  if (query_cuda_devices().devices.empty()) GTEST_SKIP() << "no CUDA device";
+  MlaCommonStateConfig sc = state_config();
+  sc.device = Device::cuda(0);
+  MlaCommonState state(sc);
+  auto capture = state.graph_capture(8);
+  const MlaMetadata captured = state.graph_capture_get_metadata_for_batch(4);
+  EXPECT_TRUE(captured.slot_mapping.device().is_cuda());
+  const GraphInputBuffers in = state.get_graph_input_buffers(captured);
+  auto back = [](const Tensor& t) {
+    OwnedTensor host = OwnedTensor::empty(t.shape(), t.dtype());
+    copy_tensor(t, host);
+    return host.tensor().dim() == 1 ? to_vec(host.tensor()) : to_vec(host.tensor().view({-1}));
+  };
+  EXPECT_EQ(back(in.slot_mapping), Vec(4, -1));
+  EXPECT_EQ(back(in.seq_lens_tensor), Vec(4, 1));
+
+  MetadataBuilderConfig c;
+  c.block_size = 4;
+  c.context_chunk_workspace_size = 64;
+  c.cudagraph = CudaGraphConfig{16, 32, 0, {}};
+  const MlaMetadataBuilder builder(c);
+  const std::vector<RequestSpec> reqs = {{1, 5, {3, 4}}, {1, 0, {7}}, {1, 10, {1, 2, 9}}};
+  MlaMetadata step = builder.build_for_cudagraph(reqs);
+  step.to_device(Device::cuda(0));
+  state.prepare_graph_input_buffers(in, step);
+  EXPECT_EQ(back(in.seq_lens_tensor), (Vec{6, 1, 11, 1}));
+  const Vec table = back(in.block_tables);
+  EXPECT_EQ(table[0], 3);
+  EXPECT_EQ(table[1], 4);
+  EXPECT_EQ(table[16], 1);
+}
+
 }  // namespace
 }  // namespace lattn
