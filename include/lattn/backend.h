@@ -137,7 +137,7 @@ class PrefillBackend {
 
   // Whether run_prefill_new_tokens can write quantized output directly
   // (fused), skipping the post-quant pass (seed S0).
-  virtual bool supports_quant_output(QuantKey key) const { return false; }
+  virtual bool supports_quant_output(QuantKey /*key*/) const { return false; }
 
  protected:
   PrefillBackendParams params_;
@@ -156,10 +156,10 @@ class PrefillBackendClass {
   virtual std::vector<MLADimensions> supported_mla_dimensions() const { return {}; }  // empty = any (S0)
   virtual bool requires_r1_mla_dimensions() const { return false; }                   // (S1)
   // nullopt = the CPU (no compute capability).
-  virtual bool supports_compute_capability(std::optional<DeviceCapability> capability) const { return true; }
+  virtual bool supports_compute_capability(std::optional<DeviceCapability> /*capability*/) const { return true; }
   // Whether what the backend needs exists in this process (the seeds' "dependencies importable").
   virtual bool is_available() const { return true; }
-  virtual bool supports_quant_output(QuantKey key) const { return false; }
+  virtual bool supports_quant_output(QuantKey /*key*/) const { return false; }
   bool supports_dtype(DType dtype) const;  // dtype in supported_dtypes()
 
   // Ordered reasons why this backend cannot serve `config` on a device of
@@ -241,7 +241,7 @@ class DecodeBackendClass {
   virtual int max_query_tokens_per_request() const { return 1 << 30; }
   virtual bool returns_lse() const { return true; }           // run writes lse when it is defined
   virtual bool supports_cuda_graphs() const { return false; }  // run may be captured and replayed
-  virtual bool supports_compute_capability(std::optional<DeviceCapability> capability) const { return true; }
+  virtual bool supports_compute_capability(std::optional<DeviceCapability> /*capability*/) const { return true; }
   virtual bool is_available() const { return true; }
   bool supports_dtype(DType dtype) const;
 
