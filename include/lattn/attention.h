@@ -75,8 +75,9 @@ class MlaAttention {
   const PrefillBackend& prefill_backend() const;
   const DecodeBackend& decode_backend() const;
 
+  struct Impl;  // opaque: the layer's state (src/core/attention_impl.h)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

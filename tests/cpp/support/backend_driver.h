@@ -1,0 +1,92 @@
+// tests/cpp/support/backend_driver.h — one driver that runs MlaAttention
+// with any prefill/decode backend pair on any device and compares it with
+// the `reference` backend (ggml's test-backend-ops idea), plus the f64 naive
+// computation the reference itself is checked against.
+//
+// Each BackendCase is a whole step: a mixed batch (decodes first, then
+// prefills), dims, dtypes, block size, context-chunk workspace, and hostile
+// data on request: permuted block tables, block-table padding pointing past
+// the cache, NaN in every cache entry no token owns (unused pages and the
+// tails of partial blocks) and in padded token rows. Outputs are poisoned
+// before every run, so a row a backend forgets to write fails.
+//
+// Typical use (a backend helper's test):
+//   for (const auto& c : lattn::test::all_forward_cases())
+//     EXPECT_TRUE(lattn::test::check(lattn::test::run_backend_case(c, "cpu", "cpu", lattn::Device::cpu())));
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lattn/config.h"
+#include "lattn/tensor.h"
+#include "support/test_data.h"
+#include "support/test_metadata.h"
+
+namespace lattn::test {
+
+struct BackendCase {
+  std::string name;
+  MlaDims dims = MlaDims::deepseek_v3(16);
+  DType dtype = DType::bf16;           // activations
+  DType kv_cache_dtype = DType::bf16;  // f16, bf16 or fp8_e4m3
+  float cache_scale = 1.f;             // fp8 caches: stored = fp8(x / cache_scale)
+  int block_size = 16;
+  std::vector<RequestSpec> decodes;    // query_len > 1: speculative / MTP decode
+  std::vector<RequestSpec> prefills;
+  int64_t workspace_rows = 0;          // context-chunk workspace; 0 = room for every context at once
+  int pad_tokens = 0;                  // token rows past the real ones (slot PAD_SLOT_ID)
+  bool hostile = true;                 // permuted tables, NaN-poisoned unused entries and pad rows
+  float output_scale = 0.f;            // > 0: fp8_e4m3 output, out = fp8(o / output_scale)
+  uint64_t seed = 1;
+
+  int64_t num_tokens() const;          // all token rows, padding included
+  std::string str() const;             // name and shape summary, for failure messages
+};
+
+// What one forward produced, copied to the host.
+struct BackendRun {
+  OwnedTensor out;                     // [T, N*V] f32 (fp8 values, unscaled, when quantized)
+  std::vector<uint8_t> cache_bytes;    // the whole cache after the forward
+};
+
+struct CaseResult {
+  std::string case_name;
+  std::string against;                 // "reference" or "naive f64"
+  ErrorReport output;                  // the backend's output vs the oracle's
+  double tolerance = 0;                // bound on output.rel_l2 (rel_tolerance of the output dtype)
+  int64_t cache_bytes_differing = -1;  // vs the oracle's cache; -1 = not compared
+  bool cache_must_match = false;       // f16/bf16 caches are written bit-exactly by every backend
+  bool ok() const;
+  std::string str() const;             // verdict, error numbers and the worst element
+};
+
+// Runs the case with the given backends on `device` and with `reference` on
+// the CPU, and compares outputs (and cache bytes).
+CaseResult run_backend_case(const BackendCase& c, const std::string& prefill_backend,
+                            const std::string& decode_backend, Device device = Device::cpu());
+// Runs the case with `reference` on the CPU and compares with naive_forward.
+CaseResult run_reference_vs_naive(const BackendCase& c);
+
+// Lower level: one forward of the case (fresh data from c.seed each call).
+BackendRun run_forward(const BackendCase& c, const std::string& prefill_backend, const std::string& decode_backend,
+                       Device device = Device::cpu());
+// The step computed independently of lattn's attention code, in fp64, from
+// the formulas of SPEC §1.4 (up-project every key, ordinary causal MHA over
+// [context | new]): [T, N*V] f32, padded rows 0. Values the forward reads
+// back from the cache (context; every key of a decode) are rounded through
+// the cache dtype as the cache stores them.
+OwnedTensor naive_forward(const BackendCase& c);
+
+// The case tables: every kind of batch, hostile data, dims, dtypes and block
+// sizes (all), and a quick subset with small dims (small).
+std::vector<BackendCase> all_forward_cases();
+std::vector<BackendCase> small_forward_cases();
+
+// gtest adapter: success, or the result's description.
+::testing::AssertionResult check(const CaseResult& result);
+
+}  // namespace lattn::test
