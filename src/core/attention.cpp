@@ -63,6 +63,7 @@ MlaAttention::MlaAttention(MlaAttention&&) noexcept = default;
 MlaAttention& MlaAttention::operator=(MlaAttention&&) noexcept = default;
 
 const MlaAttentionConfig& MlaAttention::config() const { return impl_->config; }
+size_t MlaAttention::workspace_bytes() const { return impl_->workspace.bytes_held(); }
 const PrefillBackend& MlaAttention::prefill_backend() const { return *impl_->prefill; }
 const DecodeBackend& MlaAttention::decode_backend() const { return *impl_->decode; }
 

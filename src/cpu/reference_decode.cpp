@@ -65,7 +65,6 @@ class ReferenceDecode final : public DecodeBackend {
       const int64_t num_queries = host_index(md.query_start_loc_cpu, r + 1) - first_token;
       const int64_t seq_len = host_index(md.seq_lens_cpu, r);
       const std::vector<double> keys = load_request_keys(cache_host.host(), md.block_table_cpu, r, seq_len);
-#pragma omp parallel for collapse(2) schedule(dynamic)
       for (int64_t j = 0; j < num_queries; ++j) {
         for (int64_t h = 0; h < N; ++h) {
           // Query j sits at position seq_len - num_queries + j and sees keys [0, position].

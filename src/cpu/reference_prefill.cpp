@@ -127,7 +127,6 @@ class ReferencePrefill final : public PrefillBackend {
     for (int p = 0; p < num_prefills; ++p) {
       const std::pair<int64_t, int64_t> queries = query_rows(p);
       const int64_t q_begin = queries.first, q_end = queries.second;
-#pragma omp parallel for collapse(2) schedule(dynamic)
       for (int64_t i = q_begin; i < q_end; ++i) {
         for (int64_t h = 0; h < N; ++h) {
           const std::pair<int64_t, int64_t> keys = key_rows(p, i);

@@ -8,9 +8,6 @@
 #include <random>
 #include <sstream>
 
-#include "lattn/attention.h"
-#include "lattn/cache.h"
-
 namespace lattn::test {
 namespace {
 
@@ -144,9 +141,23 @@ std::string BackendCase::str() const {
   return s.str();
 }
 
-BackendRun run_forward(const BackendCase& c, const std::string& prefill_backend, const std::string& decode_backend,
-                       Device device) {
-  const CaseData data = make_case_data(c);
+struct PreparedStep::State {
+  BackendCase test_case;
+  Device device;
+  CaseData data;
+  std::unique_ptr<MlaAttention> attention;
+  OwnedLatentCache cache;
+  std::unique_ptr<TestMetadata> metadata;
+  OwnedTensor weight, q, kv_c, k_pe, out, output_scale;
+};
+
+PreparedStep::PreparedStep(const BackendCase& c, const std::string& prefill_backend,
+                           const std::string& decode_backend, Device device)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.test_case = c;
+  s.device = device;
+  s.data = make_case_data(c);
   const MlaDims& d = c.dims;
   int max_decode_queries = 1;
   for (const RequestSpec& r : c.decodes) max_decode_queries = std::max(max_decode_queries, r.query_len);
@@ -160,36 +171,60 @@ BackendRun run_forward(const BackendCase& c, const std::string& prefill_backend,
   config.decode_backend = decode_backend;
   config.block_size = c.block_size;
   config.max_query_tokens_per_request = max_decode_queries;
-  MlaAttention attention(config);
+  s.attention = std::make_unique<MlaAttention>(config);
 
-  OwnedLatentCache cache(data.num_blocks, c.block_size, d, c.kv_cache_dtype, device, c.cache_scale);
-  copy_tensor(data.initial_cache.tensor(), cache.cache().data);
-  TestMetadata metadata(data.layout);
-  metadata.to_device(device);
+  s.cache = OwnedLatentCache(s.data.num_blocks, c.block_size, d, c.kv_cache_dtype, device, c.cache_scale);
+  copy_tensor(s.data.initial_cache.tensor(), s.cache.cache().data);
+  s.metadata = std::make_unique<TestMetadata>(s.data.layout);
+  s.metadata->to_device(device);
 
-  const OwnedTensor weight = to_device(data.weight, device);
-  attention.process_weights_after_loading(weight);
-  const OwnedTensor q = to_device(data.q, device), kv_c = to_device(data.kv_c, device),
-                    k_pe = to_device(data.k_pe, device);
-  const int64_t T = c.num_tokens(), width = int64_t(d.num_heads) * d.v_head_dim;
+  s.weight = to_device(s.data.weight, device);
+  s.attention->process_weights_after_loading(s.weight);
+  s.q = to_device(s.data.q, device);
+  s.kv_c = to_device(s.data.kv_c, device);
+  s.k_pe = to_device(s.data.k_pe, device);
   const bool quantize = c.output_scale > 0;
-  OwnedTensor out = OwnedTensor::empty({T, width}, quantize ? DType::fp8_e4m3 : c.dtype, device);
-  poison(out);
-  OwnedTensor scale;
+  s.out = OwnedTensor::empty({c.num_tokens(), int64_t(d.num_heads) * d.v_head_dim},
+                             quantize ? DType::fp8_e4m3 : c.dtype, device);
   if (quantize) {
     OwnedTensor host_scale = OwnedTensor::empty({1}, DType::f32);
     *host_scale.data_as<float>() = c.output_scale;
-    scale = to_device(host_scale, device);
+    s.output_scale = to_device(host_scale, device);
   }
-  attention.forward(q, kv_c, k_pe, cache, metadata.metadata(), out, quantize ? scale.tensor() : Tensor());
+}
 
-  BackendRun run;
-  run.out = to_host_f32(out);
-  OwnedTensor cache_host = OwnedTensor::empty(cache.cache().data.shape(), c.kv_cache_dtype);
-  copy_tensor(cache.cache().data, cache_host.tensor());
-  const auto* bytes = static_cast<const uint8_t*>(cache_host.data());
-  run.cache_bytes.assign(bytes, bytes + cache_host.tensor().nbytes());
-  return run;
+PreparedStep::~PreparedStep() = default;
+const BackendCase& PreparedStep::test_case() const { return state_->test_case; }
+MlaAttention& PreparedStep::attention() { return *state_->attention; }
+const LatentCache& PreparedStep::cache() const { return state_->cache.cache(); }
+TestMetadata& PreparedStep::metadata() { return *state_->metadata; }
+const Tensor& PreparedStep::q() const { return state_->q.tensor(); }
+const Tensor& PreparedStep::kv_c() const { return state_->kv_c.tensor(); }
+const Tensor& PreparedStep::k_pe() const { return state_->k_pe.tensor(); }
+const Tensor& PreparedStep::out() const { return state_->out.tensor(); }
+const Tensor& PreparedStep::output_scale() const { return state_->output_scale.tensor(); }
+
+Tensor PreparedStep::forward() {
+  State& s = *state_;
+  poison(s.out);
+  return s.attention->forward(s.q, s.kv_c, s.k_pe, s.cache, s.metadata->metadata(), s.out, s.output_scale.tensor());
+}
+
+std::vector<uint8_t> PreparedStep::cache_bytes() const {
+  const Tensor& data = state_->cache.cache().data;
+  OwnedTensor host = OwnedTensor::empty(data.shape(), data.dtype());
+  copy_tensor(data, host.tensor());
+  const auto* bytes = static_cast<const uint8_t*>(host.data());
+  return std::vector<uint8_t>(bytes, bytes + host.tensor().nbytes());
+}
+
+BackendRun PreparedStep::result() const { return {to_host_f32(state_->out), cache_bytes()}; }
+
+BackendRun run_forward(const BackendCase& c, const std::string& prefill_backend, const std::string& decode_backend,
+                       Device device) {
+  PreparedStep step(c, prefill_backend, decode_backend, device);
+  step.forward();
+  return step.result();
 }
 
 OwnedTensor naive_forward(const BackendCase& c) {
@@ -276,6 +311,15 @@ std::string CaseResult::str() const {
     << " (tolerance rel_l2 <= " << tolerance << ")";
   if (cache_bytes_differing >= 0) s << ", cache bytes differing: " << cache_bytes_differing;
   return s.str();
+}
+
+uint64_t hash_bytes(const Tensor& t) {
+  OwnedTensor host = OwnedTensor::empty(t.shape(), t.dtype());
+  copy_tensor(t, host.tensor());
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const uint8_t*>(host.data());
+  for (size_t i = 0; i < host.tensor().nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
 }
 
 ::testing::AssertionResult check(const CaseResult& result) {

@@ -18,9 +18,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "lattn/attention.h"
+#include "lattn/cache.h"
 #include "lattn/config.h"
 #include "lattn/tensor.h"
 #include "support/test_data.h"
@@ -64,6 +67,37 @@ struct CaseResult {
   std::string str() const;             // verdict, error numbers and the worst element
 };
 
+// One case made ready to run: data generated from c.seed, an MlaAttention
+// with the given backends and its weights loaded, the cache (context
+// written, hostile poison in place), the metadata and the inputs, all on
+// `device`. Tests may change any of it before calling forward().
+class PreparedStep {
+ public:
+  PreparedStep(const BackendCase& c, const std::string& prefill_backend, const std::string& decode_backend,
+               Device device = Device::cpu());
+  ~PreparedStep();
+  PreparedStep(const PreparedStep&) = delete;
+  PreparedStep& operator=(const PreparedStep&) = delete;
+
+  const BackendCase& test_case() const;
+  MlaAttention& attention();
+  const LatentCache& cache() const;
+  TestMetadata& metadata();
+  const Tensor& q() const;             // [T, N, P+R]
+  const Tensor& kv_c() const;          // [T, L]
+  const Tensor& k_pe() const;          // [T, R]
+  const Tensor& out() const;           // [T, N*V] (fp8_e4m3 when the case quantizes)
+  const Tensor& output_scale() const;  // [1] f32, or undefined
+  // Poisons out, then runs forward(q, kv_c, k_pe, cache, metadata, out, output_scale).
+  Tensor forward();
+  std::vector<uint8_t> cache_bytes() const;  // the whole cache, copied to the host
+  BackendRun result() const;                 // out (as f32) and the cache bytes
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 // Runs the case with the given backends on `device` and with `reference` on
 // the CPU, and compares outputs (and cache bytes).
 CaseResult run_backend_case(const BackendCase& c, const std::string& prefill_backend,
@@ -85,6 +119,10 @@ OwnedTensor naive_forward(const BackendCase& c);
 // sizes (all), and a quick subset with small dims (small).
 std::vector<BackendCase> all_forward_cases();
 std::vector<BackendCase> small_forward_cases();
+
+// FNV-1a hash of a tensor's bytes (host or device; contiguous): "the cache is
+// unchanged" checks after a refused call.
+uint64_t hash_bytes(const Tensor& t);
 
 // gtest adapter: success, or the result's description.
 ::testing::AssertionResult check(const CaseResult& result);
