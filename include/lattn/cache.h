@@ -51,7 +51,7 @@ inline KvCacheShape get_kv_cache_shape(int64_t num_blocks, int64_t block_size, i
 // MlaAttention accept any kv_lora_rank + qk_rope_head_dim.
 struct MlaCommonBackend {
   static std::string get_name() { return "TRITON_MLA"; }
-  static std::vector<int> get_supported_head_sizes() { return {576}; }
+  static std::vector<int> get_supported_head_sizes();  // = mla_supported_head_sizes() (lattn/metadata.h)
   static KvCacheShape get_kv_cache_shape(int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
                                          int64_t head_size) {
     return lattn::get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size);

@@ -3,11 +3,11 @@
 #include <cmath>
 
 #include "core/attention_impl.h"
-#include "core/backend_lookup.h"
 #include "core/forward_ops.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
 #include "lattn/ops.h"
+#include "lattn/selector.h"
 
 namespace lattn {
 namespace {
@@ -44,10 +44,13 @@ MlaAttention::MlaAttention(const MlaAttentionConfig& config) : impl_(std::make_u
   if (im.config.scale == 0.f) im.config.scale = 1.f / std::sqrt(float(d.qk_head_dim()));
   im.workspace = detail::Workspace(config.device);
 
-  const SelectorConfig selector = SelectorConfig::for_dims(d, config.dtype, config.kv_cache_dtype, config.device,
-                                                           config.block_size, config.max_query_tokens_per_request);
-  im.prefill_class = detail::lookup_prefill_backend(config.prefill_backend, selector);
-  im.decode_class = detail::lookup_decode_backend(config.decode_backend, selector);
+  // The selector validates an explicit choice ("" = environment, then automatic).
+  SelectorConfig selector = SelectorConfig::for_dims(d, config.dtype, config.kv_cache_dtype, config.device,
+                                                     config.block_size, config.max_query_tokens_per_request);
+  selector.prefill_backend = config.prefill_backend;
+  selector.decode_backend = config.decode_backend;
+  im.prefill_class = get_mla_prefill_backend(selector);
+  im.decode_class = get_mla_decode_backend(selector);
 
   const RunContext context = im.run_context();
   PrefillBackendParams prefill_params{d.num_heads, im.config.scale, d.kv_lora_rank, d.qk_nope_head_dim,
@@ -97,7 +100,13 @@ Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const T
   // 1. Every token's latent goes to the cache before any attention reads it.
   if (args.write_cache) concat_and_cache_mla(args.kv_c, args.k_pe, cache, metadata.slot_mapping, stream);
 
-  // 2. Decode rows first (v1 order).
+  // The seed's profile run sizes the context scratch for the worst case
+  // (SPEC §6.8 step 3): grow it now so memory profiling sees the peak.
+  if (metadata.is_profile_run && metadata.context_chunk_workspace_size > 0) {
+    detail::reserve_context_workspace(im, metadata.context_chunk_workspace_size);
+  }
+
+  // 2. Decode rows first (v1 order; CUDA-graph padded decodes included).
   const int64_t Td = metadata.num_decode_tokens, Tp = metadata.num_prefill_tokens;
   if (Td > 0) {
     const Tensor rows = (args.quantize ? staging : result).narrow(0, 0, Td);
@@ -111,9 +120,9 @@ Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const T
     const bool staged = detail::forward_prefill(im, args, cache, metadata, out_rows, output_scale, staging_rows);
     if (staged) detail::quantize_fp8(staging_rows, out_rows, output_scale, stream);
   }
-  // 4. Rows past the real tokens (CUDA-graph padding) are defined as 0.
-  const int64_t real = Td + Tp;
-  if (real < T) detail::zero_rows(result.narrow(0, real, T - real), stream);
+  // 4. Input rows past the metadata's tokens (padding) get output 0.
+  const int64_t computed = Td + Tp;
+  if (computed < T) detail::zero_rows(result.narrow(0, computed, T - computed), stream);
   return result;
 }
 

@@ -70,6 +70,10 @@ bool forward_prefill(MlaAttention::Impl& impl, const ForwardArgs& args, const La
 void up_project(const MlaAttention::Impl& impl, const Tensor& kv_c, const Tensor& k_pe, const Tensor& k,
                 const Tensor& v);
 
+// Grows the context-chunk scratch (gathered latents, up-projected K and V)
+// to `workspace_rows` rows, as the largest chunk of the plan would.
+void reserve_context_workspace(MlaAttention::Impl& impl, int64_t workspace_rows);
+
 // A [rows, N*V] view seen as [rows, N, V] (same memory).
 Tensor heads_view(const Tensor& rows, int64_t num_heads, int64_t head_dim);
 

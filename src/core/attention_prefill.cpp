@@ -52,6 +52,16 @@ void up_project(const MlaAttention::Impl& impl, const Tensor& kv_c, const Tensor
   gemm(v_up, ctx);
 }
 
+void reserve_context_workspace(MlaAttention::Impl& impl, int64_t workspace_rows) {
+  const MlaDims& d = impl.dims();
+  const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim;
+  const int64_t v_width = impl.prefill->pads_v() ? P + R : d.v_head_dim;
+  const DType dtype = impl.config.dtype;
+  impl.workspace.get(WorkspaceSlot::context_latent, {workspace_rows, L + R}, dtype);
+  impl.workspace.get(WorkspaceSlot::context_k, {workspace_rows, N, P + R}, dtype);
+  impl.workspace.get(WorkspaceSlot::context_v, {workspace_rows, N, v_width}, dtype);
+}
+
 namespace {
 
 // The merged attention of the new tokens over their whole context, chunk by

@@ -247,13 +247,14 @@ ForwardArgs validate_forward(const MlaAttention::Impl& impl, const Tensor& q, co
   check_arg(md.device == c.device, kOp, "metadata", "be on the layer's device " + device_name(c.device) +
                                                         " (MlaMetadata::to_device)",
             device_name(md.device));
-  check_arg(md.num_decode_tokens >= 0 && md.num_prefill_tokens >= 0 &&
-                md.num_decode_tokens + md.num_prefill_tokens == md.num_actual_tokens,
-            kOp, "metadata", "have num_decode_tokens + num_prefill_tokens == num_actual_tokens",
+  // Under CUDA-graph padding the padded decodes count as decode tokens, so
+  // num_decode_tokens + num_prefill_tokens may exceed num_actual_tokens.
+  const int64_t computed = int64_t(md.num_decode_tokens) + md.num_prefill_tokens;
+  check_arg(md.num_decode_tokens >= 0 && md.num_prefill_tokens >= 0 && computed >= md.num_actual_tokens, kOp,
+            "metadata", "have num_decode_tokens + num_prefill_tokens >= num_actual_tokens",
             str(md.num_decode_tokens) + " + " + str(md.num_prefill_tokens) + " vs " + str(md.num_actual_tokens));
-  check_arg(md.num_actual_tokens <= T, kOp, "q", "have at least metadata.num_actual_tokens = " +
-                                                    str(md.num_actual_tokens) + " rows",
-            str(T));
+  check_arg(computed <= T, kOp, "q",
+            "have at least metadata.num_decode_tokens + num_prefill_tokens = " + str(computed) + " rows", str(T));
   check_arg(md.block_size == cache.block_size(), kOp, "metadata.block_size",
             "equal the cache's block size " + str(cache.block_size()), str(md.block_size));
   if (args.write_cache) {

@@ -22,11 +22,11 @@ namespace {
 
 using test::BackendCase;
 using test::PreparedStep;
-using test::RequestSpec;
+using test::CaseRequest;
 
 const MlaDims kTiny{3, 32, 16, 8, 24};
 
-BackendCase tiny_case(std::string name, std::vector<RequestSpec> decodes, std::vector<RequestSpec> prefills,
+BackendCase tiny_case(std::string name, std::vector<CaseRequest> decodes, std::vector<CaseRequest> prefills,
                       uint64_t seed) {
   BackendCase c;
   c.name = std::move(name);
@@ -193,7 +193,7 @@ TEST(TV_FORWARD_ERR, PreallocatedOutputIsWrittenInPlace) {
   const test::BackendRun in_place = step.result();
 
   PreparedStep again(mixed_case(), "reference", "reference");
-  auto& md = again.metadata().metadata();
+  auto& md = again.metadata();
   const Tensor internal = again.attention().forward(again.q(), again.kv_c(), again.k_pe(), again.cache(), md);
   EXPECT_NE(internal.data(), again.out().data());
   EXPECT_EQ(internal.shape_str(), step.out().shape_str());
@@ -221,7 +221,7 @@ TEST(TV_PADV, PaddedVBackendSeesZeroPaddedVAndGivesTheUnpaddedResult) {
     c.dims = MlaDims::deepseek_v3(2);
     c.dtype = DType::f32;
     c.decodes = {{20, 1}};
-    c.prefills = with_context ? std::vector<RequestSpec>{{40, 5}, {0, 3}} : std::vector<RequestSpec>{{0, 5}, {0, 3}};
+    c.prefills = with_context ? std::vector<CaseRequest>{{40, 5}, {0, 3}} : std::vector<CaseRequest>{{0, 5}, {0, 3}};
     c.workspace_rows = 16;
     g_padding = {};
     const test::BackendRun padded = test::run_forward(c, "test_padded_v", "reference");
@@ -268,7 +268,7 @@ void sweep_workspace(BackendCase c, int64_t smallest, int64_t largest) {
   for (int64_t ws = smallest; ws <= largest; ++ws) {
     c.workspace_rows = ws;
     PreparedStep step(c, "reference", "reference");
-    chunk_counts.insert(step.metadata().metadata().prefill->chunks.num_chunks);
+    chunk_counts.insert(step.metadata().prefill->chunks.num_chunks);
     step.forward();
     const test::BackendRun run = step.result();
     const test::ErrorReport vs_naive = test::compare(run.out, naive);
@@ -306,7 +306,7 @@ TEST(HostileData, PoisonNeverReachesOutputsAndOnlyNewSlotsAreWritten) {
     for (int64_t i = 0; i < run.out.tensor().numel(); ++i) non_finite += !std::isfinite(run.out.data_as<float>()[i]);
     EXPECT_EQ(non_finite, 0) << c.str();
     // Entries written = exactly the real tokens' slots.
-    const auto& md = step.metadata().metadata();
+    const auto& md = step.metadata();
     const int64_t entry_bytes = step.cache().entry_dim() * step.cache().data.element_size();
     std::set<int64_t> written;
     for (int64_t t = 0; t < md.num_actual_tokens; ++t) written.insert(md.slot_mapping_cpu.data_as<int64_t>()[t]);
@@ -358,7 +358,7 @@ void expect_refused(PreparedStep& step, Fn fn, const std::string& needle) {
 TEST(BadInput, MismatchedShapesAndDtypes) {
   PreparedStep step(mixed_case(), "reference", "reference");
   MlaAttention& a = step.attention();
-  const auto& md = step.metadata().metadata();
+  const auto& md = step.metadata();
   const int64_t T = step.q().size(0);
   const MlaDims& d = kTiny;
   const OwnedTensor q_heads = OwnedTensor::zeros({T, d.num_heads - 1, d.qk_head_dim()}, DType::bf16);
@@ -380,7 +380,7 @@ TEST(BadInput, MismatchedShapesAndDtypes) {
 
 TEST(BadInput, SlotBeyondTheCache) {
   PreparedStep step(mixed_case(), "reference", "reference");
-  auto& md = step.metadata().metadata();
+  auto& md = step.metadata();
   const int64_t capacity = step.cache().num_blocks() * step.cache().block_size();
   md.slot_mapping_cpu.data_as<int64_t>()[4] = capacity;  // one past the last slot
   expect_refused(step, [&] { step.forward(); }, "slot_mapping");
@@ -388,14 +388,14 @@ TEST(BadInput, SlotBeyondTheCache) {
 
 TEST(BadInput, DecodeBlockTablePastTheCache) {
   PreparedStep step(mixed_case(), "reference", "reference");
-  auto& md = step.metadata().metadata();
+  auto& md = step.metadata();
   md.decode->block_table_cpu.data_as<int32_t>()[0] = int32_t(step.cache().num_blocks());
   expect_refused(step, [&] { step.forward(); }, "block_table");
 }
 
 TEST(BadInput, PrefillContextBlockTablePastTheCache) {
   PreparedStep step(mixed_case(), "reference", "reference");
-  auto& md = step.metadata().metadata();
+  auto& md = step.metadata();
   const Tensor& table = md.prefill->block_table_cpu;  // prefill 1 has context 21: columns 0 and 1
   table.data_as<int32_t>()[1 * table.stride(0) + 1] = -1;
   expect_refused(step, [&] { step.forward(); }, "block_table");
@@ -406,29 +406,29 @@ TEST(BadInput, ChunkPlanThatMissesContextOrIsUnaligned) {
   c.workspace_rows = 32;
   {
     PreparedStep step(c, "reference", "reference");
-    auto& chunks = step.metadata().metadata().prefill->chunks;
+    auto& chunks = step.metadata().prefill->chunks;
     ASSERT_GT(chunks.num_chunks, 1);
     chunks.starts_cpu.data_as<int32_t>()[1 * chunks.starts_cpu.stride(0) + 2] += 1;  // chunk 1 of prefill 2
     expect_refused(step, [&] { step.forward(); }, "chunks.starts");
   }
   {
     PreparedStep step(c, "reference", "reference");
-    step.metadata().metadata().prefill->chunks.num_chunks = 0;  // context would be ignored
-    step.metadata().metadata().prefill->chunks.seq_tot.clear();
+    step.metadata().prefill->chunks.num_chunks = 0;  // context would be ignored
+    step.metadata().prefill->chunks.seq_tot.clear();
     expect_refused(step, [&] { step.forward(); }, "chunks");
   }
 }
 
 TEST(BadInput, MetadataOnAnotherDeviceAndWeightsNotLoaded) {
   PreparedStep step(mixed_case(), "reference", "reference");
-  step.metadata().metadata().device = Device::cuda(0);
+  step.metadata().device = Device::cuda(0);
   expect_refused(step, [&] { step.forward(); }, "metadata");
-  step.metadata().metadata().device = Device::cpu();
+  step.metadata().device = Device::cpu();
 
   MlaAttentionConfig config;
   config.dims = kTiny;
   MlaAttention fresh(config);
-  expect_refused(step, [&] { fresh.forward(step.q(), step.kv_c(), step.k_pe(), step.cache(), step.metadata().metadata()); },
+  expect_refused(step, [&] { fresh.forward(step.q(), step.kv_c(), step.k_pe(), step.cache(), step.metadata()); },
                  "process_weights_after_loading");
 }
 

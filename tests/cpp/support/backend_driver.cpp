@@ -13,9 +13,11 @@ namespace {
 
 // Everything a case needs, on the host, generated from its seed.
 struct CaseData {
-  std::vector<RequestSpec> requests;           // decodes, then prefills
+  std::vector<CaseRequest> requests;           // decodes, then prefills
   int num_decodes = 0;
-  StepLayout layout;
+  std::vector<std::vector<int32_t>> block_tables;  // per request: its blocks, in position order
+  int64_t workspace_rows = 0;                  // the context-chunk workspace the metadata plans for
+  int32_t block_table_pad = 0;                 // table entries past a request's blocks
   int64_t num_blocks = 0;
   OwnedTensor weight;                          // kv_b_proj [N*(P+V), L], activation dtype
   OwnedTensor q, kv_c, k_pe;                   // [T, N, P+R], [T, L], [T, R], activation dtype
@@ -34,10 +36,10 @@ double cache_rounded(float x, DType cache_dtype, float scale) {
 // Workspace rows that hold every prefill context in one chunk.
 int64_t generous_workspace(const BackendCase& c) {
   int64_t rows = c.block_size;
-  for (const RequestSpec& r : c.prefills) rows += cdiv(r.context_len, c.block_size) * c.block_size;
+  for (const CaseRequest& r : c.prefills) rows += cdiv(r.context_len, c.block_size) * c.block_size;
   int64_t longest = 0;
-  for (const RequestSpec& r : c.decodes) longest = std::max<int64_t>(longest, r.context_len);
-  for (const RequestSpec& r : c.prefills) longest = std::max<int64_t>(longest, r.context_len);
+  for (const CaseRequest& r : c.decodes) longest = std::max<int64_t>(longest, r.context_len);
+  for (const CaseRequest& r : c.prefills) longest = std::max<int64_t>(longest, r.context_len);
   // The seed's share per prefill with context must reach the longest context.
   return std::max<int64_t>(rows, (cdiv(longest, c.block_size) * c.block_size) * int64_t(c.prefills.size() + 1));
 }
@@ -55,24 +57,20 @@ CaseData make_case_data(const BackendCase& c) {
   // Blocks: each request owns cdiv(seq_len, block_size) of them, a few spare
   // pages stay unused; hostile cases hand them out in random order.
   int64_t needed = 0;
-  for (const RequestSpec& r : data.requests) needed += cdiv(r.context_len + r.query_len, c.block_size);
+  for (const CaseRequest& r : data.requests) needed += cdiv(r.context_len + r.query_len, c.block_size);
   data.num_blocks = needed + 3;
   std::vector<int32_t> pool(size_t(data.num_blocks));
   std::iota(pool.begin(), pool.end(), 0);
   if (c.hostile) std::shuffle(pool.begin(), pool.end(), rng);
   size_t next = 0;
-  data.layout.num_decodes = data.num_decodes;
-  data.layout.block_size = c.block_size;
-  data.layout.requests = data.requests;
-  data.layout.pad_tokens = c.pad_tokens;
-  data.layout.workspace_rows = c.workspace_rows > 0 ? c.workspace_rows : generous_workspace(c);
-  // Hostile: table columns past a request's blocks point past the cache.
-  data.layout.block_table_pad = c.hostile ? int32_t(data.num_blocks + 1000) : 0;
-  for (const RequestSpec& r : data.requests) {
+  for (const CaseRequest& r : data.requests) {
     std::vector<int32_t> row;
     for (int64_t b = 0; b < cdiv(r.context_len + r.query_len, c.block_size); ++b) row.push_back(pool[next++]);
-    data.layout.block_table.push_back(row);
+    data.block_tables.push_back(row);
   }
+  data.workspace_rows = c.workspace_rows > 0 ? c.workspace_rows : generous_workspace(c);
+  // Hostile: table columns past a request's blocks point past the cache.
+  data.block_table_pad = c.hostile ? int32_t(data.num_blocks + 1000) : 0;
 
   // Weights and activations: N(0, 1) latents and queries, W_UK/W_UV with
   // variance 1/L, so q·k has standard deviation ~sqrt(P+R) and the softmax
@@ -102,7 +100,7 @@ CaseData make_case_data(const BackendCase& c) {
     std::vector<float> latents(size_t(context * (L + R)));
     for (float& x : latents) x = normal(rng);
     for (int j = 0; j < context; ++j) {
-      const int64_t block = data.layout.block_table[r][size_t(j / c.block_size)];
+      const int64_t block = data.block_tables[r][size_t(j / c.block_size)];
       void* entry = data.initial_cache.tensor().ptr_at({block, j % c.block_size});
       for (int64_t e = 0; e < L + R; ++e) {
         const float x = latents[size_t(j * (L + R) + e)];
@@ -112,6 +110,29 @@ CaseData make_case_data(const BackendCase& c) {
     data.context.push_back(std::move(latents));
   }
   return data;
+}
+
+// The step's metadata from MlaMetadataBuilder (host), with the hostile
+// block-table padding written into the columns no request owns.
+MlaMetadata build_metadata(const BackendCase& c, const CaseData& data) {
+  MetadataBuilderConfig config;
+  config.block_size = c.block_size;
+  config.chunked_prefill_enabled = true;
+  config.context_chunk_workspace_size = data.workspace_rows;
+  config.num_cache_blocks = data.num_blocks;
+  for (const CaseRequest& r : c.decodes) config.reorder_batch_threshold = std::max(config.reorder_batch_threshold, r.query_len);
+  std::vector<RequestSpec> requests;
+  for (size_t r = 0; r < data.requests.size(); ++r) {
+    requests.push_back({data.requests[r].query_len, data.requests[r].context_len, data.block_tables[r]});
+  }
+  MlaMetadata md = MlaMetadataBuilder(config).build(requests);
+  const Tensor& table = md.block_table_cpu;
+  for (int64_t r = 0; r < table.size(0); ++r) {
+    for (int64_t j = int64_t(data.block_tables[size_t(r)].size()); j < table.size(1); ++j) {
+      table.data_as<int32_t>()[r * table.stride(0) + j] = data.block_table_pad;
+    }
+  }
+  return md;
 }
 
 OwnedTensor to_device(const Tensor& host, Device device) {
@@ -124,8 +145,8 @@ OwnedTensor to_device(const Tensor& host, Device device) {
 
 int64_t BackendCase::num_tokens() const {
   int64_t t = pad_tokens;
-  for (const RequestSpec& r : decodes) t += r.query_len;
-  for (const RequestSpec& r : prefills) t += r.query_len;
+  for (const CaseRequest& r : decodes) t += r.query_len;
+  for (const CaseRequest& r : prefills) t += r.query_len;
   return t;
 }
 
@@ -133,9 +154,9 @@ std::string BackendCase::str() const {
   std::ostringstream s;
   s << name << " {" << dims.str() << ", act " << dtype_name(dtype) << ", cache " << dtype_name(kv_cache_dtype)
     << ", block " << block_size << ", decodes (ctx+q):";
-  for (const RequestSpec& r : decodes) s << " " << r.context_len << "+" << r.query_len;
+  for (const CaseRequest& r : decodes) s << " " << r.context_len << "+" << r.query_len;
   s << ", prefills (ctx+q):";
-  for (const RequestSpec& r : prefills) s << " " << r.context_len << "+" << r.query_len;
+  for (const CaseRequest& r : prefills) s << " " << r.context_len << "+" << r.query_len;
   s << ", workspace " << workspace_rows << ", pad " << pad_tokens << (hostile ? ", hostile" : "")
     << (output_scale > 0 ? ", fp8 output" : "") << ", seed " << seed << "}";
   return s.str();
@@ -147,7 +168,7 @@ struct PreparedStep::State {
   CaseData data;
   std::unique_ptr<MlaAttention> attention;
   OwnedLatentCache cache;
-  std::unique_ptr<TestMetadata> metadata;
+  MlaMetadata metadata;
   OwnedTensor weight, q, kv_c, k_pe, out, output_scale;
 };
 
@@ -160,7 +181,7 @@ PreparedStep::PreparedStep(const BackendCase& c, const std::string& prefill_back
   s.data = make_case_data(c);
   const MlaDims& d = c.dims;
   int max_decode_queries = 1;
-  for (const RequestSpec& r : c.decodes) max_decode_queries = std::max(max_decode_queries, r.query_len);
+  for (const CaseRequest& r : c.decodes) max_decode_queries = std::max(max_decode_queries, r.query_len);
 
   MlaAttentionConfig config;
   config.dims = d;
@@ -175,8 +196,8 @@ PreparedStep::PreparedStep(const BackendCase& c, const std::string& prefill_back
 
   s.cache = OwnedLatentCache(s.data.num_blocks, c.block_size, d, c.kv_cache_dtype, device, c.cache_scale);
   copy_tensor(s.data.initial_cache.tensor(), s.cache.cache().data);
-  s.metadata = std::make_unique<TestMetadata>(s.data.layout);
-  s.metadata->to_device(device);
+  s.metadata = build_metadata(c, s.data);
+  s.metadata.to_device(device);
 
   s.weight = to_device(s.data.weight, device);
   s.attention->process_weights_after_loading(s.weight);
@@ -197,7 +218,7 @@ PreparedStep::~PreparedStep() = default;
 const BackendCase& PreparedStep::test_case() const { return state_->test_case; }
 MlaAttention& PreparedStep::attention() { return *state_->attention; }
 const LatentCache& PreparedStep::cache() const { return state_->cache.cache(); }
-TestMetadata& PreparedStep::metadata() { return *state_->metadata; }
+MlaMetadata& PreparedStep::metadata() { return state_->metadata; }
 const Tensor& PreparedStep::q() const { return state_->q.tensor(); }
 const Tensor& PreparedStep::kv_c() const { return state_->kv_c.tensor(); }
 const Tensor& PreparedStep::k_pe() const { return state_->k_pe.tensor(); }
@@ -207,7 +228,7 @@ const Tensor& PreparedStep::output_scale() const { return state_->output_scale.t
 Tensor PreparedStep::forward() {
   State& s = *state_;
   poison(s.out);
-  return s.attention->forward(s.q, s.kv_c, s.k_pe, s.cache, s.metadata->metadata(), s.out, s.output_scale.tensor());
+  return s.attention->forward(s.q, s.kv_c, s.k_pe, s.cache, s.metadata, s.out, s.output_scale.tensor());
 }
 
 std::vector<uint8_t> PreparedStep::cache_bytes() const {
@@ -355,7 +376,7 @@ CaseResult run_reference_vs_naive(const BackendCase& c) {
 
 namespace {
 
-BackendCase make(std::string name, MlaDims dims, std::vector<RequestSpec> decodes, std::vector<RequestSpec> prefills,
+BackendCase make(std::string name, MlaDims dims, std::vector<CaseRequest> decodes, std::vector<CaseRequest> prefills,
                  uint64_t seed) {
   BackendCase c;
   c.name = std::move(name);
@@ -373,12 +394,12 @@ const MlaDims kTiny{3, 32, 16, 8, 24};                // small, odd: V > P
 
 std::vector<BackendCase> small_cases() {
   std::vector<BackendCase> cases;
-  const std::vector<RequestSpec> mixed_decodes{{37, 1}, {0, 1}, {16, 3}, {5, 2}};
-  const std::vector<RequestSpec> mixed_prefills{{0, 9}, {21, 6}, {0, 1}, {40, 13}};
+  const std::vector<CaseRequest> mixed_decodes{{37, 1}, {0, 1}, {16, 3}, {5, 2}};
+  const std::vector<CaseRequest> mixed_prefills{{0, 9}, {21, 6}, {0, 4}, {40, 13}};
   cases.push_back(make("tiny_mixed", kTiny, mixed_decodes, mixed_prefills, 11));
   cases.push_back(make("tiny_decode_only", kTiny, {{0, 1}, {50, 1}, {7, 4}}, {}, 12));
-  cases.push_back(make("tiny_prefill_no_context", kTiny, {}, {{0, 17}, {0, 1}, {0, 33}}, 13));
-  cases.push_back(make("tiny_prefill_context", kTiny, {}, {{30, 5}, {0, 4}, {64, 1}}, 14));
+  cases.push_back(make("tiny_prefill_no_context", kTiny, {}, {{0, 17}, {0, 2}, {0, 33}}, 13));
+  cases.push_back(make("tiny_prefill_context", kTiny, {}, {{30, 5}, {0, 4}, {64, 2}}, 14));
   {
     BackendCase c = make("tiny_chunked_one_page", kTiny, {{90, 1}}, {{45, 7}, {0, 3}, {70, 2}}, 15);
     c.workspace_rows = 32;  // two prefills with context: one 16-token page each per chunk
@@ -453,8 +474,8 @@ std::vector<BackendCase> small_forward_cases() { return small_cases(); }
 
 std::vector<BackendCase> all_forward_cases() {
   std::vector<BackendCase> cases = small_cases();
-  const std::vector<RequestSpec> decodes{{45, 1}, {0, 1}, {20, 2}};
-  const std::vector<RequestSpec> prefills{{0, 11}, {35, 5}, {18, 1}};
+  const std::vector<CaseRequest> decodes{{45, 1}, {0, 1}, {20, 2}};
+  const std::vector<CaseRequest> prefills{{0, 11}, {35, 5}, {18, 3}};
   cases.push_back(make("deepseek_mixed", kSmallDeepSeek, decodes, prefills, 31));
   {
     BackendCase c = make("deepseek_chunked_fp8", kSmallDeepSeek, decodes, prefills, 32);

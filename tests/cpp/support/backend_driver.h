@@ -4,7 +4,8 @@
 // computation the reference itself is checked against.
 //
 // Each BackendCase is a whole step: a mixed batch (decodes first, then
-// prefills), dims, dtypes, block size, context-chunk workspace, and hostile
+// prefills; metadata from MlaMetadataBuilder), dims, dtypes, block size,
+// context-chunk workspace, and hostile
 // data on request: permuted block tables, block-table padding pointing past
 // the cache, NaN in every cache entry no token owns (unused pages and the
 // tails of partial blocks) and in padded token rows. Outputs are poisoned
@@ -19,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -26,10 +28,16 @@
 #include "lattn/cache.h"
 #include "lattn/config.h"
 #include "lattn/tensor.h"
+#include "lattn/metadata.h"
 #include "support/test_data.h"
-#include "support/test_metadata.h"
 
 namespace lattn::test {
+
+// One request of a case: its cached context and its new tokens.
+struct CaseRequest {
+  int context_len = 0;  // tokens already in the cache
+  int query_len = 1;    // new tokens this step
+};
 
 struct BackendCase {
   std::string name;
@@ -38,8 +46,11 @@ struct BackendCase {
   DType kv_cache_dtype = DType::bf16;  // f16, bf16 or fp8_e4m3
   float cache_scale = 1.f;             // fp8 caches: stored = fp8(x / cache_scale)
   int block_size = 16;
-  std::vector<RequestSpec> decodes;    // query_len > 1: speculative / MTP decode
-  std::vector<RequestSpec> prefills;
+  // Decodes first, then prefills, as MlaMetadataBuilder classifies them: the
+  // builder's reorder threshold is the longest decode query, so every
+  // prefill's query_len must exceed every decode's.
+  std::vector<CaseRequest> decodes;    // query_len > 1: speculative / MTP decode
+  std::vector<CaseRequest> prefills;
   int64_t workspace_rows = 0;          // context-chunk workspace; 0 = room for every context at once
   int pad_tokens = 0;                  // token rows past the real ones (slot PAD_SLOT_ID)
   bool hostile = true;                 // permuted tables, NaN-poisoned unused entries and pad rows
@@ -49,6 +60,9 @@ struct BackendCase {
   int64_t num_tokens() const;          // all token rows, padding included
   std::string str() const;             // name and shape summary, for failure messages
 };
+
+// gtest prints a case parameter by its summary.
+inline void PrintTo(const BackendCase& c, std::ostream* os) { *os << c.str(); }
 
 // What one forward produced, copied to the host.
 struct BackendRun {
@@ -82,7 +96,7 @@ class PreparedStep {
   const BackendCase& test_case() const;
   MlaAttention& attention();
   const LatentCache& cache() const;
-  TestMetadata& metadata();
+  MlaMetadata& metadata();            // host arrays are writable (then call metadata().to_device again)
   const Tensor& q() const;             // [T, N, P+R]
   const Tensor& kv_c() const;          // [T, L]
   const Tensor& k_pe() const;          // [T, R]
