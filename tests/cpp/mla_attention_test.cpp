@@ -15,6 +15,8 @@
 #include "core/builtin_backends.h"
 #include "lattn/attention.h"
 #include "lattn/errors.h"
+#include "lattn/metadata.h"
+#include "lattn/selector.h"
 #include "support/backend_driver.h"
 
 namespace lattn {
@@ -451,6 +453,71 @@ TEST(Workspace, ReusedAfterWarmUpAndBoundedByTheChunkWorkspace) {
   EXPECT_EQ(long_step.attention().workspace_bytes(), warm);
 }
 
+// ---------------------------------------------------------------------------
+// Metadata the engine builds in special modes.
+
+// A CUDA-graph build pads a decode batch with dummy decodes (seq_len 1, slot
+// PAD_SLOT_ID): the forward computes them too, and the real rows are the
+// ones a normal build gives.
+TEST(GraphAndProfileMetadata, CudaGraphPaddedDecodeBatch) {
+  BackendCase c = tiny_case("graph", {{37, 1}, {0, 1}, {16, 1}}, {}, 80);
+  c.pad_tokens = 2;  // q has 5 rows: room for the padded batch of 4 and one more
+  PreparedStep step(c, "reference", "reference");
+  const MlaMetadata& normal = step.metadata();
+  std::vector<lattn::RequestSpec> requests;
+  for (int r = 0; r < normal.num_reqs; ++r) {
+    const int32_t seq = normal.seq_lens_cpu.data_as<int32_t>()[r];
+    const int32_t context = normal.context_lens_cpu.data_as<int32_t>()[r];
+    const int32_t* row = normal.block_table_cpu.data_as<int32_t>() + r * normal.block_table_cpu.stride(0);
+    requests.push_back({seq - context, context, std::vector<int32_t>(row, row + (seq + c.block_size - 1) / c.block_size)});
+  }
+  MetadataBuilderConfig config;
+  config.block_size = c.block_size;
+  config.context_chunk_workspace_size = 64;
+  config.cudagraph = CudaGraphConfig{8, 256, 0, {}};
+  MlaMetadata graph = MlaMetadataBuilder(config).build_for_cudagraph(requests);
+  graph.to_device(Device::cpu());
+  ASSERT_EQ(graph.num_decode_tokens, 4);  // padded to the captured size 4
+  ASSERT_EQ(graph.num_actual_tokens, 3);
+
+  step.forward();
+  const test::BackendRun reference = step.result();
+  test::poison(step.out());
+  step.attention().forward(step.q(), step.kv_c(), step.k_pe(), step.cache(), graph, step.out());
+  const OwnedTensor got = test::to_host_f32(step.out());
+  const int64_t width = got.tensor().size(1);
+  const test::ErrorReport real_rows = test::compare(got.tensor().narrow(0, 0, 3), reference.out.tensor().narrow(0, 0, 3));
+  EXPECT_EQ(real_rows.max_abs, 0.0) << real_rows.str();
+  for (int64_t e = 0; e < width; ++e) EXPECT_EQ(got.data_as<float>()[4 * width + e], 0.f) << "row 4 is past the batch";
+}
+
+// A profile run reserves the whole context-chunk scratch (the seed's
+// worst-case allocation), so memory profiling sees the peak.
+TEST(GraphAndProfileMetadata, ProfileRunReservesTheContextWorkspace) {
+  BackendCase c = tiny_case("profile", {}, {{0, 9}, {0, 5}}, 81);
+  PreparedStep normal(c, "reference", "reference");
+  normal.forward();
+  PreparedStep profile(c, "reference", "reference");
+  profile.metadata().is_profile_run = true;
+  profile.metadata().context_chunk_workspace_size = 512;
+  profile.forward();
+  const MlaDims& d = c.dims;
+  const size_t context_bytes = 512 * size_t(d.cache_entry_dim() + d.num_heads * (d.qk_head_dim() + d.v_head_dim)) * 2;
+  EXPECT_GE(profile.attention().workspace_bytes(), normal.attention().workspace_bytes() + context_bytes);
+}
+
+TEST(TV_SHAPE, MetadataHeadDimMustBeASupportedHeadSize) {
+  EXPECT_EQ(MlaCommonBackend::get_supported_head_sizes(), mla_supported_head_sizes());
+  MetadataBuilderConfig config;
+  config.context_chunk_workspace_size = 64;
+  config.head_dim = 512;
+  EXPECT_THROW(MlaMetadataBuilder{config}, ValueError);
+  config.head_dim = 576;
+  EXPECT_NO_THROW(MlaMetadataBuilder{config});
+  config.head_dim.reset();
+  EXPECT_NO_THROW(MlaMetadataBuilder{config});
+}
+
 TEST(Backends, ReferenceIsRegisteredAndChosenByName) {
   MlaAttentionConfig config;
   config.dims = kTiny;
@@ -461,6 +528,26 @@ TEST(Backends, ReferenceIsRegisteredAndChosenByName) {
   EXPECT_EQ(attention.decode_backend().name(), "reference");
   config.prefill_backend = "no_such_backend";
   EXPECT_THROW(MlaAttention{config}, ValueError);
+}
+
+TEST(Backends, AutomaticChoiceIsTheSelectorsAndInvalidChoicesAreRefused) {
+  MlaAttentionConfig config;
+  config.dims = kTiny;
+  MlaAttention automatic(config);
+  SelectorConfig selector = SelectorConfig::for_dims(config.dims, config.dtype, config.kv_cache_dtype, config.device,
+                                                     config.block_size, config.max_query_tokens_per_request);
+  EXPECT_EQ(automatic.prefill_backend().name(), get_mla_prefill_backend(selector)->name());
+  EXPECT_EQ(automatic.decode_backend().name(), get_mla_decode_backend(selector)->name());
+  // A backend that exists but cannot serve the layer: the seed's refusal text.
+  config.decode_backend = "hopper";
+  try {
+    MlaAttention refused(config);
+    FAIL() << "no ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("Selected MLA decode backend hopper is not valid for this configuration"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
