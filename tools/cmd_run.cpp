@@ -1,13 +1,237 @@
-// `lattn run`: waits for the metadata builder, MlaAttention::forward and the
-// registry/selector to land on main (the engine is in tools/serving).
+// `lattn run`: a serving-shaped workload through MLA attention layers — the
+// main job (`make demo` runs it with no arguments).
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "backend_report.h"
 #include "commands.h"
 #include "exit_codes.h"
+#include "lattn/errors.h"
+#include "layer_options.h"
+#include "progress.h"
+#include "run_output.h"
+#include "serving/engine.h"
+#include "serving/trace.h"
 
 namespace lattn::cli {
+namespace {
+
+struct RunOptions {
+  LayerFlags layer;
+  int layers = 2;
+  serving::SchedulerConfig scheduler;
+  serving::TraceConfig trace;
+  std::string trace_file;
+  std::string save_trace;
+  int verify_requests = 4;
+  bool verify = false;
+  bool json = false;
+  bool quiet = false;
+};
+
+std::string format_number(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// Loads or generates the trace, and describes it.
+std::vector<serving::Request> make_trace(const RunOptions& o, RunDescription& description) {
+  std::vector<serving::Request> trace;
+  if (!o.trace_file.empty()) {
+    try {
+      trace = serving::load_trace_jsonl(o.trace_file);
+    } catch (const serving::TraceError& e) {
+      throw CliError(kExitBadInput, e.what());
+    }
+    description.trace = o.trace_file + " (" + std::to_string(trace.size()) + " requests)";
+    description.trace_json = {{"file", o.trace_file}, {"requests", trace.size()}};
+  } else {
+    try {
+      trace = serving::generate_trace(o.trace);
+    } catch (const std::invalid_argument& e) {
+      throw CliError(kExitUsage, e.what());
+    }
+    const serving::TraceConfig& t = o.trace;
+    const std::string rate =
+        (t.request_rate > 0 && std::isfinite(t.request_rate)) ? format_number(t.request_rate) + " requests/s (Poisson)"
+                                                                : "all at t = 0";
+    description.trace = std::to_string(t.num_requests) + " generated requests, seed " + std::to_string(t.seed) + ": " +
+                        rate + "; prompts log-normal, median " + format_number(t.prompt_len_median) + " sigma " +
+                        format_number(t.prompt_len_sigma) + " (max " + std::to_string(t.max_prompt_len) +
+                        "); outputs geometric, mean " + format_number(t.output_len_mean) + " (max " +
+                        std::to_string(t.max_output_len) + ")";
+    description.trace_json = {{"generated", true},
+                              {"requests", t.num_requests},
+                              {"seed", t.seed},
+                              {"request_rate", std::isfinite(t.request_rate) ? nlohmann::ordered_json(t.request_rate)
+                                                                             : nlohmann::ordered_json("inf")},
+                              {"prompt_len_median", t.prompt_len_median},
+                              {"prompt_len_sigma", t.prompt_len_sigma},
+                              {"max_prompt_len", t.max_prompt_len},
+                              {"output_len_mean", t.output_len_mean},
+                              {"max_output_len", t.max_output_len}};
+  }
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  for (const auto& r : trace) {
+    prompt_tokens += r.prompt_len;
+    output_tokens += r.output_len;
+  }
+  description.trace += "; " + std::to_string(prompt_tokens) + " prompt + " + std::to_string(output_tokens) +
+                       " output tokens";
+  description.trace_json["prompt_tokens"] = prompt_tokens;
+  description.trace_json["output_tokens"] = output_tokens;
+  if (!o.save_trace.empty()) {
+    try {
+      serving::save_trace_jsonl(trace, o.save_trace);
+    } catch (const serving::TraceError& e) {
+      throw CliError(kExitBadInput, e.what());
+    }
+  }
+  return trace;
+}
+
+int run_command(const RunOptions& o) {
+  RunDescription description;
+  description.layer = resolve_layer_setup(o.layer);
+  const LayerSetup& layer = description.layer;
+  if (o.layers < 1) throw CliError(kExitUsage, "--layers must be at least 1, got " + std::to_string(o.layers));
+  if (o.verify && o.verify_requests < 1) {
+    throw CliError(kExitUsage, "--verify-requests must be at least 1, got " + std::to_string(o.verify_requests));
+  }
+  serving::SchedulerConfig scheduler = o.scheduler;
+  scheduler.block_size = layer.block_size;
+  scheduler.shuffle_seed = o.trace.seed;
+  try {
+    scheduler.validate();
+  } catch (const std::invalid_argument& e) {
+    throw CliError(kExitUsage, e.what());
+  }
+  description.num_layers = o.layers;
+  description.scheduler = scheduler;
+  description.seed = o.trace.seed;
+
+  // Backends first: an impossible configuration fails before any work.
+  const ResolvedBackends backends = require_servable_backends(layer);
+  const std::vector<serving::Request> trace = make_trace(o, description);
+
+  serving::EngineConfig config;
+  config.dims = layer.dims;
+  config.num_layers = o.layers;
+  config.dtype = layer.dtype;
+  config.kv_cache_dtype = layer.kv_cache_dtype;
+  config.device = layer.device;
+  config.prefill_backend = backends.prefill;
+  config.decode_backend = backends.decode;
+  config.scheduler = scheduler;
+  config.seed = o.trace.seed;
+  config.verify_requests = o.verify ? o.verify_requests : 0;
+
+  serving::ServingEngine engine(config);
+  try {
+    engine.check_trace(trace);
+  } catch (const std::invalid_argument& e) {
+    throw CliError(kExitNoBackend, e.what());
+  }
+  if (!o.json) print_run_header(stdout, description);
+
+  ProgressDisplay progress(ProgressDisplay::detect(o.quiet), int64_t(trace.size()));
+  const serving::RunReport report =
+      engine.run(trace, [&](const serving::StepStats& step, const serving::Scheduler&) { progress.update(step); });
+  progress.finish();
+
+  if (o.json) {
+    std::printf("%s\n", run_report_json(description, report).dump(2).c_str());
+  } else {
+    print_run_summary(stdout, description, report);
+  }
+  if (report.verify && !report.verify->passed) {
+    const serving::VerifyReport& v = *report.verify;
+    char message[256];
+    std::snprintf(message, sizeof message,
+                  "--verify: the worst relative error %.3e (request %lld, layer %d) exceeds the bound %.0e for %s "
+                  "activations",
+                  v.worst_rel_l2, (long long)v.worst_request, v.worst_layer, v.bound, dtype_flag_name(layer.dtype));
+    throw CliError(kExitVerifyFailed, message);
+  }
+  return kExitOk;
+}
+
+}  // namespace
 
 Subcommand add_run_command(CLI::App& root) {
-  CLI::App* app = root.add_subcommand("run", "Serve a request trace through MLA attention layers");
-  return {app, []() { return int(kExitOk); }};
+  auto o = std::make_shared<RunOptions>();
+  o->scheduler.max_num_batched_tokens = 512;
+  o->scheduler.max_num_seqs = 16;
+  o->scheduler.num_blocks = 128;
+  CLI::App* app = root.add_subcommand(
+      "run",
+      "Serve a request trace through MLA attention layers: a seeded trace (or --trace FILE.jsonl), a continuous-"
+      "batching scheduler (token budget, chunked prefill, decodes first), a block allocator over the paged latent "
+      "cache, the metadata builder and MlaAttention::forward on every layer. Prints progress, then throughput, step "
+      "latency, cache use and the backends that ran.");
+  add_layer_flags(*app, o->layer);
+  app->add_option("--layers", o->layers, "Attention layers per step, each with its own cache and random weights")
+      ->capture_default_str()
+      ->group("Model");
+
+  const std::string sched = "Scheduler and cache";
+  app->add_option("--max-num-batched-tokens", o->scheduler.max_num_batched_tokens,
+                  "Token budget of one step (decode tokens + prefill chunk tokens)")
+      ->capture_default_str()
+      ->group(sched);
+  app->add_option("--max-num-seqs", o->scheduler.max_num_seqs, "Requests running at once")
+      ->capture_default_str()
+      ->group(sched);
+  app->add_option("--num-blocks", o->scheduler.num_blocks,
+                  "Blocks in each layer's latent cache (a request that cannot get blocks waits)")
+      ->capture_default_str()
+      ->group(sched);
+
+  const std::string tr = "Trace";
+  CLI::Option* trace_file =
+      app->add_option("--trace", o->trace_file,
+                      "Replay a JSON-lines trace: one {\"prompt_len\": N, \"output_len\": M, \"arrival_s\": T} per line "
+                      "(arrival_s optional, default 0)")
+          ->group(tr);
+  std::vector<CLI::Option*> generator = {
+      app->add_option("--num-requests", o->trace.num_requests, "Requests to generate")->capture_default_str(),
+      app->add_option("--request-rate", o->trace.request_rate,
+                      "Poisson arrivals per second of engine time (inf: all at once)")
+          ->capture_default_str(),
+      app->add_option("--prompt-len-median", o->trace.prompt_len_median, "Median prompt length (log-normal)")
+          ->capture_default_str(),
+      app->add_option("--prompt-len-sigma", o->trace.prompt_len_sigma, "Log-normal sigma of prompt lengths")
+          ->capture_default_str(),
+      app->add_option("--max-prompt-len", o->trace.max_prompt_len, "Longest prompt (clamps the tail)")
+          ->capture_default_str(),
+      app->add_option("--output-len-mean", o->trace.output_len_mean, "Mean output length (geometric)")
+          ->capture_default_str(),
+      app->add_option("--max-output-len", o->trace.max_output_len, "Longest output (clamps the tail)")
+          ->capture_default_str(),
+  };
+  for (CLI::Option* option : generator) option->group(tr)->excludes(trace_file);
+  app->add_option("--seed", o->trace.seed, "Seed of the trace, the weights, the activations and the block order")
+      ->capture_default_str()
+      ->group(tr);
+  app->add_option("--save-trace", o->save_trace, "Write the trace that runs as JSON lines (replay it with --trace)")
+      ->group(tr);
+
+  const std::string out = "Output";
+  app->add_flag("--verify", o->verify,
+                "Re-compute a sample of requests with the reference backend (fp64) and compare; exit 5 beyond the "
+                "dtype's bound")
+      ->group(out);
+  app->add_option("--verify-requests", o->verify_requests, "How many requests --verify re-computes")
+      ->capture_default_str()
+      ->group(out);
+  app->add_flag("--json", o->json, "Print the summary as one JSON object (progress still goes to stderr)")->group(out);
+  app->add_flag("-q,--quiet", o->quiet, "No progress display")->group(out);
+  app->footer(exit_codes_help());
+  return {app, [o]() { return run_command(*o); }};
 }
 
 }  // namespace lattn::cli

@@ -128,7 +128,7 @@ def write(path, text):
     return path
 
 
-SMALL_RUN = ["--layers", "1", "--block-size", "16", "--num-blocks", "64", "--max-num-batched-tokens", "96",
+SMALL_RUN = ["--block-size", "16", "--num-blocks", "64", "--max-num-batched-tokens", "96",
              "--max-num-seqs", "8", "-q"]
 
 
@@ -138,10 +138,14 @@ def trace_file_runs(lattn):
                   '{"prompt_len": 150, "output_len": 4}\n\n'
                   '{"prompt_len": 20, "output_len": 6, "arrival_s": 0.01}\n'
                   '{"prompt_len": 1, "output_len": 2, "arrival_s": 0.02}\n')
-    report = lattn.json("run", "--model", "deepseek-v2-lite", "--tp", "4", "--trace", trace, "--json", *SMALL_RUN)
+    report = lattn.json("run", "--model", "deepseek-v2-lite", "--tp", "4", "--layers", "1", "--trace", trace, "--json",
+                        *SMALL_RUN)
     check(report["requests"] == {"total": 3, "finished": 3}, f"requests: {report['requests']}")
-    check(report["prefill"]["tokens"] == 171, f"prefill tokens: {report['prefill']}")
-    check(report["decode"]["tokens"] == 3 + 5 + 1, f"decode tokens: {report['decode']}")
+    # A 1-token prompt has query length 1: the builder treats it as a decode
+    # (vLLM's reorder threshold), so prefill computes 150 + 20 tokens and
+    # decode 3 + 5 + (1 + 1).
+    check(report["prefill"]["tokens"] == 170, f"prefill tokens: {report['prefill']}")
+    check(report["decode"]["tokens"] == 10, f"decode tokens: {report['decode']}")
     check(report["prefill"]["rows_with_context"] >= 1, "the 150-token prompt must be chunked (budget 96)")
 
 
@@ -158,7 +162,7 @@ def bad_trace_lines_name_their_number(lattn):
     ]
     for i, (text, message) in enumerate(cases):
         path = write(os.path.join(lattn.workdir, f"bad{i}.jsonl"), text)
-        err = lattn("run", "--trace", path, *SMALL_RUN, expect=EXIT_BAD_INPUT).stderr
+        err = lattn("run", "--trace", path, "--layers", "1", *SMALL_RUN, expect=EXIT_BAD_INPUT).stderr
         check_in(f"lattn run: error: trace file '{path}'", err, "stderr")
         check_in(message, err, "stderr")
     err = lattn("run", "--trace", os.path.join(lattn.workdir, "missing.jsonl"), expect=EXIT_BAD_INPUT).stderr
@@ -168,8 +172,8 @@ def bad_trace_lines_name_their_number(lattn):
 # ---------------------------------------------------------------------------
 # run --verify on small presets
 
-def run_verified(lattn, *args):
-    report = lattn.json("run", "--json", "--verify", "--verify-requests", "3", "--num-requests", "10",
+def run_verified(lattn, *args, layers=1):
+    report = lattn.json("run", "--json", "--layers", layers, "--verify", "--verify-requests", "3", "--num-requests", "10",
                         "--request-rate", "inf", "--prompt-len-median", "90", "--max-prompt-len", "260",
                         "--output-len-mean", "5", "--max-output-len", "12", *SMALL_RUN, *args)
     check(report["requests"]["finished"] == 10, f"requests: {report['requests']}")
@@ -193,7 +197,7 @@ def run_verify_deepseek_tp8(lattn):
 
 @case
 def run_verify_minicpm3(lattn):
-    report = run_verified(lattn, "--model", "minicpm3", "--tp", "4", "--layers", "2")
+    report = run_verified(lattn, "--model", "minicpm3", "--tp", "4", layers=2)
     dims = report["config"]["dims"]
     check(dims == {"num_heads": 10, "kv_lora_rank": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
                    "v_head_dim": 64}, f"dims: {dims}")
