@@ -33,8 +33,8 @@ SHAPE_FIELDS = [("heads", "H"), ("num_heads", "H"), ("batch", "B"), ("seq", "S")
 
 
 def case_label(row):
-    if row.get("label"):
-        return str(row["label"])
+    if row.get("name"):  # the harness names each case: "decode H16 B8 S4096 sq1 bs64 bf16/bf16 cpu"
+        return str(row["name"])
     parts = [str(row.get("phase", "?"))]
     parts += [f"{short}{row[key]}" for key, short in SHAPE_FIELDS if row.get(key) not in (None, "", 0)]
     return " ".join(parts)
