@@ -84,10 +84,15 @@ def main():
     top.set_title(args.title or "lattn bench: throughput and roofline fraction")
 
     fraction = [float(r.get("roofline_fraction", 0.0)) for r in rows]
-    bottom.bar(x, fraction, color=[colour_of[group_of(r)] for r in rows])
+    bars = bottom.bar(x, fraction, color=[colour_of[group_of(r)] for r in rows])
+    bottom.bar_label(bars, labels=[f"{f:.2g}" for f in fraction], fontsize=7, padding=2)
     bottom.set_ylabel("fraction of roofline")
-    bottom.set_ylim(0, max(1.0, max(fraction) * 1.1))
-    bottom.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    # Scale to the data (small fractions must stay visible); the roofline (1.0)
+    # is drawn when it is in range.
+    top_of_axis = max(max(fraction) * 1.25, 0.01)
+    bottom.set_ylim(0, top_of_axis)
+    if top_of_axis >= 1.0:
+        bottom.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     bottom.set_xticks(x)
     bottom.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
 

@@ -78,6 +78,11 @@ SelectorConfig selector_config(const LayerSetup& setup) {
   return config;
 }
 
+std::string canonical_backend_name(BackendKind kind, const std::string& name, const char* flag) {
+  return kind == BackendKind::prefill ? canonical(mla_prefill_backend_registry(), name, flag)
+                                      : canonical(mla_decode_backend_registry(), name, flag);
+}
+
 ResolvedBackends resolve_backend_names(const LayerSetup& setup) {
   ResolvedBackends names;
   names.prefill = canonical(mla_prefill_backend_registry(), setup.prefill_backend, "--prefill-backend");

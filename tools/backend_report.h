@@ -18,6 +18,10 @@ struct ResolvedBackends {
   std::string decode;
 };
 
+// The canonical name of a backend given by `flag` ("" stays ""); throws
+// CliError(kExitUsage) for an unknown name, listing the valid ones.
+std::string canonical_backend_name(BackendKind kind, const std::string& name, const char* flag);
+
 // Canonical names of --prefill-backend / --decode-backend; throws
 // CliError(kExitUsage) for an unknown name, listing the valid ones.
 ResolvedBackends resolve_backend_names(const LayerSetup& setup);

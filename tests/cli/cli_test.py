@@ -93,6 +93,12 @@ def bad_flags_are_usage_errors(lattn):
     check_in("--layers must be at least 1, got 0", err, "stderr")
     err = lattn("run", "--trace", "x.jsonl", "--num-requests", "3", expect=EXIT_USAGE).stderr
     check_in("excludes", err, "stderr")
+    err = lattn("bench", "--phase", "warmup", expect=EXIT_USAGE).stderr
+    check_in("--phase takes prefill and/or decode separated by commas; got 'warmup'", err, "stderr")
+    err = lattn("bench", "--batch", "1,x", expect=EXIT_USAGE).stderr
+    check_in("--batch takes integers >= 1 separated by commas; got 'x'", err, "stderr")
+    err = lattn("bench", "-o", "yaml", expect=EXIT_USAGE).stderr
+    check_in("-o/--output must be table, csv or json; got 'yaml'", err, "stderr")
     lattn(expect=EXIT_USAGE)  # no subcommand
 
 
@@ -103,6 +109,9 @@ def unknown_backend_lists_the_valid_names(lattn):
              + ", ".join(ALL_BACKENDS), err, "stderr")
     err = lattn("info", "--decode-backend", "nope", expect=EXIT_USAGE).stderr
     check_in("Valid options are: " + ", ".join(ALL_BACKENDS), err, "stderr")
+    err = lattn("bench", "--backend", "nope", expect=EXIT_USAGE).stderr
+    check_in("--backend: Unknown MLA prefill backend: 'nope'. Valid options are: " + ", ".join(ALL_BACKENDS), err,
+             "stderr")
 
 
 @case
@@ -242,23 +251,29 @@ def info_json_lists_every_backend(lattn):
 # bench
 
 TINY_SWEEP = ["--phase", "prefill,decode", "--heads", "4", "--batch", "1,2", "--seq", "64", "--block-size", "16",
-              "--backend", "cpu"]
+              "--backend", "cpu", "--repeats", "2", "-q"]
 
 
 @case
 def bench_json_has_ceilings_and_fractions(lattn):
     result = lattn.json("bench", *TINY_SWEEP, "-o", "json")
     ceilings = result["ceilings"]
-    check(ceilings and all(isinstance(v, (int, float)) and v > 0 for v in ceilings.values()),
-          f"ceilings: {ceilings}")
+    check(ceilings.get("bandwidth_gbps", 0) > 0, f"no bandwidth ceiling: {ceilings}")
+    check(max(ceilings.get("f32_gflops", 0), ceilings.get("bf16_gflops", 0)) > 0, f"no compute ceiling: {ceilings}")
     rows = result["rows"]
     check(len(rows) == 4, f"{len(rows)} rows, expected 2 phases x 2 batches")
     for row in rows:
         check(row["phase"] in ("prefill", "decode"), f"row: {row}")
+        check(row["backend"] == "cpu", f"row: {row}")
         check(0 < row["roofline_fraction"], f"row without a roofline fraction: {row}")
-        check(row["median_us"] > 0, f"row without a time: {row}")
+        check(row["median_us"] > 0 and row["flops"] > 0 and row["bytes"] > 0, f"row without a time or work: {row}")
+        check(abs(row["roofline_fraction"] - row["roofline_us"] / row["median_us"]) < 1e-6 * row["roofline_fraction"],
+              f"roofline_fraction is not roofline_us / median_us: {row}")
     csv = lattn("bench", *TINY_SWEEP, "-o", "csv").stdout.splitlines()
     check(len(csv) == 5 and "roofline_fraction" in csv[0], f"csv:\n{csv}")
+    table = lattn("bench", *TINY_SWEEP).stdout
+    check_in("ceilings:", table)
+    check_in("roofline", table)
 
 
 @case
@@ -267,6 +282,13 @@ def bench_plot_writes_a_png(lattn):
     lattn("bench", *TINY_SWEEP, "-o", "json", "--plot", png)
     with open(png, "rb") as f:
         check(f.read(8) == b"\x89PNG\r\n\x1a\n", "not a PNG file")
+    # A script that fails is reported with exit code 6.
+    broken = write(os.path.join(lattn.workdir, "broken.py"), "import sys\nsys.exit(3)\n")
+    env = dict(os.environ, LATTN_PLOT_SCRIPT=broken)
+    proc = subprocess.run([lattn.path, "bench", *TINY_SWEEP, "--plot", png], capture_output=True, text=True,
+                          env=env, timeout=600)
+    check(proc.returncode == EXIT_PLOT, f"exit {proc.returncode} with a failing plot script:\n{proc.stderr}")
+    check_in("failed with exit status 3", proc.stderr, "stderr")
 
 
 def main():
