@@ -2,6 +2,7 @@
 #include "backend_report.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "exit_codes.h"
 #include "lattn/errors.h"
@@ -55,8 +56,15 @@ void require_one(BackendKind kind, const std::string& name, const LayerSetup& se
   if (!name.empty()) {
     for (const BackendVerdict& v : verdicts) {
       if (v.name != name || v.valid()) continue;
-      throw CliError(kExitNoBackend, std::string("the ") + kind_name + " backend " + name + " cannot serve " +
-                                         describe_layer(setup) + ":" + verdict_lines(verdicts, {name}));
+      std::vector<std::string> alternatives;
+      for (const BackendVerdict& other : verdicts) {
+        if (other.valid()) alternatives.push_back(other.name);
+      }
+      throw CliError(kExitNoBackend,
+                     std::string("the ") + kind_name + " backend " + name + " cannot serve " + describe_layer(setup) +
+                         ":" + verdict_lines(verdicts, {name}) + "\n" +
+                         (alternatives.empty() ? std::string("No other backend can serve it either.")
+                                               : "Backends that can: " + join(alternatives, ", ") + "."));
     }
     return;
   }
@@ -84,9 +92,19 @@ std::string canonical_backend_name(BackendKind kind, const std::string& name, co
 }
 
 ResolvedBackends resolve_backend_names(const LayerSetup& setup) {
+  // Without a flag, the selector's environment variable names the backend
+  // (lattn/selector.h); it is checked here the same way, so that a bad value
+  // is reported as a sentence before any work.
+  auto flag_or_env = [](const std::string& flag_value, const char* flag, const char* env_var) {
+    const char* env = std::getenv(env_var);
+    if (!flag_value.empty() || !env || !*env) return std::make_pair(flag_value, flag);
+    return std::make_pair(std::string(env), env_var);
+  };
+  const auto [prefill, prefill_source] = flag_or_env(setup.prefill_backend, "--prefill-backend", kPrefillBackendEnvVar);
+  const auto [decode, decode_source] = flag_or_env(setup.decode_backend, "--decode-backend", kDecodeBackendEnvVar);
   ResolvedBackends names;
-  names.prefill = canonical(mla_prefill_backend_registry(), setup.prefill_backend, "--prefill-backend");
-  names.decode = canonical(mla_decode_backend_registry(), setup.decode_backend, "--decode-backend");
+  names.prefill = canonical(mla_prefill_backend_registry(), prefill, prefill_source);
+  names.decode = canonical(mla_decode_backend_registry(), decode, decode_source);
   return names;
 }
 

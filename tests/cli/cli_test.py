@@ -123,6 +123,12 @@ def impossible_config_prints_each_backends_reasons(lattn):
     check(any(reason in err for reason in ["cuda: compute capability none (cpu) not supported",
                                            "cuda: required dependencies not available"]),
           f"the reasons of cuda are missing:\n{err}")
+    # The selector's environment variable is checked the same way as the flag.
+    env = dict(os.environ, LATTN_MLA_DECODE_BACKEND="cuda")
+    proc = subprocess.run([lattn.path, "run", "--device", "cpu", "-q"], capture_output=True, text=True, env=env,
+                          timeout=600)
+    check(proc.returncode == EXIT_NO_BACKEND, f"exit {proc.returncode} with LATTN_MLA_DECODE_BACKEND=cuda")
+    check_in("the decode backend cuda cannot serve", proc.stderr, "stderr")
     # A request that can never fit the cache.
     err = lattn("run", "--num-blocks", "2", "--block-size", "16", "-q", expect=EXIT_NO_BACKEND).stderr
     check_in("blocks of 16 tokens, but the cache has only 2 blocks; raise --num-blocks", err, "stderr")

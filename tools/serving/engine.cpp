@@ -2,6 +2,7 @@
 #include "serving/engine.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
@@ -27,13 +28,21 @@ std::string join(const std::vector<std::string>& items, const char* separator) {
   return s;
 }
 
+// Backend names compare case-insensitively (the registry's rule).
+bool same_name(const std::string& a, const std::string& b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return std::tolower(x) == std::tolower(y); });
+}
+
 // Why the layer runs `chosen`: an explicit request, or the selector's walk
 // down its priority list (naming what it skipped and why).
 std::string explain_choice(const std::string& requested, const char* env_var, const std::string& chosen,
                            const std::vector<std::string>& priorities, const std::vector<BackendVerdict>& verdicts,
                            Device device) {
+  const char* env = std::getenv(env_var);
+  const bool from_env = env && *env && (requested.empty() || same_name(env, requested));
+  if (from_env) return std::string("requested by ") + env_var;
   if (!requested.empty()) return "requested by name";
-  if (const char* env = std::getenv(env_var); env && *env) return std::string("requested by ") + env_var;
   std::string why = "the selector's first valid backend for " + device_name(device) + " (priority: " +
                     join(priorities, ", ") + ")";
   for (const std::string& name : priorities) {
