@@ -30,6 +30,7 @@ struct RunOptions {
   bool verify = false;
   bool json = false;
   bool quiet = false;
+  std::vector<CLI::Option*> generator_options;  // shape a generated trace; meaningless with --trace
 };
 
 std::string format_number(double v) {
@@ -95,6 +96,14 @@ std::vector<serving::Request> make_trace(const RunOptions& o, RunDescription& de
 }
 
 int run_command(const RunOptions& o) {
+  if (!o.trace_file.empty()) {
+    for (const CLI::Option* option : o.generator_options) {
+      if (option->count() > 0) {
+        throw CliError(kExitUsage, option->get_name() + " shapes a generated trace; it cannot be combined with --trace, "
+                                   "which replays the requests of a file");
+      }
+    }
+  }
   RunDescription description;
   description.layer = resolve_layer_setup(o.layer);
   const LayerSetup& layer = description.layer;
@@ -192,11 +201,10 @@ Subcommand add_run_command(CLI::App& root) {
       ->group(sched);
 
   const std::string tr = "Trace";
-  CLI::Option* trace_file =
-      app->add_option("--trace", o->trace_file,
-                      "Replay a JSON-lines trace: one {\"prompt_len\": N, \"output_len\": M, \"arrival_s\": T} per line "
-                      "(arrival_s optional, default 0)")
-          ->group(tr);
+  app->add_option("--trace", o->trace_file,
+                  "Replay a JSON-lines trace: one {\"prompt_len\": N, \"output_len\": M, \"arrival_s\": T} per line "
+                  "(arrival_s optional, default 0)")
+      ->group(tr);
   std::vector<CLI::Option*> generator = {
       app->add_option("--num-requests", o->trace.num_requests, "Requests to generate")->capture_default_str(),
       app->add_option("--request-rate", o->trace.request_rate,
@@ -213,7 +221,8 @@ Subcommand add_run_command(CLI::App& root) {
       app->add_option("--max-output-len", o->trace.max_output_len, "Longest output (clamps the tail)")
           ->capture_default_str(),
   };
-  for (CLI::Option* option : generator) option->group(tr)->excludes(trace_file);
+  for (CLI::Option* option : generator) option->group(tr);
+  o->generator_options = generator;
   app->add_option("--seed", o->trace.seed, "Seed of the trace, the weights, the activations and the block order")
       ->capture_default_str()
       ->group(tr);

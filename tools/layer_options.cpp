@@ -26,7 +26,7 @@ void add_layer_flags(CLI::App& app, LayerFlags& flags, FlagSet which) {
   app.add_option("--v-head-dim", flags.model.v_head_dim, "Override V, the value head dim")->group(group);
   app.add_option("--dtype", flags.dtype, "Activation dtype: bf16, fp16, fp32")->capture_default_str()->group(group);
   app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
-                 "Latent cache dtype: auto (= --dtype), bf16, fp16, fp8 (e4m3, per-tensor scale)")
+                 "Latent cache dtype: auto (= --dtype; bf16 for fp32), bf16, fp16, fp8 (e4m3, per-tensor scale)")
       ->capture_default_str()
       ->group(group);
   if (which.block_size) {

@@ -92,7 +92,7 @@ def bad_flags_are_usage_errors(lattn):
     err = lattn("run", "--layers", "0", expect=EXIT_USAGE).stderr
     check_in("--layers must be at least 1, got 0", err, "stderr")
     err = lattn("run", "--trace", "x.jsonl", "--num-requests", "3", expect=EXIT_USAGE).stderr
-    check_in("excludes", err, "stderr")
+    check_in("--num-requests shapes a generated trace; it cannot be combined with --trace", err, "stderr")
     err = lattn("bench", "--phase", "warmup", expect=EXIT_USAGE).stderr
     check_in("--phase takes prefill and/or decode separated by commas; got 'warmup'", err, "stderr")
     err = lattn("bench", "--batch", "1,x", expect=EXIT_USAGE).stderr
