@@ -1,0 +1,35 @@
+"""lattn: Multi-head Latent Attention (MLA) for inference engines.
+
+The C++ library behind this package (liblattn) implements vLLM's MLA attention
+layer: a paged latent KV cache, the compute-friendly prefill path with chunked
+context, the absorbed decode path, metadata builders and interchangeable
+backends. This package reaches it zero-copy through DLPack: every function
+takes NumPy arrays, PyTorch tensors (CPU or CUDA), CuPy arrays or
+lattn.Tensor, and CUDA work runs on the caller's current stream.
+
+See docs/python.md. The vLLM prefill-backend adapter is lattn.vllm (importable
+without vLLM or PyTorch).
+"""
+
+from lattn._lattn import (  # noqa: F401  (re-exported API)
+    BackendUnavailableError,
+    CudaDeviceInfo,
+    DeviceCapability,
+    Tensor,
+    astype,
+    build_options,
+    built_with_cuda,
+    cuda_devices,
+    cuda_unavailable_reason,
+    device_capability,
+    dtype_name,
+    dtype_torch_name,
+    dtypes,
+    empty,
+    from_dlpack,
+    set_log_level,
+    version,
+    zeros,
+)
+
+__version__ = version()
