@@ -2,7 +2,12 @@
 // that part's classes and functions to the module (module.cpp calls them).
 #pragma once
 
+#include <string>
+
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>  // in every binding file: one set of type casters (optional, vector, ...)
+
+#include "lattn/backend.h"
 
 namespace lattn::python {
 
@@ -11,5 +16,11 @@ namespace py = pybind11;
 void bind_errors(py::module_& m);   // exception translation (errors.cpp)
 void bind_info(py::module_& m);     // version, build options, dtypes, devices (info.cpp)
 void bind_tensor(py::module_& m);   // lattn.Tensor, from_dlpack, empty, zeros, astype (tensor.cpp)
+void bind_config(py::module_& m);   // MlaDims, MLADimensions, SelectorConfig (config.cpp)
+void bind_prefill_metadata(py::module_& m);  // PrefillMetadata from arrays (prefill_metadata.cpp)
+void bind_backends(py::module_& m); // backend classes and instances (backends.cpp)
+
+// "fp8_e4m3_static_per_tensor" -> QuantKey (config.cpp); ValueError otherwise.
+QuantKey quant_key_arg(const std::string& name);
 
 }  // namespace lattn::python

@@ -1,7 +1,7 @@
 // Version, build options, dtypes, devices and logging.
 #include <string>
 
-#include <pybind11/stl.h>
+
 
 #include "bind.h"
 #include "convert.h"

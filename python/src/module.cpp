@@ -6,4 +6,7 @@ PYBIND11_MODULE(_lattn, m) {
   lattn::python::bind_errors(m);
   lattn::python::bind_info(m);
   lattn::python::bind_tensor(m);
+  lattn::python::bind_config(m);
+  lattn::python::bind_prefill_metadata(m);
+  lattn::python::bind_backends(m);
 }
