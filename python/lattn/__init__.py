@@ -11,25 +11,9 @@ See docs/python.md. The vLLM prefill-backend adapter is lattn.vllm (importable
 without vLLM or PyTorch).
 """
 
-from lattn._lattn import (  # noqa: F401  (re-exported API)
-    BackendUnavailableError,
-    CudaDeviceInfo,
-    DeviceCapability,
-    Tensor,
-    astype,
-    build_options,
-    built_with_cuda,
-    cuda_devices,
-    cuda_unavailable_reason,
-    device_capability,
-    dtype_name,
-    dtype_torch_name,
-    dtypes,
-    empty,
-    from_dlpack,
-    set_log_level,
-    version,
-    zeros,
-)
+# Everything public of the extension module: lattn.Tensor, from_dlpack, the
+# backend registries and selector, PrefillMetadata, MlaAttention, ops, ...
+from lattn._lattn import *  # noqa: F401,F403
+from lattn._lattn import version
 
 __version__ = version()

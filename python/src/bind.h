@@ -19,6 +19,7 @@ void bind_tensor(py::module_& m);   // lattn.Tensor, from_dlpack, empty, zeros, 
 void bind_config(py::module_& m);   // MlaDims, MLADimensions, SelectorConfig (config.cpp)
 void bind_prefill_metadata(py::module_& m);  // PrefillMetadata from arrays (prefill_metadata.cpp)
 void bind_backends(py::module_& m); // backend classes and instances (backends.cpp)
+void bind_registry(py::module_& m); // registries, plug-ins, selector (registry.cpp)
 
 // "fp8_e4m3_static_per_tensor" -> QuantKey (config.cpp); ValueError otherwise.
 QuantKey quant_key_arg(const std::string& name);

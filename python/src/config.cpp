@@ -56,7 +56,8 @@ with the decode-side facts). is_r1_compatible defaults to
 mla_dimensions == (128, 64, 128).)doc")
       .def(py::init([](py::handle dtype, std::optional<MLADimensions> dims, std::optional<bool> is_r1,
                        py::handle device, int num_heads, int kv_lora_rank, int qk_rope_head_dim,
-                       py::handle kv_cache_dtype, int block_size, int max_query_tokens_per_request) {
+                       py::handle kv_cache_dtype, int block_size, int max_query_tokens_per_request,
+                       std::string prefill_backend, std::string decode_backend) {
              SelectorConfig c;
              c.dtype = dtype_arg(dtype);
              c.mla_dimensions = dims.value_or(MLADimensions{});
@@ -68,12 +69,15 @@ mla_dimensions == (128, 64, 128).)doc")
              c.kv_cache_dtype = dtype_arg(kv_cache_dtype);
              c.block_size = block_size;
              c.max_query_tokens_per_request = max_query_tokens_per_request;
+             c.prefill_backend = std::move(prefill_backend);
+             c.decode_backend = std::move(decode_backend);
              return c;
            }),
            py::arg("dtype") = "bf16", py::arg("mla_dimensions") = py::none(), py::arg("is_r1_compatible") = py::none(),
            py::arg("device") = "cpu", py::arg("num_heads") = 0, py::arg("kv_lora_rank") = 0,
            py::arg("qk_rope_head_dim") = 0, py::arg("kv_cache_dtype") = "bf16", py::arg("block_size") = 16,
-           py::arg("max_query_tokens_per_request") = 1)
+           py::arg("max_query_tokens_per_request") = 1, py::arg("prefill_backend") = "",
+           py::arg("decode_backend") = "")
       .def_static("for_dims",
                   [](const MlaDims& dims, py::handle dtype, py::handle kv_cache_dtype, py::handle device,
                      int block_size, int max_query_tokens_per_request) {
@@ -93,6 +97,10 @@ mla_dimensions == (128, 64, 128).)doc")
                              [](const SelectorConfig& c) { return std::string(dtype_name(c.kv_cache_dtype)); })
       .def_readonly("block_size", &SelectorConfig::block_size)
       .def_readonly("max_query_tokens_per_request", &SelectorConfig::max_query_tokens_per_request)
+      .def_readwrite("prefill_backend", &SelectorConfig::prefill_backend,
+                     "Explicit prefill backend name; '' = LATTN_MLA_PREFILL_BACKEND, else automatic.")
+      .def_readwrite("decode_backend", &SelectorConfig::decode_backend)
+      .def("decode_repr", &SelectorConfig::decode_repr)
       .def("__eq__", [](const SelectorConfig& a, const SelectorConfig& b) { return a == b; })
       .def("__repr__", &SelectorConfig::repr);
 }

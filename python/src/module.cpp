@@ -9,4 +9,5 @@ PYBIND11_MODULE(_lattn, m) {
   lattn::python::bind_config(m);
   lattn::python::bind_prefill_metadata(m);
   lattn::python::bind_backends(m);
+  lattn::python::bind_registry(m);
 }
