@@ -11,7 +11,8 @@ if(rc)
 endif()
 # An interpreter without pip/setuptools/wheel/numpy among its system packages
 # (e.g. a venv's base Python) cannot run this route offline: skip, saying why.
-execute_process(COMMAND ${WORK_DIR}/venv/bin/python -c "import pip, setuptools, wheel, numpy"
+execute_process(COMMAND ${WORK_DIR}/venv/bin/python -c
+                        "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ('pip', 'setuptools', 'wheel', 'numpy')))"
                 RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(rc)
   message(STATUS "SKIPPED: the interpreter's system packages lack pip, setuptools, wheel or numpy: ${err}")
