@@ -20,6 +20,7 @@ void bind_config(py::module_& m);   // MlaDims, MLADimensions, SelectorConfig (c
 void bind_prefill_metadata(py::module_& m);  // PrefillMetadata from arrays (prefill_metadata.cpp)
 void bind_backends(py::module_& m); // backend classes and instances (backends.cpp)
 void bind_registry(py::module_& m); // registries, plug-ins, selector (registry.cpp)
+void bind_metadata(py::module_& m); // metadata builder and views (metadata.cpp)
 
 // "fp8_e4m3_static_per_tensor" -> QuantKey (config.cpp); ValueError otherwise.
 QuantKey quant_key_arg(const std::string& name);

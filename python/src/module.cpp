@@ -8,6 +8,7 @@ PYBIND11_MODULE(_lattn, m) {
   lattn::python::bind_tensor(m);
   lattn::python::bind_config(m);
   lattn::python::bind_prefill_metadata(m);
+  lattn::python::bind_metadata(m);
   lattn::python::bind_backends(m);
   lattn::python::bind_registry(m);
 }

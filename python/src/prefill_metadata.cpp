@@ -110,12 +110,12 @@ PyPrefillMetadata from_arrays(py::handle query_start_loc, int max_query_len, py:
 }  // namespace
 
 void bind_prefill_metadata(py::module_& m) {
-  py::class_<PyPrefillMetadata>(m, "PrefillMetadata", R"doc(
+  py::class_<PyPrefillMetadata> cls(m, "PrefillMetadata", R"doc(
 The prefill rows of one step, as a prefill backend plans with it: query
 offsets (rebased to 0) and the context-chunk plan. Made by
 PrefillMetadata.from_arrays from an engine's arrays (viewed, not copied), or
-taken from lattn's metadata builder.)doc")
-      .def_static("from_arrays", &from_arrays, py::arg("query_start_loc"), py::arg("max_query_len"),
+taken from lattn's metadata builder (MlaMetadata.prefill).)doc");
+  cls.def_static("from_arrays", &from_arrays, py::arg("query_start_loc"), py::arg("max_query_len"),
                   py::arg("query_start_loc_cpu") = py::none(), py::arg("chunk_cu_seq_lens") = py::none(),
                   py::arg("chunk_cu_seq_lens_cpu") = py::none(), py::arg("chunk_starts") = py::none(),
                   py::arg("chunk_starts_cpu") = py::none(), py::arg("chunk_seq_tot") = py::none(),
@@ -131,7 +131,32 @@ taken from lattn's metadata builder.)doc")
       .def_property_readonly("num_chunks", [](const PyPrefillMetadata& m) { return m.view.chunks.num_chunks; })
       .def_property_readonly("chunk_seq_tot", [](const PyPrefillMetadata& m) { return m.view.chunks.seq_tot; })
       .def_property_readonly("chunk_max_seq_lens", [](const PyPrefillMetadata& m) { return m.view.chunks.max_seq_lens; })
-      .def("has_context", [](const PyPrefillMetadata& m) { return m.view.has_context(); })
+      .def("has_context", [](const PyPrefillMetadata& m) { return m.view.has_context(); });
+  auto array = [&cls](const char* name, Tensor PrefillMetadata::*member) {
+    cls.def_property_readonly(name, [member](const PyPrefillMetadata& m) -> py::object {
+      const Tensor& t = m.view.*member;
+      if (!t.defined()) return py::none();
+      return py::cast(PyTensor{t, std::make_shared<std::vector<std::shared_ptr<void>>>(m.keep_alive)});
+    });
+  };
+  auto chunk_array = [&cls](const char* name, Tensor ContextChunkPlan::*member) {
+    cls.def_property_readonly(name, [member](const PyPrefillMetadata& m) -> py::object {
+      const Tensor& t = m.view.chunks.*member;
+      if (!t.defined()) return py::none();
+      return py::cast(PyTensor{t, std::make_shared<std::vector<std::shared_ptr<void>>>(m.keep_alive)});
+    });
+  };
+  array("query_start_loc", &PrefillMetadata::query_start_loc);
+  array("query_start_loc_cpu", &PrefillMetadata::query_start_loc_cpu);
+  array("seq_lens_cpu", &PrefillMetadata::seq_lens_cpu);
+  array("context_lens_cpu", &PrefillMetadata::context_lens_cpu);
+  array("block_table", &PrefillMetadata::block_table);
+  array("block_table_cpu", &PrefillMetadata::block_table_cpu);
+  chunk_array("chunk_cu_seq_lens", &ContextChunkPlan::cu_seq_lens);
+  chunk_array("chunk_cu_seq_lens_cpu", &ContextChunkPlan::cu_seq_lens_cpu);
+  chunk_array("chunk_starts", &ContextChunkPlan::starts);
+  chunk_array("chunk_starts_cpu", &ContextChunkPlan::starts_cpu);
+  cls
       .def("__repr__", [](const PyPrefillMetadata& m) {
         return "PrefillMetadata(num_prefills=" + std::to_string(m.view.num_prefills) + ", num_prefill_tokens=" +
                std::to_string(m.view.num_prefill_tokens) + ", max_query_len=" + std::to_string(m.view.max_query_len) +
