@@ -122,17 +122,20 @@ Tensor ArrayArgs::get(py::handle obj, const char* arg) {
   return t.view;
 }
 
+void ArrayArgs::note(py::handle obj) {
+  if (stream_resolved_ || obj.is_none() || py::isinstance<PyTensor>(obj) || !py::hasattr(obj, "__dlpack__")) return;
+  const auto [device_type, device_id] = dlpack_device_of(obj);
+  if (device_type == kDLCUDA) {
+    stream_ = resolve_stream_for(obj, device_id);
+    stream_resolved_ = true;
+  }
+}
+
 PyTensor ArrayArgs::get_with_owner(py::handle obj, const char* arg) {
   if (obj.is_none()) {
     throw py::type_error(std::string(op_) + ": argument '" + arg + "' must be an array, got None");
   }
-  if (!stream_resolved_ && !py::isinstance<PyTensor>(obj) && py::hasattr(obj, "__dlpack__")) {
-    const auto [device_type, device_id] = dlpack_device_of(obj);
-    if (device_type == kDLCUDA) {
-      stream_ = resolve_stream_for(obj, device_id);
-      stream_resolved_ = true;
-    }
-  }
+  note(obj);
   return import_array(obj, op_, arg, stream_, stream_resolved_);
 }
 

@@ -52,6 +52,9 @@ class ArrayArgs {
   PyTensor get_with_owner(py::handle obj, const char* arg);
   // None -> an undefined Tensor.
   Tensor get_optional(py::handle obj, const char* arg);
+  // Lets an array the call does not import (a cache's source array) settle
+  // the stream, as get() would; None and host arrays change nothing.
+  void note(py::handle obj);
   // The stream the call runs on (nullptr on the CPU or when none was found).
   Stream stream() const { return stream_; }
   const char* op() const { return op_; }
