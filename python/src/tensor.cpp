@@ -54,6 +54,14 @@ numpy.from_dlpack(t), torch.from_dlpack(t). fp8_e4m3 travels as uint8
   }, py::arg("x"), py::arg("stream") = py::none(),
         "A lattn.Tensor viewing any DLPack array's memory (no copy).");
 
+  // The stream a call with this array would run on (tests of the stream rule).
+  py::module_ testing = m.attr("_testing");
+  testing.def("call_stream", [](py::handle x, py::object stream) {
+    ArrayArgs args("call_stream", stream);
+    args.get(x, "x");
+    return reinterpret_cast<intptr_t>(args.stream());
+  }, py::arg("x"), py::arg("stream") = py::none());
+
   m.def("empty", [](py::handle shape, py::handle dtype, py::handle device) {
     return owned(shape_arg(shape), dtype_arg(dtype), device_arg(device));
   }, py::arg("shape"), py::arg("dtype") = "f32", py::arg("device") = "cpu",
