@@ -21,6 +21,8 @@ void bind_prefill_metadata(py::module_& m);  // PrefillMetadata from arrays (pre
 void bind_backends(py::module_& m); // backend classes and instances (backends.cpp)
 void bind_registry(py::module_& m); // registries, plug-ins, selector (registry.cpp)
 void bind_metadata(py::module_& m); // metadata builder and views (metadata.cpp)
+void bind_cache_ops(py::module_& m);  // LatentCache and the cache/attention-state ops (cache_ops.cpp)
+void bind_attention(py::module_& m);  // MlaAttention (attention.cpp)
 
 // "fp8_e4m3_static_per_tensor" -> QuantKey (config.cpp); ValueError otherwise.
 QuantKey quant_key_arg(const std::string& name);

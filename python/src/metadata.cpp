@@ -9,16 +9,11 @@
 #include "convert.h"
 #include "lattn/common_metadata.h"
 #include "lattn/metadata.h"
+#include "mla_metadata.h"
 #include "prefill_metadata.h"
 
 namespace lattn::python {
 namespace {
-
-// An MlaMetadata shared by the Python objects that view it (copies share
-// storage, so one shared_ptr keeps every array alive).
-struct PyMlaMetadata {
-  std::shared_ptr<MlaMetadata> md;
-};
 
 struct PyDecodeMetadata {
   DecodeMetadata view;
