@@ -50,6 +50,34 @@ const char* framework_dtype_name(DType dtype) { return dtype_torch_name(dtype) +
 
 py::object torch_dtype(py::handle torch, DType dtype) { return torch.attr(framework_dtype_name(dtype)); }
 
+// NumPy 1.x refuses to export read-only arrays through DLPack ("signalling
+// readonly is unsupported"); such arrays (np.broadcast_to, np.from_dlpack
+// results, memory-mapped files) are viewed through the buffer protocol.
+PyTensor import_read_only_numpy(py::handle obj, const char* op, const char* arg) {
+  const py::buffer_info info = py::reinterpret_borrow<py::buffer>(obj).request();
+  DType dtype;
+  const std::string& f = info.format;
+  if (f == "f") dtype = DType::f32;
+  else if (f == "e") dtype = DType::f16;
+  else if ((f == "i" || f == "l") && info.itemsize == 4) dtype = DType::i32;
+  else if ((f == "l" || f == "q") && info.itemsize == 8) dtype = DType::i64;
+  else if (f == "B") dtype = DType::u8;
+  else {
+    throw ValueError(std::string(op) + ": argument '" + arg + "': unsupported NumPy buffer format '" + f +
+                     "'; expected float32, float16, int32, int64 or uint8");
+  }
+  std::vector<int64_t> shape(info.shape.begin(), info.shape.end()), strides;
+  for (py::ssize_t s : info.strides) {
+    if (s % info.itemsize != 0) {
+      throw ValueError(std::string(op) + ": argument '" + arg + "' has a stride of " + std::to_string(s) +
+                       " bytes, not a multiple of its element size");
+    }
+    strides.push_back(s / info.itemsize);
+  }
+  Tensor view(info.ptr, dtype, std::span<const int64_t>(shape), std::span<const int64_t>(strides), Device::cpu());
+  return PyTensor{view, keep_python_object(py::reinterpret_borrow<py::object>(obj))};
+}
+
 }  // namespace
 
 std::string type_name(py::handle obj) {
@@ -72,6 +100,9 @@ PyTensor import_array(py::handle obj, const char* op, const char* arg, Stream st
   if (!py::hasattr(obj, "__dlpack__")) {
     throw py::type_error(std::string(op) + ": argument '" + arg +
                          "' must be a DLPack array (NumPy, PyTorch, CuPy, lattn.Tensor, ...), got " + type_name(obj));
+  }
+  if (is_instance_of(obj, "numpy", "ndarray") && !obj.attr("flags").attr("writeable").cast<bool>()) {
+    return import_read_only_numpy(obj, op, arg);
   }
   const auto [device_type, device_id] = dlpack_device_of(obj);
   py::object capsule = (device_type == kDLCUDA && has_stream)
@@ -190,7 +221,8 @@ py::object as_framework_like(py::handle like, PyTensor t) {
   }
   if (is_instance_of(like, "numpy", "ndarray") && numpy_can_hold(dtype) &&
       obj.cast<const PyTensor&>().view.device().is_cpu()) {
-    return loaded_module("numpy").attr("from_dlpack")(obj);
+    // asarray (buffer protocol, zero-copy): NumPy 1.x's from_dlpack gives read-only arrays.
+    return loaded_module("numpy").attr("asarray")(obj);
   }
   return obj;
 }

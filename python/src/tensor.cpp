@@ -13,6 +13,25 @@
 namespace lattn::python {
 namespace {
 
+// The buffer-protocol description of a host tensor (strides in bytes).
+py::buffer_info host_buffer_info(const Tensor& t) {
+  std::string format;
+  switch (t.dtype()) {
+    case DType::f32: format = py::format_descriptor<float>::format(); break;
+    case DType::f16: format = "e"; break;
+    case DType::i32: format = py::format_descriptor<int32_t>::format(); break;
+    case DType::i64: format = py::format_descriptor<int64_t>::format(); break;
+    case DType::u8: format = py::format_descriptor<uint8_t>::format(); break;
+    default:
+      throw py::buffer_error(std::string("lattn.Tensor of dtype ") + dtype_name(t.dtype()) +
+                             " has no buffer format; convert it with lattn.astype(t, 'f32') or use DLPack");
+  }
+  if (!t.device().is_cpu()) throw py::buffer_error("lattn.Tensor on " + device_name(t.device()) + " has no host buffer");
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end()), strides;
+  for (int64_t s : t.strides()) strides.push_back(py::ssize_t(s) * t.element_size());
+  return py::buffer_info(t.data(), t.element_size(), format, t.dim(), shape, strides);
+}
+
 PyTensor owned(std::span<const int64_t> shape, DType dtype, Device device) {
   auto storage = std::make_shared<OwnedTensor>(OwnedTensor::empty(shape, dtype, device));
   return PyTensor{storage->tensor(), storage};
@@ -21,11 +40,14 @@ PyTensor owned(std::span<const int64_t> shape, DType dtype, Device device) {
 }  // namespace
 
 void bind_tensor(py::module_& m) {
-  py::class_<PyTensor>(m, "Tensor", R"doc(
+  py::class_<PyTensor>(m, "Tensor", py::buffer_protocol(), R"doc(
 A lattn tensor: a strided view (shape, strides in elements, dtype, device)
 plus the owner of its memory. Exported zero-copy through DLPack:
 numpy.from_dlpack(t), torch.from_dlpack(t). fp8_e4m3 travels as uint8
-(DLPack 0.6 has no fp8 code).)doc")
+(DLPack 0.6 has no fp8 code). Host tensors of NumPy's dtypes also offer
+the buffer protocol: numpy.asarray(t) is a writable view (NumPy 1.x marks
+arrays it imports through DLPack read-only).)doc")
+      .def_buffer([](const PyTensor& t) { return host_buffer_info(t.view); })
       .def_property_readonly("shape", [](const PyTensor& t) { return to_tuple(t.view.shape()); })
       .def_property_readonly("strides", [](const PyTensor& t) { return to_tuple(t.view.strides()); },
                              "Strides in elements (not bytes), as DLPack and PyTorch count them.")
@@ -44,8 +66,8 @@ numpy.from_dlpack(t), torch.from_dlpack(t). fp8_e4m3 travels as uint8
         const Device d = t.view.device();
         return py::make_tuple(int(d.is_cpu() ? kDLCPU : kDLCUDA), d.is_cpu() ? 0 : d.index);
       })
-      .def("numpy", [](py::object self) { return py::module_::import("numpy").attr("from_dlpack")(self); },
-           "The same memory as a NumPy array (CPU; f32, f16, i32, i64, u8).")
+      .def("numpy", [](py::object self) { return py::module_::import("numpy").attr("asarray")(self); },
+           "The same memory as a writable NumPy array (CPU; f32, f16, i32, i64, u8).")
       .def("__repr__", [](const PyTensor& t) { return "lattn.Tensor(" + t.view.describe() + ")"; });
 
   m.def("from_dlpack", [](py::handle obj, py::object stream) {

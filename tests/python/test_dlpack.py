@@ -135,3 +135,22 @@ def test_torch_strided_view():
     t = lattn.from_dlpack(x)
     assert t.strides == (1, 6) and t.data_ptr == x.data_ptr()
     assert torch.equal(torch.from_dlpack(t), x)
+
+
+def test_read_only_numpy_arrays_are_viewed_through_the_buffer_protocol():
+    # NumPy 1.x refuses __dlpack__ on read-only arrays; lattn still views them without a copy.
+    base = np.arange(4, dtype=np.float32)
+    x = np.broadcast_to(base, (3, 4))  # read-only, stride 0 on the first dim
+    t = lattn.from_dlpack(x)
+    assert t.data_ptr == base.ctypes.data and t.strides == (0, 1) and t.shape == (3, 4)
+    np.testing.assert_array_equal(lattn.astype(x, "f16"), x.astype(np.float16))
+
+
+def test_numpy_method_gives_a_writable_view():
+    t = lattn.zeros((2, 3), "f32")
+    a = t.numpy()
+    assert a.flags.writeable and a.ctypes.data == t.data_ptr
+    a[1, 2] = 4.0
+    assert np.asarray(t)[1, 2] == 4.0
+    with pytest.raises(BufferError, match="bf16 has no buffer format"):
+        lattn.zeros((2,), "bf16").numpy()
