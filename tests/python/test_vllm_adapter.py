@@ -363,3 +363,17 @@ def test_torch_cpu_tensors_in_and_out(adapter_class):
                                                       cu.numpy(), cu.numpy(), 0.2, causal=True)
     assert rel_l2(out.float().numpy(), ref_out) < 1e-2
     np.testing.assert_allclose(lse.numpy(), ref_lse, rtol=1e-2, atol=1e-2)
+
+
+def test_prepare_metadata_takes_lattns_own_prefill_view(adapter_class):
+    rng = np.random.default_rng(12)
+    n, lora, p, r, v_dim = DIMS
+    md = lattn.MlaMetadataBuilder(block_size=4, context_chunk_workspace_size=16).build(
+        [(1, 3, [0]), (4, 0, [1]), (3, 0, [2])])
+    q = rng.standard_normal((7, n, p + r)).astype(np.float32)  # the two prefills' 7 tokens
+    v = rng.standard_normal((7, n, v_dim)).astype(np.float32)
+    backend = adapter_class(n, 0.25, lora, p, r, v_dim, vllm_config=None)
+    backend.prepare_metadata(md.prefill)
+    out = backend.run_prefill_new_tokens(q, q, v, False)
+    cu = np.array([0, 4, 7], np.int32)
+    assert rel_l2(out, mla_reference.varlen_attention(q, q, v, cu, cu, 0.25, causal=True)[0]) < 1e-5
