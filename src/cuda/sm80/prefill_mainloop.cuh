@@ -1,0 +1,201 @@
+// src/cuda/sm80/prefill_mainloop.cuh — the stages of the prefill main loop,
+// one per function, in the order the kernel calls them:
+//   load_tile       global -> shared with cp.async (zero-filled past the end)
+//   compute_qk      S = Q Kᵀ for the warp's rows (ldmatrix + mma.sync)
+//   mask_scores     -inf for keys past the request's end or above the diagonal
+//   online_softmax  running row max/sum, rescale O, P = exp(S - max) in bf16/f16
+//   compute_pv      O += P V (P straight from registers, V by ldmatrix.trans)
+//
+// Register tiles (per thread, for the warp's kMTiles m16 tiles):
+//   acc_s [kMTiles][kNTilesS][4] f32  the m16n8 C fragments of S
+//   acc_o [kMTiles][kNTilesO][4] f32  the m16n8 C fragments of O
+//   row_max / row_sum [kMTiles][2]    rows g and g + 8 of each m16 tile
+//                                     (g = lane / 4); row_sum is this thread's
+//                                     partial sum, reduced in the epilogue
+// The C fragment of S is exactly the A fragment of P for the next MMA
+// (FlashAttention-2's register reuse), so P never touches shared memory.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/sm80/prefill_ptx.cuh"
+#include "cuda/sm80/prefill_traits.cuh"
+
+namespace lattn::cuda::sm80 {
+
+template <class Traits, bool kCausal>
+struct PrefillMainloop {
+  using Element = typename Traits::Element;
+  static constexpr int kThreads = Traits::kThreads;
+  static constexpr int kMTiles = Traits::kMTiles;
+  static constexpr int kNTilesS = Traits::kNTilesS;
+  static constexpr int kNTilesO = Traits::kNTilesO;
+  static constexpr int kPitchQK = Traits::kPitchQK;
+  static constexpr int kPitchV = Traits::kPitchV;
+
+  // Copies rows [row_begin, row_begin + kRows) of one head (gmem: that head's
+  // row 0; rows row_stride elements apart) into a padded shared tile. Rows at
+  // or past row_end become zeros, so padded keys contribute 0 * 0 and never
+  // NaN from stale memory. Offsets inside a tile are 32-bit (the launcher
+  // bounds row_stride), and the loop is deliberately not unrolled: unrolled,
+  // the compiler keeps every chunk's address live through the main loop and
+  // the 192/128 kernel spills.
+  template <int kRows, int kChunks, int kPitch>
+  __device__ __forceinline__ static void load_tile(uint32_t smem_tile, const Element* gmem, int64_t row_stride,
+                                                   int row_begin, int row_end, int tid) {
+    constexpr int kTotal = kRows * kChunks;
+    const Element* tile = gmem + static_cast<int64_t>(row_begin) * row_stride;
+    const int rows_valid = row_end - row_begin;
+    const int stride32 = static_cast<int>(row_stride);
+#pragma unroll 1
+    for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+      const int idx = tid + i * kThreads;
+      if (kTotal % kThreads == 0 || idx < kTotal) {
+        const int r = idx / kChunks;
+        const int c = idx % kChunks;
+        const bool valid = r < rows_valid;
+        cp_async_16(smem_tile + r * kPitch + c * 16, tile + (valid ? r * stride32 + c * 8 : 0), valid);
+      }
+    }
+  }
+
+  // acc_s = Q_warp Kᵀ. q_lane / k_lane: this lane's ldmatrix row address in
+  // the Q tile (at the warp's first row) and in the K tile (see lane_offsets).
+  __device__ __forceinline__ static void compute_qk(float (&acc_s)[kMTiles][kNTilesS][4], uint32_t q_lane,
+                                                    uint32_t k_lane) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int j = 0; j < kNTilesS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_s[mt][j][e] = 0.f;
+#pragma unroll 1
+    for (int kk = 0; kk < Traits::kKStepsQK; ++kk) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) ldmatrix_x4(a[mt], q_lane + mt * 16 * kPitchQK + kk * 32);
+#pragma unroll
+      for (int p = 0; p < kNTilesS / 2; ++p) {
+        uint32_t b[4];  // b0, b1 of n8 tile 2p, then of n8 tile 2p + 1
+        ldmatrix_x4(b, k_lane + p * 16 * kPitchQK + kk * 32);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816<Element>(acc_s[mt][2 * p], a[mt], b[0], b[1]);
+          mma_16816<Element>(acc_s[mt][2 * p + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+
+  // Sets S to -inf where key col >= key_limit(row), key_limit(row) =
+  // seqlen_k, or for causal min(seqlen_k, row + diag + 1) with diag =
+  // seqlen_k - seqlen_q. first_limit: row + diag + 1 for the row of this
+  // thread's acc_s element [0][*][0]; first_col: the key of element [*][0][0].
+  __device__ __forceinline__ static void mask_scores(float (&acc_s)[kMTiles][kNTilesS][4], int first_limit,
+                                                     int first_col, int seqlen_k) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int limit = seqlen_k;
+        if constexpr (kCausal) limit = min(limit, first_limit + mt * 16 + h * 8);
+#pragma unroll
+        for (int j = 0; j < kNTilesS; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (first_col + j * 8 + e >= limit) acc_s[mt][j][2 * h + e] = -INFINITY;
+      }
+  }
+
+  // Online softmax over one key block (base 2, scores scaled by
+  // scale_log2 = scale * log2(e)): updates row_max / row_sum, rescales acc_o
+  // by exp(old_max - new_max), and turns acc_s into P packed as A fragments
+  // p_frag[mt][kk] for the k16 step kk of P V.
+  __device__ __forceinline__ static void online_softmax(float (&acc_s)[kMTiles][kNTilesS][4],
+                                                        float (&acc_o)[kMTiles][kNTilesO][4],
+                                                        float (&row_max)[kMTiles][2], float (&row_sum)[kMTiles][2],
+                                                        uint32_t (&p_frag)[kMTiles][Traits::kKStepsPV][4],
+                                                        float scale_log2) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float block_max = row_max[mt][h];
+#pragma unroll
+        for (int j = 0; j < kNTilesS; ++j) block_max = fmaxf(block_max, fmaxf(acc_s[mt][j][2 * h], acc_s[mt][j][2 * h + 1]));
+        // The four lanes of a quad hold the same row.
+        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
+        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
+        // A row that has seen only masked keys keeps max -inf; subtracting 0
+        // instead keeps exp2(-inf - x) = 0 and avoids (-inf) - (-inf) = NaN.
+        const float max_scaled = block_max == -INFINITY ? 0.f : block_max * scale_log2;
+        const float correction = exp2_approx(row_max[mt][h] * scale_log2 - max_scaled);
+        row_max[mt][h] = block_max;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kNTilesS; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = exp2_approx(acc_s[mt][j][2 * h + e] * scale_log2 - max_scaled);
+            acc_s[mt][j][2 * h + e] = p;
+            sum += p;
+          }
+        row_sum[mt][h] = row_sum[mt][h] * correction + sum;
+#pragma unroll
+        for (int j = 0; j < kNTilesO; ++j) {
+          acc_o[mt][j][2 * h] *= correction;
+          acc_o[mt][j][2 * h + 1] *= correction;
+        }
+      }
+    // C fragments of n8 tiles 2kk and 2kk+1 = A fragment of k16 step kk.
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < Traits::kKStepsPV; ++kk) {
+        p_frag[mt][kk][0] = pack2<Element>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
+        p_frag[mt][kk][1] = pack2<Element>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
+        p_frag[mt][kk][2] = pack2<Element>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
+        p_frag[mt][kk][3] = pack2<Element>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+      }
+  }
+
+  // acc_o += P V. v_lane: this lane's ldmatrix.trans row address in the V tile.
+  __device__ __forceinline__ static void compute_pv(const uint32_t (&p_frag)[kMTiles][Traits::kKStepsPV][4],
+                                                    float (&acc_o)[kMTiles][kNTilesO][4], uint32_t v_lane) {
+#pragma unroll
+    for (int kk = 0; kk < Traits::kKStepsPV; ++kk)
+#pragma unroll
+      for (int p = 0; p < kNTilesO / 2; ++p) {
+        uint32_t b[4];  // b0, b1 of n8 tile 2p (V columns 16p..16p+7), then of tile 2p + 1
+        ldmatrix_x4_trans(b, v_lane + kk * 16 * kPitchV + p * 32);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816<Element>(acc_o[mt][2 * p], p_frag[mt][kk], b[0], b[1]);
+          mma_16816<Element>(acc_o[mt][2 * p + 1], p_frag[mt][kk], b[2], b[3]);
+        }
+      }
+  }
+
+  // Per-lane ldmatrix row addresses (bytes, shared space) for the three tiles.
+  //  Q (A operand, x4 = rows 0-7/8-15 x cols 0-7/8-15 of an m16k16 tile):
+  //    lanes 0-7 -> rows 0-7 col 0, 8-15 -> rows 8-15 col 0, 16-23 -> rows 0-7 col 8, 24-31 -> rows 8-15 col 8
+  //  K (B operand of S = Q Kᵀ, two n8 tiles x two k8 halves):
+  //    lanes 0-7 -> keys 0-7 k 0, 8-15 -> keys 0-7 k 8, 16-23 -> keys 8-15 k 0, 24-31 -> keys 8-15 k 8
+  //  V (B operand of O = P V, transposed, two k8 halves x two n8 tiles):
+  //    lanes 0-7 -> keys 0-7 col 0, 8-15 -> keys 8-15 col 0, 16-23 -> keys 0-7 col 8, 24-31 -> keys 8-15 col 8
+  struct LaneOffsets {
+    uint32_t q, k, v;
+  };
+  __device__ __forceinline__ static LaneOffsets lane_offsets(uint32_t smem_base, int warp, int lane) {
+    const int r8 = lane & 7;
+    const int bit3 = (lane >> 3) & 1;
+    const int bit4 = lane >> 4;
+    LaneOffsets o;
+    o.q = smem_base + Traits::kSmemQ + (warp * Traits::kWarpRows + r8 + bit3 * 8) * kPitchQK + bit4 * 16;
+    o.k = smem_base + Traits::kSmemK + (r8 + bit4 * 8) * kPitchQK + bit3 * 16;
+    o.v = smem_base + Traits::kSmemV + (r8 + bit3 * 8) * kPitchV + bit4 * 16;
+    return o;
+  }
+};
+
+}  // namespace lattn::cuda::sm80
