@@ -135,6 +135,11 @@ if [[ -z "${SKIP_NCU:-}" ]] && command -v ncu >/dev/null; then
     --section Occupancy --section WarpStateStats --section LaunchStats --section SchedulerStats \
     "$BENCH" --benchmark_filter='prefill_causal/qk192_v128_m128_n64_w4/16/1024' >"$OUT/ncu.txt" 2>&1
   echo "ncu exit $?" >>"$OUT/ncu.txt"
+  # Why warps stall (cycles per issued instruction, by reason) and how busy the tensor pipe is.
+  timeout 120 ncu --kernel-name regex:${KERNEL} --launch-skip 3 --launch-count 1 \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$',sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum,smsp__inst_executed.sum \
+    "$BENCH" --benchmark_filter='prefill_causal/qk192_v128_m128_n64_w4/16/1024' >>"$OUT/ncu.txt" 2>&1
+  echo "ncu metrics exit $?" >>"$OUT/ncu.txt"
 fi
 
 # ---- summary ---------------------------------------------------------------------

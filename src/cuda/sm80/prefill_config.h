@@ -22,6 +22,8 @@ struct PrefillTileConfig {
   int block_n;            // key rows per main-loop step
   int num_warps;          // each warp owns block_m / num_warps query rows (16 or 32)
   int min_blocks_per_sm;  // __launch_bounds__ occupancy hint (caps registers)
+  int qk_unroll;          // unroll factor of the k16 loop of Q Kᵀ; 0 = fully
+  bool lazy_rescale;      // rescale O only when a row max grows by > 2^8 (prefill_mainloop.cuh)
   bool candidate;         // true: benchmark/test candidate, bf16 only
   const char* name;
 };
@@ -29,18 +31,24 @@ struct PrefillTileConfig {
 // Why these shapes (H100/H200 numbers; see docs/cuda.md):
 //  * 32 query rows per warp: each K/V fragment read from shared memory feeds
 //    two m16 MMAs, halving shared-memory traffic per FLOP against 16 rows per
-//    warp (FlashAttention-2's hdim-192 layout), which is what bounds mma.sync
-//    attention on Hopper.
+//    warp (FlashAttention-2's hdim-192 layout).
 //  * 128x64 with 4 warps: 92 KB of shared memory, so two CTAs share an SM and
 //    one's softmax overlaps the other's MMAs; the O accumulator (32 x 128 f32
-//    per warp) plus S (32 x 64) fit in 255 registers.
+//    per warp) plus S (32 x 64) fill the 255 registers, which is why its
+//    Q Kᵀ loop is unrolled by 2 only.
 //  * V dim 256 needs 16 rows per warp to keep O in registers.
+// Candidates (bf16 only) are the alternatives measured against the default
+// in bench/cuda_prefill_bench.cpp; docs/perf.md records the outcome.
 inline constexpr PrefillTileConfig kPrefillTileConfigs[] = {
-    {192, 128, 128, 64, 4, 2, false, "qk192_v128_m128_n64_w4"},
-    {96, 64, 128, 64, 4, 2, false, "qk96_v64_m128_n64_w4"},
-    {256, 256, 128, 64, 8, 1, false, "qk256_v256_m128_n64_w8"},
-    {192, 128, 256, 64, 8, 1, true, "qk192_v128_m256_n64_w8"},
-    {192, 128, 128, 32, 4, 2, true, "qk192_v128_m128_n32_w4"},
+    // qk   v   bm   bn  warps minb unroll lazy  candidate
+    {192, 128, 128, 64, 4, 2, 2, true, false, "qk192_v128_m128_n64_w4"},
+    {96, 64, 128, 64, 4, 2, 0, true, false, "qk96_v64_m128_n64_w4"},
+    {256, 256, 128, 64, 8, 1, 2, true, false, "qk256_v256_m128_n64_w8"},
+    {192, 128, 128, 64, 4, 2, 0, true, true, "qk192_v128_m128_n64_w4_unrolled"},
+    {192, 128, 64, 64, 4, 3, 0, true, true, "qk192_v128_m64_n64_w4"},
+    {192, 128, 256, 64, 8, 1, 2, true, true, "qk192_v128_m256_n64_w8"},
+    {192, 128, 128, 128, 8, 1, 0, true, true, "qk192_v128_m128_n128_w8"},
+    {192, 128, 128, 64, 4, 2, 2, false, true, "qk192_v128_m128_n64_w4_eager"},
 };
 inline constexpr int kNumPrefillTileConfigs = int(sizeof(kPrefillTileConfigs) / sizeof(kPrefillTileConfigs[0]));
 

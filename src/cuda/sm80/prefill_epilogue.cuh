@@ -27,8 +27,11 @@ struct PrefillEpilogue {
   //   out_rows   out pointer at (q_start + warp's first row, head, 0)
   //   lse_rows   lse pointer at (head, q_start + warp's first row); nullptr = skip
   //   valid_rows how many of the warp's rows are < seqlen_q (may be <= 0)
-  __device__ __forceinline__ static void store(float (&acc_o)[kMTiles][kNTilesO][4], const float (&row_max)[kMTiles][2],
-                                               const float (&row_sum)[kMTiles][2], float scale, uint8_t* smem_o,
+  // row_offset: the base-2 exponent offset of P (online_softmax), so
+  // LSE = ln(2) * row_offset + ln(row_sum).
+  __device__ __forceinline__ static void store(float (&acc_o)[kMTiles][kNTilesO][4],
+                                               const float (&row_offset)[kMTiles][2],
+                                               const float (&row_sum)[kMTiles][2], uint8_t* smem_o,
                                                Element* out_rows, int64_t out_row_stride, float* lse_rows,
                                                int valid_rows, int lane) {
     const int g = lane >> 2;
@@ -43,7 +46,7 @@ struct PrefillEpilogue {
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = mt * 16 + h * 8 + g;
         if (lse_rows != nullptr && t == 0 && row < valid_rows) {
-          lse_rows[row] = sum > 0.f ? row_max[mt][h] * scale + logf(sum) : -INFINITY;
+          lse_rows[row] = sum > 0.f ? row_offset[mt][h] * 0.69314718055994531f + logf(sum) : -INFINITY;
         }
 #pragma unroll
         for (int j = 0; j < kNTilesO; ++j) {

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   cp_async_commit();
 
   float acc_o[Traits::kMTiles][Traits::kNTilesO][4];
-  float row_max[Traits::kMTiles][2];
+  float row_offset[Traits::kMTiles][2];  // see PrefillMainloop::online_softmax
   float row_sum[Traits::kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt) {
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     for (int j = 0; j < Traits::kNTilesO; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_o[mt][j][e] = 0.f;
-    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_offset[mt][0] = row_offset[mt][1] = -INFINITY;
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
 
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       bool need_mask = key0 + kBlockN > tile.seqlen_k;
       if constexpr (kCausal) need_mask = need_mask || key0 + kBlockN - 1 > warp_row0 + diag;
       if (need_mask) Mainloop::mask_scores(acc_s, thread_key_limit, key0 + thread_col, tile.seqlen_k);
-      Mainloop::online_softmax(acc_s, acc_o, row_max, row_sum, p_frag, scale_log2);
+      Mainloop::online_softmax(acc_s, acc_o, row_offset, row_sum, p_frag, scale_log2);
     }
 
     cp_async_wait<0>();  // V[nb] landed
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     if (warp_active) Mainloop::compute_pv(p_frag, acc_o, lanes.v);
   }
 
-  Epilogue::store(acc_o, row_max, row_sum, params.scale, smem + Traits::kSmemQ + warp * kWarpRows * Traits::kPitchV,
+  Epilogue::store(acc_o, row_offset, row_sum, smem + Traits::kSmemQ + warp * kWarpRows * Traits::kPitchV,
                   out_at(row0 + warp * kWarpRows), params.out_row_stride, lse_at(row0 + warp * kWarpRows),
                   tile_rows - warp * kWarpRows, lane);
 }

@@ -107,45 +107,86 @@ struct PrefillMainloop {
       }
   }
 
-  // Online softmax over one key block (base 2, scores scaled by
-  // scale_log2 = scale * log2(e)): updates row_max / row_sum, rescales acc_o
-  // by exp(old_max - new_max), and turns acc_s into P packed as A fragments
-  // p_frag[mt][kk] for the k16 step kk of P V.
+  // Online softmax over one key block, in base 2 (scores times scale_log2 =
+  // scale * log2(e)). row_offset is the exponent offset P is taken against:
+  // P = 2^(s * scale_log2 - row_offset); -inf until the row sees a key.
+  // Whenever the offset rises, acc_o and row_sum are rescaled by
+  // 2^(old - new). acc_s becomes P, packed as A fragments p_frag[mt][kk] for
+  // the k16 step kk of P V.
+  //
+  // Lazy rescaling (Traits::kLazyRescale): the offset only rises when a
+  // block's max exceeds it by more than kRescaleSlack, so P <= 2^8 (exact in
+  // f32 sums and in bf16/f16 P, whose relative precision does not depend on
+  // magnitude), and a warp skips the 128 multiplies of the rescale unless
+  // one of its rows needs it: after the first blocks almost none do. The
+  // result is the same softmax; only the common offset differs.
+  static constexpr float kRescaleSlack = Traits::kLazyRescale ? 8.f : 0.f;
+
   __device__ __forceinline__ static void online_softmax(float (&acc_s)[kMTiles][kNTilesS][4],
                                                         float (&acc_o)[kMTiles][kNTilesO][4],
-                                                        float (&row_max)[kMTiles][2], float (&row_sum)[kMTiles][2],
+                                                        float (&row_offset)[kMTiles][2], float (&row_sum)[kMTiles][2],
                                                         uint32_t (&p_frag)[kMTiles][Traits::kKStepsPV][4],
                                                         float scale_log2) {
+    float new_offset[kMTiles][2];
+    bool raise[kMTiles][2];
+    bool any_raise = false;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float block_max = row_max[mt][h];
+        // Tree reduction over this thread's 2 * kNTilesS scores of the row
+        // (short dependency chains), then over the quad that shares the row.
+        float m[kNTilesS];
 #pragma unroll
-        for (int j = 0; j < kNTilesS; ++j) block_max = fmaxf(block_max, fmaxf(acc_s[mt][j][2 * h], acc_s[mt][j][2 * h + 1]));
-        // The four lanes of a quad hold the same row.
-        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
+        for (int j = 0; j < kNTilesS; ++j) m[j] = fmaxf(acc_s[mt][j][2 * h], acc_s[mt][j][2 * h + 1]);
+#pragma unroll
+        for (int w = 1; w < kNTilesS; w *= 2)
+#pragma unroll
+          for (int j = 0; j + w < kNTilesS; j += 2 * w) m[j] = fmaxf(m[j], m[j + w]);
+        float block_max = fmaxf(m[0], __shfl_xor_sync(0xffffffffu, m[0], 1));
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
-        // A row that has seen only masked keys keeps max -inf; subtracting 0
-        // instead keeps exp2(-inf - x) = 0 and avoids (-inf) - (-inf) = NaN.
-        const float max_scaled = block_max == -INFINITY ? 0.f : block_max * scale_log2;
-        const float correction = exp2_approx(row_max[mt][h] * scale_log2 - max_scaled);
-        row_max[mt][h] = block_max;
-        float sum = 0.f;
+        const float max_scaled = block_max * scale_log2;  // -inf for a row with no key yet
+        raise[mt][h] = max_scaled > row_offset[mt][h] + kRescaleSlack;
+        new_offset[mt][h] = raise[mt][h] ? max_scaled : row_offset[mt][h];
+        any_raise |= raise[mt][h];
+      }
+    if (!Traits::kLazyRescale || __any_sync(0xffffffffu, any_raise)) {
 #pragma unroll
-        for (int j = 0; j < kNTilesS; ++j)
+      for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = exp2_approx(acc_s[mt][j][2 * h + e] * scale_log2 - max_scaled);
-            acc_s[mt][j][2 * h + e] = p;
-            sum += p;
+        for (int h = 0; h < 2; ++h) {
+          // old -inf -> 0 (nothing accumulated yet); no raise -> exactly 1.
+          const float correction = raise[mt][h] ? exp2_approx(row_offset[mt][h] - new_offset[mt][h]) : 1.f;
+          row_offset[mt][h] = new_offset[mt][h];
+          row_sum[mt][h] *= correction;
+#pragma unroll
+          for (int j = 0; j < kNTilesO; ++j) {
+            acc_o[mt][j][2 * h] *= correction;
+            acc_o[mt][j][2 * h + 1] *= correction;
           }
-        row_sum[mt][h] = row_sum[mt][h] * correction + sum;
-#pragma unroll
-        for (int j = 0; j < kNTilesO; ++j) {
-          acc_o[mt][j][2 * h] *= correction;
-          acc_o[mt][j][2 * h + 1] *= correction;
         }
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // A row still at -inf has only masked (-inf) scores here: offset 0
+        // gives 2^-inf = 0 instead of (-inf) - (-inf) = NaN.
+        const float offset = row_offset[mt][h] == -INFINITY ? 0.f : row_offset[mt][h];
+        float part[kNTilesS];
+#pragma unroll
+        for (int j = 0; j < kNTilesS; ++j) {
+          const float p0 = exp2_approx(acc_s[mt][j][2 * h] * scale_log2 - offset);
+          const float p1 = exp2_approx(acc_s[mt][j][2 * h + 1] * scale_log2 - offset);
+          acc_s[mt][j][2 * h] = p0;
+          acc_s[mt][j][2 * h + 1] = p1;
+          part[j] = p0 + p1;
+        }
+#pragma unroll
+        for (int w = 1; w < kNTilesS; w *= 2)
+#pragma unroll
+          for (int j = 0; j + w < kNTilesS; j += 2 * w) part[j] += part[j + w];
+        row_sum[mt][h] += part[0];
       }
     // C fragments of n8 tiles 2kk and 2kk+1 = A fragment of k16 step kk.
 #pragma unroll

@@ -26,6 +26,8 @@ struct PrefillTileShape {
   static constexpr int kBlockN = kCfg.block_n;
   static constexpr int kNumWarps = kCfg.num_warps;
   static constexpr int kMinBlocksPerSm = kCfg.min_blocks_per_sm;
+  static constexpr int kQKUnroll = kCfg.qk_unroll == 0 ? kHeadDimQK / 16 : kCfg.qk_unroll;
+  static constexpr bool kLazyRescale = kCfg.lazy_rescale;
 };
 
 template <class Shape, class Element_>
@@ -37,6 +39,8 @@ struct PrefillKernelTraits {
   static constexpr int kBlockN = Shape::kBlockN;
   static constexpr int kNumWarps = Shape::kNumWarps;
   static constexpr int kMinBlocksPerSm = Shape::kMinBlocksPerSm;
+  static constexpr int kQKUnroll = Shape::kQKUnroll;      // unroll factor of the k16 loop of Q Kᵀ
+  static constexpr bool kLazyRescale = Shape::kLazyRescale;
   static constexpr int kThreads = kNumWarps * 32;
 
   // Each warp owns kWarpRows consecutive query rows = kMTiles m16 tiles.
