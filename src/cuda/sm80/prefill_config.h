@@ -24,6 +24,7 @@ struct PrefillTileConfig {
   int min_blocks_per_sm;  // __launch_bounds__ occupancy hint (caps registers)
   int qk_unroll;          // unroll factor of the k16 loop of Q Kᵀ; 0 = fully
   bool lazy_rescale;      // rescale O only when a row max grows by > 2^8 (prefill_mainloop.cuh)
+  bool row_sum_mma;       // softmax row sums as P x ones MMAs instead of f32 adds
   bool candidate;         // true: benchmark/test candidate, bf16 only
   const char* name;
 };
@@ -40,15 +41,13 @@ struct PrefillTileConfig {
 // Candidates (bf16 only) are the alternatives measured against the default
 // in bench/cuda_prefill_bench.cpp; docs/perf.md records the outcome.
 inline constexpr PrefillTileConfig kPrefillTileConfigs[] = {
-    // qk   v   bm   bn  warps minb unroll lazy  candidate
-    {192, 128, 128, 64, 4, 2, 2, true, false, "qk192_v128_m128_n64_w4"},
-    {96, 64, 128, 64, 4, 2, 0, true, false, "qk96_v64_m128_n64_w4"},
-    {256, 256, 128, 64, 8, 1, 2, true, false, "qk256_v256_m128_n64_w8"},
-    {192, 128, 128, 64, 4, 2, 0, true, true, "qk192_v128_m128_n64_w4_unrolled"},
-    {192, 128, 64, 64, 4, 3, 0, true, true, "qk192_v128_m64_n64_w4"},
-    {192, 128, 256, 64, 8, 1, 2, true, true, "qk192_v128_m256_n64_w8"},
-    {192, 128, 128, 128, 8, 1, 0, true, true, "qk192_v128_m128_n128_w8"},
-    {192, 128, 128, 64, 4, 2, 2, false, true, "qk192_v128_m128_n64_w4_eager"},
+    // qk   v   bm   bn  warps minb unroll lazy  sum-mma candidate
+    {192, 128, 128, 64, 4, 2, 2, true, true, false, "qk192_v128_m128_n64_w4"},
+    {96, 64, 128, 64, 4, 2, 0, true, true, false, "qk96_v64_m128_n64_w4"},
+    {256, 256, 128, 64, 8, 1, 2, true, true, false, "qk256_v256_m128_n64_w8"},
+    {192, 128, 128, 64, 4, 2, 2, true, false, true, "qk192_v128_m128_n64_w4_addsum"},
+    {192, 128, 256, 64, 8, 1, 2, true, true, true, "qk192_v128_m256_n64_w8"},
+    {192, 128, 128, 64, 4, 2, 0, true, true, true, "qk192_v128_m128_n64_w4_unrolled"},
 };
 inline constexpr int kNumPrefillTileConfigs = int(sizeof(kPrefillTileConfigs) / sizeof(kPrefillTileConfigs[0]));
 

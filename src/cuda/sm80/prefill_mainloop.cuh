@@ -9,9 +9,13 @@
 // Register tiles (per thread, for the warp's kMTiles m16 tiles):
 //   acc_s [kMTiles][kNTilesS][4] f32  the m16n8 C fragments of S
 //   acc_o [kMTiles][kNTilesO][4] f32  the m16n8 C fragments of O
-//   row_max / row_sum [kMTiles][2]    rows g and g + 8 of each m16 tile
-//                                     (g = lane / 4); row_sum is this thread's
-//                                     partial sum, reduced in the epilogue
+//   row_offset [kMTiles][2]           rows g and g + 8 of each m16 tile (g = lane / 4)
+//   row_sum [kMTiles][4] f32          the C fragment of an m16n8 tile whose 8
+//                                     columns all hold the row sum ([2h] is row
+//                                     g + 8h): with kRowSumMma it is P x ones
+//                                     on the tensor cores, complete; without,
+//                                     [2h] is this thread's partial sum and the
+//                                     epilogue adds the quad
 // The C fragment of S is exactly the A fragment of P for the next MMA
 // (FlashAttention-2's register reuse), so P never touches shared memory.
 #pragma once
@@ -36,26 +40,33 @@ struct PrefillMainloop {
   // Copies rows [row_begin, row_begin + kRows) of one head (gmem: that head's
   // row 0; rows row_stride elements apart) into a padded shared tile. Rows at
   // or past row_end become zeros, so padded keys contribute 0 * 0 and never
-  // NaN from stale memory. Offsets inside a tile are 32-bit (the launcher
-  // bounds row_stride), and the loop is deliberately not unrolled: unrolled,
-  // the compiler keeps every chunk's address live through the main loop and
-  // the 192/128 kernel spills.
+  // NaN from stale memory.
+  //
+  // Thread layout: groups of kGroup threads copy kGroup consecutive 16-byte
+  // chunks of one row (128 contiguous bytes when kGroup = 8); one pass covers
+  // kRowsPerPass rows. Every copy's row and chunk are then the thread's fixed
+  // (r0, c0) plus compile-time steps: two adds per pass instead of a
+  // division per chunk (the per-chunk index math was a fifth of the kernel's
+  // instructions).
   template <int kRows, int kChunks, int kPitch>
   __device__ __forceinline__ static void load_tile(uint32_t smem_tile, const Element* gmem, int64_t row_stride,
                                                    int row_begin, int row_end, int tid) {
-    constexpr int kTotal = kRows * kChunks;
-    const Element* tile = gmem + static_cast<int64_t>(row_begin) * row_stride;
-    const int rows_valid = row_end - row_begin;
-    const int stride32 = static_cast<int>(row_stride);
-#pragma unroll 1
-    for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      if (kTotal % kThreads == 0 || idx < kTotal) {
-        const int r = idx / kChunks;
-        const int c = idx % kChunks;
-        const bool valid = r < rows_valid;
-        cp_async_16(smem_tile + r * kPitch + c * 16, tile + (valid ? r * stride32 + c * 8 : 0), valid);
+    constexpr int kGroup = kChunks % 8 == 0 ? 8 : (kChunks % 4 == 0 ? 4 : 2);
+    constexpr int kRowsPerPass = kThreads / kGroup;
+    static_assert(kRows % kRowsPerPass == 0, "a tile must be whole passes of the copy layout");
+    const int r0 = tid / kGroup;
+    const int c0 = tid % kGroup;
+    const Element* src = gmem + static_cast<int64_t>(row_begin + r0) * row_stride + c0 * 8;
+    const int64_t pass_stride = kRowsPerPass * row_stride;
+    const uint32_t dst = smem_tile + r0 * kPitch + c0 * 16;
+#pragma unroll
+    for (int j = 0; j < kRows / kRowsPerPass; ++j) {
+      const bool valid = row_begin + r0 + j * kRowsPerPass < row_end;
+#pragma unroll
+      for (int g = 0; g < kChunks / kGroup; ++g) {
+        cp_async_16(dst + j * kRowsPerPass * kPitch + g * kGroup * 16, valid ? src + g * kGroup * 8 : gmem, valid);
       }
+      src += pass_stride;
     }
   }
 
@@ -124,7 +135,7 @@ struct PrefillMainloop {
 
   __device__ __forceinline__ static void online_softmax(float (&acc_s)[kMTiles][kNTilesS][4],
                                                         float (&acc_o)[kMTiles][kNTilesO][4],
-                                                        float (&row_offset)[kMTiles][2], float (&row_sum)[kMTiles][2],
+                                                        float (&row_offset)[kMTiles][2], float (&row_sum)[kMTiles][4],
                                                         uint32_t (&p_frag)[kMTiles][Traits::kKStepsPV][4],
                                                         float scale_log2) {
     float new_offset[kMTiles][2];
@@ -158,7 +169,8 @@ struct PrefillMainloop {
           // old -inf -> 0 (nothing accumulated yet); no raise -> exactly 1.
           const float correction = raise[mt][h] ? exp2_approx(row_offset[mt][h] - new_offset[mt][h]) : 1.f;
           row_offset[mt][h] = new_offset[mt][h];
-          row_sum[mt][h] *= correction;
+          row_sum[mt][2 * h] *= correction;
+          row_sum[mt][2 * h + 1] *= correction;
 #pragma unroll
           for (int j = 0; j < kNTilesO; ++j) {
             acc_o[mt][j][2 * h] *= correction;
@@ -180,13 +192,15 @@ struct PrefillMainloop {
           const float p1 = exp2_approx(acc_s[mt][j][2 * h + 1] * scale_log2 - offset);
           acc_s[mt][j][2 * h] = p0;
           acc_s[mt][j][2 * h + 1] = p1;
-          part[j] = p0 + p1;
+          if constexpr (!Traits::kRowSumMma) part[j] = p0 + p1;
         }
+        if constexpr (!Traits::kRowSumMma) {
 #pragma unroll
-        for (int w = 1; w < kNTilesS; w *= 2)
+          for (int w = 1; w < kNTilesS; w *= 2)
 #pragma unroll
-          for (int j = 0; j + w < kNTilesS; j += 2 * w) part[j] += part[j + w];
-        row_sum[mt][h] += part[0];
+            for (int j = 0; j + w < kNTilesS; j += 2 * w) part[j] += part[j + w];
+          row_sum[mt][2 * h] += part[0];
+        }
       }
     // C fragments of n8 tiles 2kk and 2kk+1 = A fragment of k16 step kk.
 #pragma unroll
@@ -200,9 +214,20 @@ struct PrefillMainloop {
       }
   }
 
-  // acc_o += P V. v_lane: this lane's ldmatrix.trans row address in the V tile.
+  // acc_o += P V. v_lane: this lane's ldmatrix.trans row address in the V
+  // tile. With kRowSumMma also row_sum += P x ones: one m16n8k16 MMA per
+  // k16 step and m16 tile sums the row on the tensor cores, from the very
+  // bf16/f16 P that multiplies V, and replaces 64 adds per thread and block.
   __device__ __forceinline__ static void compute_pv(const uint32_t (&p_frag)[kMTiles][Traits::kKStepsPV][4],
-                                                    float (&acc_o)[kMTiles][kNTilesO][4], uint32_t v_lane) {
+                                                    float (&acc_o)[kMTiles][kNTilesO][4], float (&row_sum)[kMTiles][4],
+                                                    uint32_t v_lane) {
+    if constexpr (Traits::kRowSumMma) {
+      const uint32_t ones = pack2<Element>(1.f, 1.f);
+#pragma unroll
+      for (int kk = 0; kk < Traits::kKStepsPV; ++kk)
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) mma_16816<Element>(row_sum[mt], p_frag[mt][kk], ones, ones);
+    }
 #pragma unroll
     for (int kk = 0; kk < Traits::kKStepsPV; ++kk)
 #pragma unroll
