@@ -23,8 +23,6 @@ struct PrefillTileConfig {
   int num_warps;          // each warp owns block_m / num_warps query rows (16 or 32)
   int min_blocks_per_sm;  // __launch_bounds__ occupancy hint (caps registers)
   int qk_unroll;          // unroll factor of the k16 loop of Q Kᵀ; 0 = fully
-  bool lazy_rescale;      // rescale O only when a row max grows by > 2^8 (prefill_mainloop.cuh)
-  bool row_sum_mma;       // softmax row sums as P x ones MMAs instead of f32 adds
   bool candidate;         // true: benchmark/test candidate, bf16 only
   const char* name;
 };
@@ -41,13 +39,11 @@ struct PrefillTileConfig {
 // Candidates (bf16 only) are the alternatives measured against the default
 // in bench/cuda_prefill_bench.cpp; docs/perf.md records the outcome.
 inline constexpr PrefillTileConfig kPrefillTileConfigs[] = {
-    // qk   v   bm   bn  warps minb unroll lazy  sum-mma candidate
-    {192, 128, 128, 64, 4, 2, 2, true, true, false, "qk192_v128_m128_n64_w4"},
-    {96, 64, 128, 64, 4, 2, 0, true, true, false, "qk96_v64_m128_n64_w4"},
-    {256, 256, 128, 64, 8, 1, 2, true, true, false, "qk256_v256_m128_n64_w8"},
-    {192, 128, 128, 64, 4, 2, 2, true, false, true, "qk192_v128_m128_n64_w4_addsum"},
-    {192, 128, 256, 64, 8, 1, 2, true, true, true, "qk192_v128_m256_n64_w8"},
-    {192, 128, 128, 64, 4, 2, 0, true, true, true, "qk192_v128_m128_n64_w4_unrolled"},
+    // qk   v   bm   bn  warps minb unroll candidate
+    {192, 128, 128, 64, 4, 2, 2, false, "qk192_v128_m128_n64_w4"},
+    {96, 64, 128, 64, 4, 2, 0, false, "qk96_v64_m128_n64_w4"},
+    {256, 256, 128, 64, 8, 1, 2, false, "qk256_v256_m128_n64_w8"},
+    {192, 128, 256, 64, 8, 1, 2, true, "qk192_v128_m256_n64_w8"},
 };
 inline constexpr int kNumPrefillTileConfigs = int(sizeof(kPrefillTileConfigs) / sizeof(kPrefillTileConfigs[0]));
 

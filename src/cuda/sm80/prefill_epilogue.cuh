@@ -31,7 +31,7 @@ struct PrefillEpilogue {
   // LSE = ln(2) * row_offset + ln(row_sum).
   __device__ __forceinline__ static void store(float (&acc_o)[kMTiles][kNTilesO][4],
                                                const float (&row_offset)[kMTiles][2],
-                                               const float (&row_sum)[kMTiles][4], uint8_t* smem_o,
+                                               const float (&row_sum)[kMTiles][2], uint8_t* smem_o,
                                                Element* out_rows, int64_t out_row_stride, float* lse_rows,
                                                int valid_rows, int lane) {
     const int g = lane >> 2;
@@ -40,11 +40,9 @@ struct PrefillEpilogue {
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float sum = row_sum[mt][2 * h];
-        if constexpr (!Traits::kRowSumMma) {  // partial sums: add the quad's
-          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        }
+        float sum = row_sum[mt][h];  // this thread's part: add the quad's
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = mt * 16 + h * 8 + g;
         if (lse_rows != nullptr && t == 0 && row < valid_rows) {

@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 
   float acc_o[Traits::kMTiles][Traits::kNTilesO][4];
   float row_offset[Traits::kMTiles][2];  // see PrefillMainloop::online_softmax
-  float row_sum[Traits::kMTiles][4];     // see PrefillMainloop (header comment)
+  float row_sum[Traits::kMTiles][2];     // this thread's partial row sums
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt) {
 #pragma unroll
@@ -92,8 +92,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_o[mt][j][e] = 0.f;
     row_offset[mt][0] = row_offset[mt][1] = -INFINITY;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) row_sum[mt][e] = 0.f;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
 
   const float scale_log2 = params.scale * 1.4426950408889634f;  // log2(e)
@@ -136,7 +135,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           smem_base + Traits::kSmemK, k, params.k_row_stride, key0 - kBlockN, tile.seqlen_k, tid);
       cp_async_commit();
     }
-    if (warp_active) Mainloop::compute_pv(p_frag, acc_o, row_sum, lanes.v);
+    if (warp_active) Mainloop::compute_pv(p_frag, acc_o, lanes.v);
   }
 
   Epilogue::store(acc_o, row_offset, row_sum, smem + Traits::kSmemQ + warp * kWarpRows * Traits::kPitchV,

@@ -9,13 +9,9 @@
 // Register tiles (per thread, for the warp's kMTiles m16 tiles):
 //   acc_s [kMTiles][kNTilesS][4] f32  the m16n8 C fragments of S
 //   acc_o [kMTiles][kNTilesO][4] f32  the m16n8 C fragments of O
-//   row_offset [kMTiles][2]           rows g and g + 8 of each m16 tile (g = lane / 4)
-//   row_sum [kMTiles][4] f32          the C fragment of an m16n8 tile whose 8
-//                                     columns all hold the row sum ([2h] is row
-//                                     g + 8h): with kRowSumMma it is P x ones
-//                                     on the tensor cores, complete; without,
-//                                     [2h] is this thread's partial sum and the
-//                                     epilogue adds the quad
+//   row_offset / row_sum [kMTiles][2] rows g and g + 8 of each m16 tile
+//                                     (g = lane / 4); row_sum is this thread's
+//                                     partial sum, the epilogue adds the quad
 // The C fragment of S is exactly the A fragment of P for the next MMA
 // (FlashAttention-2's register reuse), so P never touches shared memory.
 #pragma once
@@ -125,17 +121,17 @@ struct PrefillMainloop {
   // 2^(old - new). acc_s becomes P, packed as A fragments p_frag[mt][kk] for
   // the k16 step kk of P V.
   //
-  // Lazy rescaling (Traits::kLazyRescale): the offset only rises when a
-  // block's max exceeds it by more than kRescaleSlack, so P <= 2^8 (exact in
-  // f32 sums and in bf16/f16 P, whose relative precision does not depend on
-  // magnitude), and a warp skips the 128 multiplies of the rescale unless
-  // one of its rows needs it: after the first blocks almost none do. The
-  // result is the same softmax; only the common offset differs.
-  static constexpr float kRescaleSlack = Traits::kLazyRescale ? 8.f : 0.f;
+  // Lazy rescaling: the offset only rises when a block's max exceeds it by
+  // more than kRescaleSlack, so P <= 2^8 (exact in f32 sums and in bf16/f16
+  // P, whose relative precision does not depend on magnitude), and a warp
+  // skips the 128 multiplies of the rescale unless one of its rows needs it:
+  // after the first blocks almost none do. The result is the same softmax;
+  // only the common offset differs (measured +2% at H128 S8192, docs/perf.md).
+  static constexpr float kRescaleSlack = 8.f;
 
   __device__ __forceinline__ static void online_softmax(float (&acc_s)[kMTiles][kNTilesS][4],
                                                         float (&acc_o)[kMTiles][kNTilesO][4],
-                                                        float (&row_offset)[kMTiles][2], float (&row_sum)[kMTiles][4],
+                                                        float (&row_offset)[kMTiles][2], float (&row_sum)[kMTiles][2],
                                                         uint32_t (&p_frag)[kMTiles][Traits::kKStepsPV][4],
                                                         float scale_log2) {
     float new_offset[kMTiles][2];
@@ -161,7 +157,7 @@ struct PrefillMainloop {
         new_offset[mt][h] = raise[mt][h] ? max_scaled : row_offset[mt][h];
         any_raise |= raise[mt][h];
       }
-    if (!Traits::kLazyRescale || __any_sync(0xffffffffu, any_raise)) {
+    if (__any_sync(0xffffffffu, any_raise)) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -169,8 +165,7 @@ struct PrefillMainloop {
           // old -inf -> 0 (nothing accumulated yet); no raise -> exactly 1.
           const float correction = raise[mt][h] ? exp2_approx(row_offset[mt][h] - new_offset[mt][h]) : 1.f;
           row_offset[mt][h] = new_offset[mt][h];
-          row_sum[mt][2 * h] *= correction;
-          row_sum[mt][2 * h + 1] *= correction;
+          row_sum[mt][h] *= correction;
 #pragma unroll
           for (int j = 0; j < kNTilesO; ++j) {
             acc_o[mt][j][2 * h] *= correction;
@@ -192,15 +187,13 @@ struct PrefillMainloop {
           const float p1 = exp2_approx(acc_s[mt][j][2 * h + 1] * scale_log2 - offset);
           acc_s[mt][j][2 * h] = p0;
           acc_s[mt][j][2 * h + 1] = p1;
-          if constexpr (!Traits::kRowSumMma) part[j] = p0 + p1;
+          part[j] = p0 + p1;
         }
-        if constexpr (!Traits::kRowSumMma) {
 #pragma unroll
-          for (int w = 1; w < kNTilesS; w *= 2)
+        for (int w = 1; w < kNTilesS; w *= 2)
 #pragma unroll
-            for (int j = 0; j + w < kNTilesS; j += 2 * w) part[j] += part[j + w];
-          row_sum[mt][2 * h] += part[0];
-        }
+          for (int j = 0; j + w < kNTilesS; j += 2 * w) part[j] += part[j + w];
+        row_sum[mt][h] += part[0];
       }
     // C fragments of n8 tiles 2kk and 2kk+1 = A fragment of k16 step kk.
 #pragma unroll
@@ -214,20 +207,9 @@ struct PrefillMainloop {
       }
   }
 
-  // acc_o += P V. v_lane: this lane's ldmatrix.trans row address in the V
-  // tile. With kRowSumMma also row_sum += P x ones: one m16n8k16 MMA per
-  // k16 step and m16 tile sums the row on the tensor cores, from the very
-  // bf16/f16 P that multiplies V, and replaces 64 adds per thread and block.
+  // acc_o += P V. v_lane: this lane's ldmatrix.trans row address in the V tile.
   __device__ __forceinline__ static void compute_pv(const uint32_t (&p_frag)[kMTiles][Traits::kKStepsPV][4],
-                                                    float (&acc_o)[kMTiles][kNTilesO][4], float (&row_sum)[kMTiles][4],
-                                                    uint32_t v_lane) {
-    if constexpr (Traits::kRowSumMma) {
-      const uint32_t ones = pack2<Element>(1.f, 1.f);
-#pragma unroll
-      for (int kk = 0; kk < Traits::kKStepsPV; ++kk)
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) mma_16816<Element>(row_sum[mt], p_frag[mt][kk], ones, ones);
-    }
+                                                    float (&acc_o)[kMTiles][kNTilesO][4], uint32_t v_lane) {
 #pragma unroll
     for (int kk = 0; kk < Traits::kKStepsPV; ++kk)
 #pragma unroll
