@@ -51,6 +51,11 @@ class MlaAttention {
 
   const MlaAttentionConfig& config() const;
 
+  // The CUDA stream later calls enqueue on (config.stream at construction):
+  // engines that run each step on the current stream of their framework set
+  // it before forward. Updates both backends. Ignored on the CPU.
+  void set_stream(Stream stream);
+
   // Loads kv_b_proj's weight, (out, in) = [N*(P+V), L], any floating dtype,
   // on any device; splits it per head into W_UK_T [N, P, L] and W_UV [N, L, V]
   // (contiguous, activation dtype, on the layer's device). A wrong shape raises
@@ -65,10 +70,17 @@ class MlaAttention {
   //   k_pe         [T, R] or [T, 1, R]            activation dtype (roped)
   //   cache        this layer's latent cache (dtype == config.kv_cache_dtype)
   //   metadata     the step's plan (built by MlaMetadataBuilder, on this device)
-  //   out          [T, N*V] written in place when defined; otherwise an
-  //                internal buffer is used (valid until the next forward)
-  //   output_scale undefined, or 1-element f32: out is fp8_e4m3 = fp8(o / scale)
-  // Returns the output view [T, N*V].
+  //   out          [T, N*V] written in place when defined (rows may be
+  //                strided); otherwise an internal buffer is used (valid
+  //                until the next forward)
+  //   output_scale undefined, or 1-element f32: out is fp8_e4m3 = fp8(o / scale);
+  //                NotImplementedError("fused output quantization is not yet
+  //                supported for MLAImplBase") unless both backend classes
+  //                report supports_quant_output
+  // Rows past num_decode_tokens + num_prefill_tokens (input padding) are set
+  // to 0. Every argument and every metadata index is checked before anything
+  // is written (ValueError naming the argument; the cache is unchanged).
+  // Returns the output view [T, N*V]. docs/mla.md describes the algorithm.
   Tensor forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
                  const MlaMetadata& metadata, const Tensor& out = {}, const Tensor& output_scale = {});
 
