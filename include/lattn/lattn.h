@@ -15,4 +15,7 @@
 #include "lattn/metadata.h"
 #include "lattn/ops.h"
 #include "lattn/backend.h"
+#include "lattn/registry.h"
+#include "lattn/selector.h"
+#include "lattn/plugin.h"
 #include "lattn/attention.h"
