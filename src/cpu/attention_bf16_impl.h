@@ -29,63 +29,102 @@ inline __m512bh bcast_pair(const uint16_t* p) { return (__m512bh)_mm512_set1_epi
 inline __m512bh bcast_pair(const uint32_t* p) { return (__m512bh)_mm512_set1_epi32(int(*p)); }
 inline __m512bh load_pairs(const uint32_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
 
+// Register blocks of the scores: GB groups x KB keys, each sum split into PU
+// partial sums over interleaved pairs (added at the end). Splitting the sum
+// instead of taking more keys keeps the row pointers few enough to stay in
+// general registers (16 keys' pointers do not fit, and reloading them costs
+// more than the extra query loads). 16 accumulators either way.
+constexpr int kQkKeys1 = 4, kQkUnroll1 = 4;  // one group
+constexpr int kQkKeys2 = 4, kQkUnroll2 = 2;  // two groups
+// Output blocks: groups x dims, 16 (one group) or 24 (two) accumulators; the
+// wider block halves the per-tile rescale loads and stores of the outputs.
+constexpr int kPvDims1 = 16, kPvDims2 = 12;
+
 // Scores for GB groups x KB keys. dim may be odd: the last pair is then
 // (K[dim-1], 0), read without touching the element past the row.
-template <int GB, int KB>
-inline void qk_block_bf16(const uint32_t* qp, int dim, const uint16_t* const* krow, float* s) {
+template <int GB, int KB, int PU>
+inline void qk_block_bf16(const uint32_t* qp, int dim, const uint16_t* const* krow, float* s, RowPrefetcher* pf) {
   constexpr int W = 16;
   const int pairs = (dim + 1) / 2, full = dim / 2;
-  __m512 acc[GB][KB];
+  __m512 acc[GB][KB][PU];
 #pragma GCC unroll 8
   for (int g = 0; g < GB; ++g) {
 #pragma GCC unroll 32
-    for (int kk = 0; kk < KB; ++kk) acc[g][kk] = _mm512_setzero_ps();
+    for (int kk = 0; kk < KB; ++kk) {
+#pragma GCC unroll 8
+      for (int u = 0; u < PU; ++u) acc[g][kk][u] = _mm512_setzero_ps();
+    }
   }
   const uint16_t* kr[KB];
 #pragma GCC unroll 32
   for (int kk = 0; kk < KB; ++kk) kr[kk] = krow[kk];
-  for (int p = 0; p < full; ++p) {
-    __m512bh q[GB];
+  int p = 0;
+  for (; p + PU <= full; p += PU) {
+    if (pf) pf->step();
+    __m512bh q[GB][PU];
 #pragma GCC unroll 8
-    for (int g = 0; g < GB; ++g) q[g] = load_pairs(qp + (size_t(g) * pairs + p) * W);
+    for (int g = 0; g < GB; ++g) {
+#pragma GCC unroll 8
+      for (int u = 0; u < PU; ++u) q[g][u] = load_pairs(qp + (size_t(g) * pairs + p + u) * W);
+    }
 #pragma GCC unroll 32
     for (int kk = 0; kk < KB; ++kk) {
-      const __m512bh b = bcast_pair(kr[kk] + 2 * p);
 #pragma GCC unroll 8
-      for (int g = 0; g < GB; ++g) acc[g][kk] = _mm512_dpbf16_ps(acc[g][kk], b, q[g]);
+      for (int u = 0; u < PU; ++u) {
+        const __m512bh b = bcast_pair(kr[kk] + 2 * (p + u));
+#pragma GCC unroll 8
+        for (int g = 0; g < GB; ++g) acc[g][kk][u] = _mm512_dpbf16_ps(acc[g][kk][u], b, q[g][u]);
+      }
     }
   }
-  if (full < pairs) {
+  for (; p < pairs; ++p) {  // leftover pairs, the odd last element as (K[dim-1], 0)
 #pragma GCC unroll 32
     for (int kk = 0; kk < KB; ++kk) {
-      const __m512bh b = (__m512bh)_mm512_set1_epi32(int(kr[kk][dim - 1]));
+      const uint32_t bits = p < full ? load_u32(kr[kk] + 2 * p) : uint32_t(kr[kk][dim - 1]);
+      const __m512bh b = (__m512bh)_mm512_set1_epi32(int(bits));
 #pragma GCC unroll 8
       for (int g = 0; g < GB; ++g) {
-        acc[g][kk] = _mm512_dpbf16_ps(acc[g][kk], b, load_pairs(qp + (size_t(g) * pairs + full) * W));
+        acc[g][kk][0] = _mm512_dpbf16_ps(acc[g][kk][0], b, load_pairs(qp + (size_t(g) * pairs + p) * W));
       }
     }
   }
 #pragma GCC unroll 8
   for (int g = 0; g < GB; ++g) {
 #pragma GCC unroll 32
-    for (int kk = 0; kk < KB; ++kk) _mm512_storeu_ps(s + (size_t(g) * kKeyTile + kk) * W, acc[g][kk]);
+    for (int kk = 0; kk < KB; ++kk) {
+      __m512 sum = acc[g][kk][0];
+#pragma GCC unroll 8
+      for (int u = 1; u < PU; ++u) sum = _mm512_add_ps(sum, acc[g][kk][u]);
+      _mm512_storeu_ps(s + (size_t(g) * kKeyTile + kk) * W, sum);
+    }
   }
 }
 
-template <int GB, int KB>
-inline void qk_groups_bf16(const uint32_t* qp, int dim, const uint16_t* const* krow, int n, float* s) {
+template <int GB, int KB, int PU>
+inline void qk_groups_bf16(const uint32_t* qp, int dim, const uint16_t* const* krow, int n, float* s,
+                           RowPrefetcher* pf) {
   int kk = 0;
-  for (; kk + KB <= n; kk += KB) qk_block_bf16<GB, KB>(qp, dim, krow + kk, s + size_t(kk) * 16);
-  for (; kk < n; ++kk) qk_block_bf16<GB, 1>(qp, dim, krow + kk, s + size_t(kk) * 16);
+  for (; kk + KB <= n; kk += KB) qk_block_bf16<GB, KB, PU>(qp, dim, krow + kk, s + size_t(kk) * 16, pf);
+  for (; kk < n; ++kk) qk_block_bf16<GB, 1, PU>(qp, dim, krow + kk, s + size_t(kk) * 16, pf);
 }
 
-void qk_tile_bf16(const uint32_t* qp, int groups, int dim, const uint16_t* const* krow, int n, float* s) {
+void qk_tile_bf16(const uint32_t* qp, int groups, int dim, const uint16_t* const* krow, int n, float* s,
+                  RowPrefetcher* pf = nullptr) {
   const size_t group_q = size_t((dim + 1) / 2) * 16;
   int g = 0;
   for (; g + 2 <= groups; g += 2) {
-    qk_groups_bf16<2, Bf16Isa::kQkKeys2>(qp + g * group_q, dim, krow, n, s + size_t(g) * kKeyTile * 16);
+    qk_groups_bf16<2, kQkKeys2, kQkUnroll2>(qp + g * group_q, dim, krow, n, s + size_t(g) * kKeyTile * 16, pf);
   }
-  if (g < groups) qk_groups_bf16<1, Bf16Isa::kQkKeys1>(qp + g * group_q, dim, krow, n, s + size_t(g) * kKeyTile * 16);
+  if (g < groups) {
+    qk_groups_bf16<1, kQkKeys1, kQkUnroll1>(qp + g * group_q, dim, krow, n, s + size_t(g) * kKeyTile * 16, pf);
+  }
+}
+
+// step() calls of one qk_tile_bf16 (for spreading prefetches over it).
+inline int64_t qk_steps_bf16(int n, int groups, int dim) {
+  const int64_t pair_blocks = groups / 2, single = groups % 2;
+  const auto blocks = [n](int kb) { return int64_t(n / kb + n % kb); };
+  return pair_blocks * blocks(kQkKeys2) * (dim / 2 / kQkUnroll2) + single * blocks(kQkKeys1) * (dim / 2 / kQkUnroll1);
 }
 
 // P of a tile (f32 [G][kKeyTile][16], n keys) as bf16 key pairs
@@ -108,8 +147,8 @@ void pack_probability_pairs(const float* p, int groups, int n, uint32_t* p2) {
 }
 
 template <int GB, int DT>
-inline void pv_block_bf16(const uint32_t* p2, int pairs, const uint32_t* const* vrow, int d0, float* ot, int dv,
-                          const float* alpha) {
+inline void pv_block_bf16(const uint32_t* p2, int pairs, const uint32_t* v2, int64_t v2_stride, int d0, float* ot,
+                          int dv, const float* alpha) {
   constexpr int W = 16;
   __m512 acc[GB][DT];
 #pragma GCC unroll 8
@@ -122,7 +161,7 @@ inline void pv_block_bf16(const uint32_t* p2, int pairs, const uint32_t* const* 
     __m512bh pk[GB];
 #pragma GCC unroll 8
     for (int g = 0; g < GB; ++g) pk[g] = load_pairs(p2 + (size_t(g) * (kKeyTile / 2) + i) * W);
-    const uint32_t* v = vrow[i] + d0;
+    const uint32_t* v = v2 + i * v2_stride + d0;
 #pragma GCC unroll 32
     for (int dt = 0; dt < DT; ++dt) {
       const __m512bh b = bcast_pair(v + dt);
@@ -138,23 +177,25 @@ inline void pv_block_bf16(const uint32_t* p2, int pairs, const uint32_t* const* 
 }
 
 template <int GB, int DT>
-inline void pv_groups_bf16(const uint32_t* p2, int pairs, const uint32_t* const* vrow, float* ot, int dv,
+inline void pv_groups_bf16(const uint32_t* p2, int pairs, const uint32_t* v2, int64_t v2_stride, float* ot, int dv,
                            const float* alpha) {
   int d = 0;
-  for (; d + DT <= dv; d += DT) pv_block_bf16<GB, DT>(p2, pairs, vrow, d, ot, dv, alpha);
-  for (; d < dv; ++d) pv_block_bf16<GB, 1>(p2, pairs, vrow, d, ot, dv, alpha);
+  for (; d + DT <= dv; d += DT) pv_block_bf16<GB, DT>(p2, pairs, v2, v2_stride, d, ot, dv, alpha);
+  for (; d + 4 <= dv; d += 4) pv_block_bf16<GB, 4>(p2, pairs, v2, v2_stride, d, ot, dv, alpha);
+  for (; d < dv; ++d) pv_block_bf16<GB, 1>(p2, pairs, v2, v2_stride, d, ot, dv, alpha);
 }
 
-void pv_tile_bf16(const uint32_t* p2, int groups, int n, const uint32_t* const* vrow, float* ot, int dv,
+// Value pairs of the tile: pair i at v2 + i * v2_stride (uint32 elements).
+void pv_tile_bf16(const uint32_t* p2, int groups, int n, const uint32_t* v2, int64_t v2_stride, float* ot, int dv,
                   const float* alpha) {
   const int pairs = (n + 1) / 2;
   int g = 0;
   for (; g + 2 <= groups; g += 2) {
-    pv_groups_bf16<2, Bf16Isa::kPvDims2>(p2 + size_t(g) * (kKeyTile / 2) * 16, pairs, vrow,
+    pv_groups_bf16<2, kPvDims2>(p2 + size_t(g) * (kKeyTile / 2) * 16, pairs, v2, v2_stride,
                                          ot + size_t(g) * dv * 16, dv, alpha + size_t(g) * 16);
   }
   if (g < groups) {
-    pv_groups_bf16<1, Bf16Isa::kPvDims1>(p2 + size_t(g) * (kKeyTile / 2) * 16, pairs, vrow,
+    pv_groups_bf16<1, kPvDims1>(p2 + size_t(g) * (kKeyTile / 2) * 16, pairs, v2, v2_stride,
                                          ot + size_t(g) * dv * 16, dv, alpha + size_t(g) * 16);
   }
 }
@@ -188,7 +229,6 @@ struct PrefillScratchBf16 {
   int32_t* group_min_end;
   float* row;       // [dv]
   const uint16_t** krow;  // [kKeyTile]
-  const uint32_t** vrow;  // [kKeyTile/2]
 
   PrefillScratchBf16(Arena& a, int groups, int dqk, int dv) {
     qp = a.take<uint32_t>(size_t(groups) * ((dqk + 1) / 2) * 16);
@@ -202,7 +242,6 @@ struct PrefillScratchBf16 {
     group_min_end = a.take<int32_t>(size_t(groups));
     row = a.take<float>(size_t(dv));
     krow = a.take<const uint16_t*>(kKeyTile);
-    vrow = a.take<const uint32_t*>(kKeyTile / 2);
   }
 };
 
@@ -233,11 +272,10 @@ void prefill_tile_bf16(const PrefillTileJob& job) {
   for (int k0 = 0; k0 < kmax; k0 += kKeyTile) {  // k0 even: value pairs start at k0 / 2
     const int n = imin(kKeyTile, kmax - k0);
     for (int kk = 0; kk < n; ++kk) sc.krow[kk] = k + size_t(k0 + kk) * job.k_stride;
-    for (int i = 0; 2 * i < n; ++i) sc.vrow[i] = v + size_t(k0 / 2 + i) * job.v_stride;
     qk_tile_bf16(sc.qp, groups, job.dqk, sc.krow, n, sc.s);
     softmax_tile<Bf16Isa>(sc.s, groups, n, k0, c, st);
     pack_probability_pairs(sc.s, groups, n, sc.p2);
-    pv_tile_bf16(sc.p2, groups, n, sc.vrow, sc.ot, job.dv, sc.alpha);
+    pv_tile_bf16(sc.p2, groups, n, v + size_t(k0 / 2) * job.v_stride, job.v_stride, sc.ot, job.dv, sc.alpha);
   }
   prefill_write_rows<Bf16Isa>(job, sc.ot, sc.m, sc.l, sc.row);
 }
@@ -259,7 +297,8 @@ struct DecodeScratchBf16 {
   uint16_t* keys;   // [kKeyTile][L+R] fp8 cache rows converted to bf16
   uint32_t* values; // [kKeyTile/2][L] key pairs of the tile's latent rows
   const uint16_t** krow;  // [kKeyTile]
-  const uint32_t** vrow;  // [kKeyTile/2]
+  const char** rows;       // [kKeyTile] this tile's cache rows
+  const char** next_rows;  // [kKeyTile] the next tile's, being prefetched
 
   DecodeScratchBf16(Arena& a, int groups, int latent, int rope) {
     const int dim = latent + rope;
@@ -276,7 +315,8 @@ struct DecodeScratchBf16 {
     keys = a.take<uint16_t>(size_t(kKeyTile) * dim);
     values = a.take<uint32_t>(size_t(kKeyTile / 2) * latent);
     krow = a.take<const uint16_t*>(kKeyTile);
-    vrow = a.take<const uint32_t*>(kKeyTile / 2);
+    rows = a.take<const char*>(kKeyTile);
+    next_rows = a.take<const char*>(kKeyTile);
   }
 };
 
@@ -319,10 +359,12 @@ void decode_split_bf16(const DecodeSplitJob& job) {
   const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};
   const float c = job.scale * job.cache_scale * kLog2e;
   const bool fp8 = job.cache_dtype == DType::fp8_e4m3;
+  tile_rows(job, job.key_begin, imin(kKeyTile, kmax - job.key_begin), sc.rows);
   for (int k0 = job.key_begin; k0 < kmax; k0 += kKeyTile) {
     const int n = imin(kKeyTile, kmax - k0);
+    RowPrefetcher pf = next_tile_prefetcher(job, k0, kmax, qk_steps_bf16(n, groups, dim), sc.next_rows);
     for (int kk = 0; kk < n; ++kk) {
-      const char* row = cache_row(job, k0 + kk);
+      const char* row = sc.rows[kk];
       if (fp8) {
         uint16_t* dst = sc.keys + size_t(kk) * dim;
         fp8_row_to_bf16(reinterpret_cast<const uint8_t*>(row), dim, dst);
@@ -332,14 +374,16 @@ void decode_split_bf16(const DecodeSplitJob& job) {
       }
     }
     for (int i = 0; 2 * i < n; ++i) {
-      uint32_t* dst = sc.values + size_t(i) * latent;
-      Avx512::pack_value_pairs(sc.krow[2 * i], 2 * i + 1 < n ? sc.krow[2 * i + 1] : nullptr, latent, dst);
-      sc.vrow[i] = dst;
+      Avx512::pack_value_pairs(sc.krow[2 * i], 2 * i + 1 < n ? sc.krow[2 * i + 1] : nullptr, latent,
+                               sc.values + size_t(i) * latent);
     }
-    qk_tile_bf16(sc.qp, groups, dim, sc.krow, n, sc.s);
+    qk_tile_bf16(sc.qp, groups, dim, sc.krow, n, sc.s, &pf);
     softmax_tile<Bf16Isa>(sc.s, groups, n, k0, c, st);
     pack_probability_pairs(sc.s, groups, n, sc.p2);
-    pv_tile_bf16(sc.p2, groups, n, sc.vrow, sc.ot, latent, sc.alpha);
+    pv_tile_bf16(sc.p2, groups, n, sc.values, latent, sc.ot, latent, sc.alpha);
+    const char** done = sc.rows;
+    sc.rows = sc.next_rows;
+    sc.next_rows = done;
   }
   decode_write_partials(job, sc.ot, sc.m, sc.l, 16);
 }

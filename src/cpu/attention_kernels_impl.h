@@ -74,12 +74,38 @@ inline uint32_t load_u32(const uint16_t* p) {
   return v;
 }
 
+// Pulls the next key tile into L2 while the current one is computed: the
+// score loops call step() once per dimension step, and every `interval`-th
+// call fetches one more cache line, so the fetches spread over the whole
+// score phase. Decode streams every cache row from memory exactly once;
+// without this the first touch of a tile stalls the core instead of
+// overlapping with the previous tile's math, and fetching a tile in one
+// burst stalls it too (the miss queue fills). L2, not L1: the current
+// tile's rows must stay in L1 meanwhile.
+struct RowPrefetcher {
+  const char* const* rows = nullptr;
+  int count = 0;          // rows to fetch
+  int lines_per_row = 0;  // 64-byte lines per row
+  int interval = 1;       // step() calls per line
+  int row = 0, line = 0, countdown = 1;
+
+  void step() {
+    if (--countdown > 0 || row >= count) return;
+    countdown = interval;
+    __builtin_prefetch(rows[row] + 64 * line, 0, 1);
+    if (++line == lines_per_row) {
+      line = 0;
+      ++row;
+    }
+  }
+};
+
 // ---------------------------------------------------------------------------
 // Scores S[g][kk] = Q_g · K[kk] (f32): qt [G][d][W], krow[kk] -> d floats,
 // s [G][kKeyTile][W]. GB groups and KB keys per register block.
 
 template <class I, int GB, int KB>
-inline void qk_block_f32(const float* qt, int dim, const float* const* krow, float* s) {
+inline void qk_block_f32(const float* qt, int dim, const float* const* krow, float* s, RowPrefetcher* pf) {
   using F = typename I::F;
   constexpr int W = I::W;
   F acc[GB][KB];
@@ -92,6 +118,7 @@ inline void qk_block_f32(const float* qt, int dim, const float* const* krow, flo
 #pragma GCC unroll 32
   for (int kk = 0; kk < KB; ++kk) kr[kk] = krow[kk];
   for (int d = 0; d < dim; ++d) {
+    if (pf) pf->step();
     F q[GB];
 #pragma GCC unroll 8
     for (int g = 0; g < GB; ++g) q[g] = I::load(qt + (size_t(g) * dim + d) * W);
@@ -110,21 +137,24 @@ inline void qk_block_f32(const float* qt, int dim, const float* const* krow, flo
 }
 
 template <class I, int GB, int KB>
-inline void qk_groups_f32(const float* qt, int dim, const float* const* krow, int n, float* s) {
+inline void qk_groups_f32(const float* qt, int dim, const float* const* krow, int n, float* s, RowPrefetcher* pf) {
   constexpr int W = I::W;
   int kk = 0;
-  for (; kk + KB <= n; kk += KB) qk_block_f32<I, GB, KB>(qt, dim, krow + kk, s + size_t(kk) * W);
-  for (; kk < n; ++kk) qk_block_f32<I, GB, 1>(qt, dim, krow + kk, s + size_t(kk) * W);
+  for (; kk + KB <= n; kk += KB) qk_block_f32<I, GB, KB>(qt, dim, krow + kk, s + size_t(kk) * W, pf);
+  for (; kk < n; ++kk) qk_block_f32<I, GB, 1>(qt, dim, krow + kk, s + size_t(kk) * W, pf);
 }
 
 template <class I>
-void qk_tile_f32(const float* qt, int groups, int dim, const float* const* krow, int n, float* s) {
+void qk_tile_f32(const float* qt, int groups, int dim, const float* const* krow, int n, float* s,
+                 RowPrefetcher* pf = nullptr) {
   constexpr int W = I::W;
   int g = 0;
   for (; g + 2 <= groups; g += 2) {
-    qk_groups_f32<I, 2, I::kQkKeys2>(qt + size_t(g) * dim * W, dim, krow, n, s + size_t(g) * kKeyTile * W);
+    qk_groups_f32<I, 2, I::kQkKeys2>(qt + size_t(g) * dim * W, dim, krow, n, s + size_t(g) * kKeyTile * W, pf);
   }
-  if (g < groups) qk_groups_f32<I, 1, I::kQkKeys1>(qt + size_t(g) * dim * W, dim, krow, n, s + size_t(g) * kKeyTile * W);
+  if (g < groups) {
+    qk_groups_f32<I, 1, I::kQkKeys1>(qt + size_t(g) * dim * W, dim, krow, n, s + size_t(g) * kKeyTile * W, pf);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -382,6 +412,8 @@ struct DecodeScratchF32 {
   float* row;       // [L+R]
   float* keys;      // [kKeyTile][L+R] the tile's cache rows in f32
   const float** krow;  // [kKeyTile]
+  const char** rows;       // [kKeyTile] this tile's cache rows
+  const char** next_rows;  // [kKeyTile] the next tile's, being prefetched
 
   DecodeScratchF32(Arena& a, int groups, int w, int latent, int rope) {
     const int dim = latent + rope;
@@ -396,6 +428,8 @@ struct DecodeScratchF32 {
     row = a.take<float>(size_t(dim));
     keys = a.take<float>(size_t(kKeyTile) * dim);
     krow = a.take<const float*>(kKeyTile);
+    rows = a.take<const char*>(kKeyTile);
+    next_rows = a.take<const char*>(kKeyTile);
   }
 };
 
@@ -408,6 +442,32 @@ inline const char* cache_row(const DecodeSplitJob& job, int pos) {
   const int64_t block = job.block_table[pos / job.block_size];
   const int64_t offset = block * job.block_stride + int64_t(pos % job.block_size) * (job.kv_lora_rank + job.rope_dim);
   return static_cast<const char*>(job.cache) + offset * int64_t(dtype_bytes(job.cache_dtype));
+}
+
+// Cache rows of keys [k0, k0 + n) (n may be <= 0: none).
+inline void tile_rows(const DecodeSplitJob& job, int k0, int n, const char** rows) {
+  for (int kk = 0; kk < n; ++kk) rows[kk] = cache_row(job, k0 + kk);
+}
+
+// The prefetcher of the tile after the one at k0 (its rows go to next_rows),
+// spread over `score_steps` calls of step().
+inline RowPrefetcher next_tile_prefetcher(const DecodeSplitJob& job, int k0, int kmax, int64_t score_steps,
+                                          const char** next_rows) {
+  const int next = k0 + kKeyTile, n = imax(0, imin(kKeyTile, kmax - next));
+  tile_rows(job, next, n, next_rows);
+  const int row_bytes = (job.kv_lora_rank + job.rope_dim) * int(dtype_bytes(job.cache_dtype));
+  const int lines = div_up(row_bytes, 64);
+  const int64_t total = int64_t(n) * lines;
+  const int interval = total > 0 ? int(imax(1, int(score_steps / total))) : 1;
+  return RowPrefetcher{next_rows, n, lines, interval};
+}
+
+// step() calls one score tile makes (qk_tile_*: per register block of keys,
+// one per dimension step): blocks of kb keys over one or two groups.
+inline int64_t score_steps(int n, int groups, int dim_steps, int kb2, int kb1) {
+  const int64_t pair_blocks = groups / 2, single = groups % 2;
+  const auto blocks = [n](int kb) { return int64_t(n / kb + n % kb); };
+  return (pair_blocks * blocks(kb2) + single * blocks(kb1)) * dim_steps;
 }
 
 inline int decode_lane_ends(const DecodeSplitJob& job, int groups, int w, int32_t* lane_end, int32_t* group_min_end) {
@@ -471,16 +531,22 @@ void decode_split_f32(const DecodeSplitJob& job) {
   const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};
   // fp8: S = q · (stored * scale) = scale * (q · stored); O likewise.
   const float c = job.scale * job.cache_scale * kLog2e;
+  tile_rows(job, job.key_begin, imin(kKeyTile, kmax - job.key_begin), sc.rows);
   for (int k0 = job.key_begin; k0 < kmax; k0 += kKeyTile) {
     const int n = imin(kKeyTile, kmax - k0);
+    RowPrefetcher pf = next_tile_prefetcher(
+        job, k0, kmax, score_steps(n, groups, dim, I::kQkKeys2, I::kQkKeys1), sc.next_rows);
     for (int kk = 0; kk < n; ++kk) {
       float* dst = sc.keys + size_t(kk) * dim;
-      I::to_f32(cache_row(job, k0 + kk), job.cache_dtype, dim, dst);
+      I::to_f32(sc.rows[kk], job.cache_dtype, dim, dst);
       sc.krow[kk] = dst;
     }
-    qk_tile_f32<I>(sc.qt, groups, dim, sc.krow, n, sc.s);
+    qk_tile_f32<I>(sc.qt, groups, dim, sc.krow, n, sc.s, &pf);
     softmax_tile<I>(sc.s, groups, n, k0, c, st);
     pv_tile_f32<I>(sc.s, groups, n, sc.krow, sc.ot, job.kv_lora_rank, sc.alpha);
+    const char** done = sc.rows;
+    sc.rows = sc.next_rows;
+    sc.next_rows = done;
   }
   decode_write_partials(job, sc.ot, sc.m, sc.l, W);
 }

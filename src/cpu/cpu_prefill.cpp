@@ -33,7 +33,6 @@ struct PrefillProblem {
 
 struct TileTask {
   int request, head, row0;
-  int64_t cost;  // rows x keys visited, for longest-first scheduling
 };
 
 class CpuPrefillBackend final : public PrefillBackend {
@@ -183,18 +182,25 @@ void CpuPrefillBackend::attend(const PrefillProblem& pb) {
     k_elem = v_elem = 4;
   }
 
-  // Tiles, the most expensive first, so dynamic scheduling ends balanced.
+  // Tiles in (request, head) order, each head's most expensive (last, for
+  // causal) tiles first: consecutive tiles of one thread then share that
+  // head's keys and values in its L2, and the cheap tiles that end each head
+  // fill the gaps of dynamic scheduling. The largest requests go first.
   const int tile_rows = kt.prefill_tile_rows;
+  std::vector<int> order(static_cast<size_t>(requests));
+  for (int r = 0; r < requests; ++r) order[size_t(r)] = r;
+  const auto work = [&](int r) {
+    const int64_t rows = pb.q_begin[r + 1] - pb.q_begin[r], keys = pb.k_begin[r + 1] - pb.k_begin[r];
+    return rows * (pb.causal ? rows : keys);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return work(a) > work(b); });
   std::vector<TileTask> tasks;
-  for (int r = 0; r < requests; ++r) {
-    const int rows = pb.q_begin[r + 1] - pb.q_begin[r], keys = pb.k_begin[r + 1] - pb.k_begin[r];
-    for (int row0 = 0; row0 < rows; row0 += tile_rows) {
-      const int n = std::min(tile_rows, rows - row0);
-      const int64_t visited = pb.causal ? std::min(row0 + n, keys) : keys;
-      for (int h = 0; h < heads; ++h) tasks.push_back({r, h, row0, int64_t(n) * std::max<int64_t>(visited, 1)});
+  for (int r : order) {
+    const int rows = pb.q_begin[r + 1] - pb.q_begin[r];
+    for (int h = 0; h < heads; ++h) {
+      for (int row0 = (rows - 1) / tile_rows * tile_rows; row0 >= 0; row0 -= tile_rows) tasks.push_back({r, h, row0});
     }
   }
-  std::stable_sort(tasks.begin(), tasks.end(), [](const TileTask& a, const TileTask& b) { return a.cost > b.cost; });
 
   const size_t scratch_bytes = round_up(kt.prefill_scratch_bytes(dqk, dv), 4096);
   char* scratch = static_cast<char*>(scratch_.reserve(scratch_bytes * size_t(threads)));

@@ -16,7 +16,7 @@ struct Avx512 {
   static constexpr int W = 16;
   // Register blocks (32 zmm registers): scores 2 groups x 8 keys or 1 x 16,
   // outputs 2 groups x 8 dims or 1 x 16 — 16 accumulators either way.
-  static constexpr int kQkKeys2 = 8, kQkKeys1 = 16, kPvDims2 = 8, kPvDims1 = 16;
+  static constexpr int kQkKeys2 = 8, kQkKeys1 = 8, kPvDims2 = 8, kPvDims1 = 16;
   using F = __m512;
 
   static F zero() { return _mm512_setzero_ps(); }
