@@ -137,12 +137,25 @@ class PrefillBackend {
 
   // Whether run_prefill_new_tokens can write quantized output directly
   // (fused), skipping the post-quant pass (seed S0).
-  virtual bool supports_quant_output(QuantKey key) const { return false; }
+  virtual bool supports_quant_output(QuantKey /*key*/) const { return false; }
+
+  // Whether this instance needs V zero-padded to the QK head dim (seed 002's
+  // _pad_v: kernels that cannot take Dv != Dqk). When true, MlaAttention
+  // passes v as [T, N, P+R] (columns [V, P+R) zero), out as [T, N, P+R] and
+  // keeps only the first V columns; merges run on the padded width.
+  virtual bool pads_v() const { return false; }
 
  protected:
   PrefillBackendParams params_;
   const PrefillMetadata* prefill_metadata_ = nullptr;
 };
+
+// The seeds' _pad_v rule (SPEC §1.10, TV-PADV): V is padded unless the
+// kernel is FlashAttention 3 on a compute capability 9.x device.
+//   flash_attn_version  nullopt = no FlashAttention (padding needed)
+inline bool mla_pad_v(std::optional<int> flash_attn_version, std::optional<DeviceCapability> capability) {
+  return !flash_attn_version || !(*flash_attn_version == 3 && capability && capability->major == 9);
+}
 
 // The seeds' classmethods, as one shared, immutable object per backend: the
 // registry (lattn/registry.h) hands out the same object to every caller, so
@@ -156,10 +169,10 @@ class PrefillBackendClass {
   virtual std::vector<MLADimensions> supported_mla_dimensions() const { return {}; }  // empty = any (S0)
   virtual bool requires_r1_mla_dimensions() const { return false; }                   // (S1)
   // nullopt = the CPU (no compute capability).
-  virtual bool supports_compute_capability(std::optional<DeviceCapability> capability) const { return true; }
+  virtual bool supports_compute_capability(std::optional<DeviceCapability> /*capability*/) const { return true; }
   // Whether what the backend needs exists in this process (the seeds' "dependencies importable").
   virtual bool is_available() const { return true; }
-  virtual bool supports_quant_output(QuantKey key) const { return false; }
+  virtual bool supports_quant_output(QuantKey /*key*/) const { return false; }
   bool supports_dtype(DType dtype) const;  // dtype in supported_dtypes()
 
   // Ordered reasons why this backend cannot serve `config` on a device of
@@ -241,7 +254,10 @@ class DecodeBackendClass {
   virtual int max_query_tokens_per_request() const { return 1 << 30; }
   virtual bool returns_lse() const { return true; }           // run writes lse when it is defined
   virtual bool supports_cuda_graphs() const { return false; }  // run may be captured and replayed
-  virtual bool supports_compute_capability(std::optional<DeviceCapability> capability) const { return true; }
+  // Whether a layer running this decode backend may write fp8 output with an
+  // output_scale (MlaAttention requires it of both its backends).
+  virtual bool supports_quant_output(QuantKey /*key*/) const { return false; }
+  virtual bool supports_compute_capability(std::optional<DeviceCapability> /*capability*/) const { return true; }
   virtual bool is_available() const { return true; }
   bool supports_dtype(DType dtype) const;
 

@@ -43,14 +43,33 @@ void for_each_view_pair(MlaMetadata& m, F&& f) {
 
 }  // namespace
 
+namespace detail {
+
+void bind_device_views(MlaMetadata& m, Device target) {
+  if (target.is_cpu()) {
+    for_each_view_pair(m, [](const Tensor& host, Tensor& dev) { dev = host; });
+    m.device = target;
+    return;
+  }
+  std::byte* const host_base = m.storage->host_base();
+  std::byte* const device_base = static_cast<std::byte*>(m.storage->device.data());
+  for_each_view_pair(m, [&](const Tensor& host, Tensor& dev) {
+    if (!host.defined()) return;
+    std::byte* p = device_base + (static_cast<std::byte*>(host.data()) - host_base);
+    dev = Tensor(p, host.dtype(), host.shape(), host.strides(), target);
+  });
+  m.device = target;
+}
+
+}  // namespace detail
+
 void MlaMetadata::to_device(Device target, Stream stream) {
   if (!storage) {
     throw ValueError("MlaMetadata::to_device: this metadata has no storage (it was not made by MlaMetadataBuilder)");
   }
   detail::MetadataStorage& s = *storage;
   if (target.is_cpu()) {
-    for_each_view_pair(*this, [](const Tensor& host, Tensor& dev) { dev = host; });
-    device = target;
+    detail::bind_device_views(*this, target);
     return;
   }
   if (s.device.data() && !(s.device.device() == target)) {
@@ -63,14 +82,7 @@ void MlaMetadata::to_device(Device target, Stream stream) {
     cuda_hooks::memcpy_any(static_cast<std::byte*>(s.device.data()) + r.offset, target, s.host_base() + r.offset,
                            Device::cpu(), r.bytes, stream);
   }
-  std::byte* const host_base = s.host_base();
-  std::byte* const device_base = static_cast<std::byte*>(s.device.data());
-  for_each_view_pair(*this, [&](const Tensor& host, Tensor& dev) {
-    if (!host.defined()) return;
-    std::byte* p = device_base + (static_cast<std::byte*>(host.data()) - host_base);
-    dev = Tensor(p, host.dtype(), host.shape(), host.strides(), target);
-  });
-  device = target;
+  detail::bind_device_views(*this, target);
 }
 
 CommonAttentionMetadata::CommonAttentionMetadata(Tensor query_start_loc_, Tensor query_start_loc_cpu_, Tensor seq_lens_,

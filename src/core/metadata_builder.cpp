@@ -139,6 +139,10 @@ BatchPlan plan_batch(const MetadataBuilderConfig& cfg, const detail::GraphBuffer
 
   const int block_size = cfg.block_size;
   const int threshold = cfg.reorder_batch_threshold;
+  // Valid block ids are [0, max_block_id]: below num_cache_blocks, or any
+  // non-negative int32 when the cache size is unknown.
+  const uint32_t max_block_id =
+      cfg.num_cache_blocks > 0 ? uint32_t(std::min<int64_t>(cfg.num_cache_blocks, kInt32Max + 1) - 1) : uint32_t(kInt32Max);
   const bool chunking = cfg.chunked_prefill_enabled || cfg.enable_prefix_caching;
   int first_prefill = -1;
   int64_t max_context_all = 0, max_context_prefill = 0;
@@ -148,16 +152,17 @@ BatchPlan plan_batch(const MetadataBuilderConfig& cfg, const detail::GraphBuffer
   for (int r = 0; r < plan.num_reqs; ++r) {
     const int64_t query_len = batch.query_len(r);
     const int64_t context_len = batch.context_len(r);
-    const std::string req = "request " + std::to_string(r);
+    // Built only on error: the loop runs for every request of every step.
+    auto req = [r] { return "request " + std::to_string(r); };
     if (query_len <= 0) {
-      throw ValueError(op + req + " has query_len " + std::to_string(query_len) + "; every request needs query_len > 0");
+      throw ValueError(op + req() + " has query_len " + std::to_string(query_len) + "; every request needs query_len > 0");
     }
     if (context_len < 0) {
-      throw ValueError(op + req + " has num_computed_tokens " + std::to_string(context_len) + "; it must be >= 0");
+      throw ValueError(op + req() + " has num_computed_tokens " + std::to_string(context_len) + "; it must be >= 0");
     }
     const int64_t seq_len = context_len + query_len;
     if (seq_len > kInt32Max) {
-      throw ValueError(op + req + " has seq_len " + std::to_string(seq_len) + " (num_computed_tokens " +
+      throw ValueError(op + req() + " has seq_len " + std::to_string(seq_len) + " (num_computed_tokens " +
                        std::to_string(context_len) + " + query_len " + std::to_string(query_len) +
                        "), beyond the int32 index range");
     }
@@ -172,12 +177,12 @@ BatchPlan plan_batch(const MetadataBuilderConfig& cfg, const detail::GraphBuffer
     } else if (first_prefill >= 0) {
       throw AssertionError(op + "the batch is not reordered (decodes first): request " + std::to_string(first_prefill) +
                            " is a prefill (query_len " + std::to_string(batch.query_len(first_prefill)) +
-                           " > reorder_batch_threshold " + std::to_string(threshold) + ") but " + req +
+                           " > reorder_batch_threshold " + std::to_string(threshold) + ") but " + req() +
                            " after it is a decode (query_len " + std::to_string(query_len) +
                            "); call reorder_batch_to_split_decodes_and_prefills first");
     }
     if (graph_build && query_len != 1) {
-      throw ValueError(op + "a CUDA-graph build needs a decode-only batch with one query token per request; " + req +
+      throw ValueError(op + "a CUDA-graph build needs a decode-only batch with one query token per request; " + req() +
                        " has query_len " + std::to_string(query_len));
     }
 
@@ -185,22 +190,32 @@ BatchPlan plan_batch(const MetadataBuilderConfig& cfg, const detail::GraphBuffer
       const std::span<const int32_t> row = batch.block_row(r);
       const int64_t needed = cdiv(seq_len, block_size);
       if (int64_t(row.size()) < needed) {
-        throw ValueError(op + req + " has a block table of " + std::to_string(row.size()) + " blocks, but seq_len " +
+        throw ValueError(op + req() + " has a block table of " + std::to_string(row.size()) + " blocks, but seq_len " +
                          std::to_string(seq_len) + " (num_computed_tokens " + std::to_string(context_len) +
                          " + query_len " + std::to_string(query_len) + ") at block_size " +
                          std::to_string(block_size) + " needs " + std::to_string(needed));
       }
-      for (int64_t j = 0; j < needed; ++j) {
-        const int32_t block = row[j];
-        if (block < 0 || (cfg.num_cache_blocks > 0 && block >= cfg.num_cache_blocks)) {
-          throw ValueError(op + req + " has block_table[" + std::to_string(j) + "] = " + std::to_string(block) +
-                           ", outside the cache's blocks [0, " +
-                           (cfg.num_cache_blocks > 0 ? std::to_string(cfg.num_cache_blocks) : std::string("inf")) +
-                           ")");
+      // Range check without a branch per entry: id is valid iff both id and
+      // (limit - 1 - id) have a clear top bit (unsigned wrap-around), so an
+      // OR over the row vectorizes; the offending entry is searched for only
+      // when some entry is bad.
+      uint32_t top_bits = 0;
+      const int32_t* ids = row.data();
+      for (int64_t j = 0; j < needed; ++j) top_bits |= uint32_t(ids[j]) | (max_block_id - uint32_t(ids[j]));
+      const bool any_bad = (top_bits & 0x80000000u) != 0;
+      if (any_bad) {
+        for (int64_t j = 0; j < needed; ++j) {
+          const int32_t block = row[j];
+          if (block < 0 || (cfg.num_cache_blocks > 0 && block >= cfg.num_cache_blocks)) {
+            throw ValueError(op + req() + " has block_table[" + std::to_string(j) + "] = " + std::to_string(block) +
+                             ", outside the cache's blocks [0, " +
+                             (cfg.num_cache_blocks > 0 ? std::to_string(cfg.num_cache_blocks) : std::string("inf")) +
+                             ")");
+          }
         }
       }
       if (graph_build && needed > graph->max_blocks_per_seq) {
-        throw ValueError(op + req + " needs " + std::to_string(needed) + " blocks (seq_len " + std::to_string(seq_len) +
+        throw ValueError(op + req() + " needs " + std::to_string(needed) + " blocks (seq_len " + std::to_string(seq_len) +
                          "), more than the CUDA-graph block tables hold (max_blocks_per_seq " +
                          std::to_string(graph->max_blocks_per_seq) + ")");
       }
@@ -217,7 +232,7 @@ BatchPlan plan_batch(const MetadataBuilderConfig& cfg, const detail::GraphBuffer
       if (context_len > 0) {
         ++prefills_with_context;
         if (!chunking) {
-          throw ValueError(op + req + " is a prefill with num_computed_tokens " + std::to_string(context_len) +
+          throw ValueError(op + req() + " is a prefill with num_computed_tokens " + std::to_string(context_len) +
                            " > 0, but neither chunked_prefill_enabled nor enable_prefix_caching is set, so no "
                            "context can be planned");
         }

@@ -13,6 +13,10 @@
 
 #include "lattn/tensor.h"
 
+namespace lattn {
+struct MlaMetadata;
+}
+
 namespace lattn::detail {
 
 // Byte range [offset, offset + bytes) of the arena that to_device uploads.
@@ -49,5 +53,11 @@ class ArenaLayout {
 inline Tensor arena_view(const MetadataStorage& s, size_t offset, DType dtype, std::initializer_list<int64_t> shape) {
   return Tensor(s.host_base() + offset, dtype, shape);
 }
+
+// Points every device view of `m` at the same offsets of its storage's
+// device mirror (allocated, uploaded or not: no copy), or at the host views
+// when `target` is the CPU; sets m.device. The mirror must exist for a CUDA
+// target.
+void bind_device_views(MlaMetadata& m, Device target);
 
 }  // namespace lattn::detail

@@ -250,5 +250,32 @@ TEST(AdvanceStep, ManyStepsMatchFreshBuilds) {
   }
 }
 
+
+TEST(AdvanceStep, DeviceMetadataIsUpdatedInPlace) {
+  if (query_cuda_devices().devices.empty()) GTEST_SKIP() << "no CUDA device";
+  const MlaMetadataBuilder builder = graph_builder(4);
+  MlaMetadata m = tv_advance_metadata(builder);
+  m.to_device(Device::cuda(0));
+  const void* slots_before = m.slot_mapping.data();
+  const Device gpu = Device::cuda(0);
+  std::vector<int64_t> sampled = {7, 8, 9};
+  OwnedTensor sampled_d = OwnedTensor::empty({3}, DType::i64, gpu);
+  copy_tensor(Tensor(sampled.data(), DType::i64, {3}), sampled_d);
+  OwnedTensor tokens_d = OwnedTensor::zeros({4}, DType::i64, gpu);
+  OwnedTensor positions_d = OwnedTensor::zeros({4}, DType::i64, gpu);
+  advance_step(m, sampled_d, tokens_d, positions_d, 4, 4, 3);
+  EXPECT_EQ(m.slot_mapping.data(), slots_before);  // same device memory
+  auto back = [](const Tensor& t) {
+    OwnedTensor host = OwnedTensor::empty(t.shape(), t.dtype());
+    copy_tensor(t, host);
+    return to_vec(host.tensor());
+  };
+  EXPECT_EQ(back(m.slot_mapping), (Vec{45, 88, 123, -1}));
+  EXPECT_EQ(back(m.seq_lens), (Vec{6, 9, 4, 1}));
+  EXPECT_EQ(back(m.decode->seq_lens), (Vec{6, 9, 4, 1}));
+  EXPECT_EQ(back(tokens_d), (Vec{7, 8, 9, 0}));
+  EXPECT_EQ(back(positions_d), (Vec{5, 8, 3, 0}));
+}
+
 }  // namespace
 }  // namespace lattn

@@ -22,6 +22,7 @@ void merge_attn_states(const Tensor&, const Tensor&, const Tensor&, const Tensor
   pending("merge_attn_states");
 }
 void copy_blocks(std::span<const LatentCache>, const Tensor&, Stream) { pending("copy_blocks"); }
+void quantize_fp8(const Tensor&, const Tensor&, const Tensor&, Stream) { pending("quantize_fp8"); }
 
 }  // namespace lattn::cuda_hooks
 
