@@ -58,7 +58,8 @@ struct PrefillTileJob {
   float scale = 0.f;           // softmax scale
   void* out = nullptr;         // [rows][dv] of out_dtype, row i at out + i * out_stride (elements)
   int64_t out_stride = 0;
-  DType out_dtype = DType::f32;
+  DType out_dtype = DType::f32;  // f32/f16/bf16, or fp8_e4m3: out = fp8(o / out_scale)
+  float out_scale = 1.f;
   float* lse = nullptr;        // natural-log LSE of row i at lse[i * lse_stride]; may be null
   int64_t lse_stride = 0;
   void* scratch = nullptr;     // prefill_scratch_bytes(dqk, dv), 64-byte aligned, this thread's

@@ -68,6 +68,10 @@ class Arena {
   size_t used_ = 0;
 };
 
+inline size_t dtype_bytes(DType t) {
+  return t == DType::f32 ? 4 : (t == DType::fp8_e4m3 ? 1 : 2);
+}
+
 inline uint32_t load_u32(const uint16_t* p) {
   uint32_t v;
   __builtin_memcpy(&v, p, 4);
@@ -344,13 +348,39 @@ void pack_queries_f32(const PrefillTileJob& job, int groups, float* row, float* 
   }
 }
 
+// f32 -> fp8 e4m3 (OCP "e4m3fn"): round to nearest even, saturating at
+// +-448, NaN kept; the same results as lattn::f32_to_fp8e4m3, which this
+// file may not call (see the top of the file).
+inline uint8_t encode_fp8_e4m3(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  const uint8_t sign = uint8_t((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint8_t(sign | 0x7fu);   // NaN
+  if (a >= 0x43e80000u) return uint8_t(sign | 0x7eu);  // >= 464 or inf: 448
+  if (a < 0x3c800000u) {                                // below 2^-6: subnormal steps of 2^-9
+    float mag;
+    __builtin_memcpy(&mag, &a, 4);
+    return uint8_t(sign | uint8_t(__builtin_nearbyint(double(mag) * 512.0)));
+  }
+  const uint32_t rounded = a + 0x7ffffu + ((a >> 20) & 1u);
+  uint32_t bits = (rounded - 0x3c000000u) >> 20;
+  if (bits > 0x7eu) bits = 0x7eu;
+  return uint8_t(sign | bits);
+}
+
 template <class I>
 void prefill_write_rows(const PrefillTileJob& job, const float* ot, const float* m, const float* l, float* row) {
   constexpr int W = I::W;
-  const size_t esize = job.out_dtype == DType::f32 ? 4 : 2;
+  const size_t esize = dtype_bytes(job.out_dtype);
   for (int lane = 0; lane < job.rows; ++lane) {
     const float lse = finalize_lane(ot, m, l, lane, W, job.dv, 1.f, row);
-    I::from_f32(row, job.dv, job.out_dtype, static_cast<char*>(job.out) + size_t(lane) * job.out_stride * esize);
+    char* dst = static_cast<char*>(job.out) + size_t(lane) * job.out_stride * esize;
+    if (job.out_dtype == DType::fp8_e4m3) {
+      for (int d = 0; d < job.dv; ++d) reinterpret_cast<uint8_t*>(dst)[d] = encode_fp8_e4m3(row[d] / job.out_scale);
+    } else {
+      I::from_f32(row, job.dv, job.out_dtype, dst);
+    }
     if (job.lse) job.lse[size_t(lane) * job.lse_stride] = lse;
   }
 }
@@ -432,10 +462,6 @@ struct DecodeScratchF32 {
     next_rows = a.take<const char*>(kKeyTile);
   }
 };
-
-inline size_t dtype_bytes(DType t) {
-  return t == DType::f32 ? 4 : (t == DType::fp8_e4m3 ? 1 : 2);
-}
 
 // Pointer to the cache row of logical key `pos` of the job's request.
 inline const char* cache_row(const DecodeSplitJob& job, int pos) {

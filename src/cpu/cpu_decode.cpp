@@ -213,6 +213,9 @@ class CpuDecodeBackendClass final : public DecodeBackendClass {
  public:
   std::string name() const override { return "cpu"; }
   std::vector<DType> supported_dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
+  // The layer quantizes decode rows after the V up-projection; run() itself
+  // always writes the activation dtype.
+  bool supports_quant_output(QuantKey key) const override { return key == QuantKey::fp8_e4m3_static_per_tensor; }
   bool supports_compute_capability(std::optional<DeviceCapability> capability) const override {
     return !capability.has_value();
   }

@@ -29,6 +29,8 @@ struct PrefillProblem {
   Tensor lse;                 // [N, Tq] f32, or undefined
   std::vector<int32_t> q_begin, k_begin;  // [num_requests + 1]
   bool causal = false;        // new tokens: query i of a request sees its keys [0, i]
+  DType out_dtype = DType::f32;  // set by validate_tensors: the activation dtype, or fp8_e4m3
+  float out_scale = 1.f;         // fp8_e4m3 output: out = fp8(o / out_scale)
 };
 
 struct TileTask {
@@ -40,15 +42,19 @@ class CpuPrefillBackend final : public PrefillBackend {
   explicit CpuPrefillBackend(const PrefillBackendParams& params) : PrefillBackend(params) {}
 
   std::string name() const override { return "cpu"; }
+  bool supports_quant_output(QuantKey key) const override { return key == QuantKey::fp8_e4m3_static_per_tensor; }
 
   void run_prefill_new_tokens(const Tensor& q, const Tensor& k, const Tensor& v, bool return_softmax_lse,
                               const Tensor& out, const Tensor& lse, const Tensor& output_scale) override {
-    if (output_scale.defined()) {
-      throw NotImplementedError(std::string(kNewTokensOp) + ": the cpu backend does not write quantized output "
-                                "(supports_quant_output is false); pass no output_scale");
-    }
     const PrefillMetadata& md = require_metadata(kNewTokensOp);
     PrefillProblem pb;
+    if (output_scale.defined()) {
+      check_device(kNewTokensOp, "output_scale", output_scale, Device::cpu());
+      check_dtype(kNewTokensOp, "output_scale", output_scale, DType::f32);
+      check_arg(output_scale.numel() == 1, kNewTokensOp, "output_scale", "have one element", output_scale.shape_str());
+      pb.out_dtype = DType::fp8_e4m3;
+      pb.out_scale = *output_scale.data_as<const float>();
+    }
     pb.q_begin = read_offsets(kNewTokensOp, "metadata.query_start_loc_cpu", md.query_start_loc_cpu,
                               md.num_prefills, md.num_prefill_tokens);
     pb.k_begin = pb.q_begin;
@@ -95,14 +101,16 @@ class CpuPrefillBackend final : public PrefillBackend {
     const int64_t n = params_.num_heads, dqk = params_.qk_nope_head_dim + params_.qk_rope_head_dim;
     const int64_t dv = params_.v_head_dim;
     const DType dt = params_.dtype;
+    if (pb.out_dtype != DType::fp8_e4m3) pb.out_dtype = dt;
     const struct {
       const char* name;
       const Tensor& t;
       int64_t rows, width;
-    } args[] = {{"q", q, tq, dqk}, {"k", k, tk, dqk}, {"v", v, tk, dv}, {"out", out, tq, dv}};
+      DType dtype;
+    } args[] = {{"q", q, tq, dqk, dt}, {"k", k, tk, dqk, dt}, {"v", v, tk, dv, dt}, {"out", out, tq, dv, pb.out_dtype}};
     for (const auto& a : args) {
       check_device(op, a.name, a.t, Device::cpu());
-      check_dtype(op, a.name, a.t, dt);
+      check_dtype(op, a.name, a.t, a.dtype);
       check_shape(op, a.name, a.t, {a.rows, n, a.width});
       check_last_dim_contiguous(op, a.name, a.t);
     }
@@ -206,6 +214,7 @@ void CpuPrefillBackend::attend(const PrefillProblem& pb) {
   char* scratch = static_cast<char*>(scratch_.reserve(scratch_bytes * size_t(threads)));
   const char* q_base = static_cast<const char*>(pb.q.data());
   char* out_base = static_cast<char*>(pb.out.data());
+  const size_t out_esize = size_t(dtype_size(pb.out_dtype));
   float* lse_base = pb.lse.defined() ? pb.lse.data_as<float>() : nullptr;
   const int64_t task_count = int64_t(tasks.size());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
@@ -234,9 +243,10 @@ void CpuPrefillBackend::attend(const PrefillProblem& pb) {
     job.causal = pb.causal;
     job.first_row = task.row0;
     job.scale = params_.scale;
-    job.out = out_base + (t0 * pb.out.stride(0) + h * pb.out.stride(1)) * esize;
+    job.out = out_base + (t0 * pb.out.stride(0) + h * pb.out.stride(1)) * out_esize;
     job.out_stride = pb.out.stride(0);
-    job.out_dtype = dt;
+    job.out_dtype = pb.out_dtype;
+    job.out_scale = pb.out_scale;
     job.lse = lse_base ? lse_base + h * pb.lse.stride(0) + t0 * pb.lse.stride(1) : nullptr;
     job.lse_stride = pb.lse.defined() ? pb.lse.stride(1) : 0;
     job.scratch = scratch + scratch_bytes * size_t(omp_get_thread_num());
@@ -248,6 +258,7 @@ class CpuPrefillBackendClass final : public PrefillBackendClass {
  public:
   std::string name() const override { return "cpu"; }
   std::vector<DType> supported_dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
+  bool supports_quant_output(QuantKey key) const override { return key == QuantKey::fp8_e4m3_static_per_tensor; }
   // The CPU only: a CUDA device has its own backends.
   bool supports_compute_capability(std::optional<DeviceCapability> capability) const override {
     return !capability.has_value();

@@ -197,9 +197,15 @@ TEST(CpuPrefillRefusals, BadArgumentsAreNamedAndNothingIsWritten) {
   md.query_start_loc_cpu = qsl;
   expect_refusal([&] { backend->run_prefill_context_chunk(0, q, k, v, out, lse); }, "chunk_idx");
 
+  // fp8 output: out must be fp8_e4m3 and the scale one f32 element.
   OwnedTensor scale = OwnedTensor::empty({1}, DType::f32);
-  EXPECT_THROW(backend->run_prefill_new_tokens(q, k, v, true, out, lse, scale), NotImplementedError);
-  EXPECT_TRUE(all_nan(out));
+  *scale.data_as<float>() = 0.5f;
+  expect_refusal([&] { backend->run_prefill_new_tokens(q, k, v, true, out, lse, scale); }, "argument 'out'");
+  OwnedTensor f16_scale = OwnedTensor::zeros({1}, DType::f16);
+  OwnedTensor fp8_out = OwnedTensor::empty({5, 2, 8}, DType::fp8_e4m3);
+  expect_refusal([&] { backend->run_prefill_new_tokens(q, k, v, true, fp8_out, lse, f16_scale); },
+                 "argument 'output_scale'");
+  EXPECT_NO_THROW(backend->run_prefill_new_tokens(q, k, v, true, fp8_out, lse, scale));
 }
 
 TEST(CpuDecodeRefusals, BadBlockIdsAndLengthsAreNamedAndNothingIsWritten) {
