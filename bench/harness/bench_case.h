@@ -20,7 +20,8 @@ Phase parse_phase(const std::string& name);  // ValueError otherwise
 //   prefill: `batch` requests, each with `query_len` new tokens attending
 //            causally among themselves, plus `context_len` cached tokens
 //            attended non-causally in `context_chunks` chunks of equal size
-//            (the last one shorter) whose results are merged by LSE.
+//            (the last one shorter) whose results are merged by LSE
+//            (merge_attn_states, timed with the attention).
 //   decode:  `batch` requests, each with `seq_len` tokens in the paged latent
 //            cache (its own `query_len` = s_q tokens included), blocks handed
 //            out in a shuffled order as a long-running server's would be.

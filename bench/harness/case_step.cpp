@@ -11,6 +11,7 @@
 #include "lattn/backend.h"
 #include "lattn/cache.h"
 #include "lattn/metadata.h"
+#include "lattn/ops.h"
 #include "lattn/registry.h"
 #include "lattn/tensor.h"
 
@@ -54,7 +55,9 @@ std::vector<int32_t> offsets(int count, int each) {
 
 struct PrefillInputs {
   OwnedTensor q, k, v, out, lse;          // new tokens: [T, N, Dqk], [T, N, Dqk], [T, N, V], [T, N, V], [N, T]
-  OwnedTensor k_ctx, v_ctx, out_ctx, lse_ctx;  // the gathered context chunk (workspace) and its results
+  OwnedTensor k_ctx, v_ctx;               // the gathered context chunk (the forward's workspace)
+  OwnedTensor prefix_out, chunk_out, merged_out;  // [T, N, V]: merged chunks so far, this chunk, final
+  OwnedTensor prefix_lse[2], chunk_lse;    // [N, T]; the merged LSE alternates (it may not alias)
   std::vector<IndexArray> arrays;
   PrefillMetadata md;
   std::unique_ptr<PrefillBackend> backend;
@@ -86,8 +89,12 @@ std::function<void()> prefill_step(const BenchCase& c, std::mt19937_64& rng) {
     const int64_t rows = int64_t(c.batch) * chunk_len;
     in->k_ctx = random_tensor({rows, n, dqk}, c.dtype, c.device, rng);
     in->v_ctx = random_tensor({rows, n, dv}, c.dtype, c.device, rng);
-    in->out_ctx = OwnedTensor::empty({t, n, dv}, c.dtype, c.device);
-    in->lse_ctx = OwnedTensor::empty({n, t}, DType::f32, c.device);
+    in->prefix_out = OwnedTensor::empty({t, n, dv}, c.dtype, c.device);
+    in->chunk_out = OwnedTensor::empty({t, n, dv}, c.dtype, c.device);
+    in->merged_out = OwnedTensor::empty({t, n, dv}, c.dtype, c.device);
+    in->prefix_lse[0] = OwnedTensor::empty({n, t}, DType::f32, c.device);
+    in->prefix_lse[1] = OwnedTensor::empty({n, t}, DType::f32, c.device);
+    in->chunk_lse = OwnedTensor::empty({n, t}, DType::f32, c.device);
   }
 
   in->arrays.reserve(8);
@@ -133,14 +140,28 @@ std::function<void()> prefill_step(const BenchCase& c, std::mt19937_64& rng) {
   params.context.num_threads = c.num_threads;
   in->backend = mla_prefill_backend_registry().get_class(c.backend)->create(params);
 
+  // As MlaAttention's chunked prefill does it: chunk 0 starts the prefix,
+  // each later chunk is merged into it, and the prefix is merged with the
+  // new tokens' attention at the end (the gathers and up-projections that
+  // fill the workspace are not part of the attention and not timed).
   return [in]() {
     PrefillBackend& b = *in->backend;
     b.prepare_metadata(in->md);
     b.run_prefill_new_tokens(in->q, in->k, in->v, true, in->out, in->lse);
-    for (int i = 0; i < in->md.chunks.num_chunks; ++i) {
+    const int chunks = in->md.chunks.num_chunks;
+    for (int i = 0; i < chunks; ++i) {
       const int64_t rows = in->md.chunks.seq_tot[size_t(i)];
-      b.run_prefill_context_chunk(i, in->q, in->k_ctx.tensor().narrow(0, 0, rows),
-                                  in->v_ctx.tensor().narrow(0, 0, rows), in->out_ctx, in->lse_ctx);
+      const Tensor k = in->k_ctx.tensor().narrow(0, 0, rows), v = in->v_ctx.tensor().narrow(0, 0, rows);
+      if (i == 0) {
+        b.run_prefill_context_chunk(i, in->q, k, v, in->prefix_out, in->prefix_lse[0]);
+        continue;
+      }
+      b.run_prefill_context_chunk(i, in->q, k, v, in->chunk_out, in->chunk_lse);
+      merge_attn_states(in->prefix_out, in->prefix_lse[i % 2], in->prefix_out, in->prefix_lse[(i - 1) % 2],
+                        in->chunk_out, in->chunk_lse);
+    }
+    if (chunks > 0) {
+      merge_attn_states(in->merged_out, Tensor(), in->prefix_out, in->prefix_lse[(chunks - 1) % 2], in->out, in->lse);
     }
   };
 }

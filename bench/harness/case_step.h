@@ -11,7 +11,8 @@ namespace lattn::bench {
 
 // Everything the step needs is owned by the returned function. Calling it
 // runs one step of the case: prefill = prepare_metadata, the causal
-// new-token attention and every context chunk's attention; decode =
+// new-token attention, every context chunk's attention and the LSE merges
+// that combine them (merge_attn_states, as MlaAttention runs them); decode =
 // prepare_metadata and run.
 std::function<void()> build_case_step(const BenchCase& c, uint64_t seed);
 
