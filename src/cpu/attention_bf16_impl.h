@@ -227,7 +227,8 @@ struct PrefillScratchBf16 {
   float *m, *l, *alpha;
   int32_t* lane_end;
   int32_t* group_min_end;
-  float* row;       // [dv]
+  float* row;       // [16][dv] a group's output rows
+  float* lse;       // [16]
   const uint16_t** krow;  // [kKeyTile]
 
   PrefillScratchBf16(Arena& a, int groups, int dqk, int dv) {
@@ -240,7 +241,8 @@ struct PrefillScratchBf16 {
     alpha = a.take<float>(size_t(groups) * 16);
     lane_end = a.take<int32_t>(size_t(groups) * 16);
     group_min_end = a.take<int32_t>(size_t(groups));
-    row = a.take<float>(size_t(dv));
+    row = a.take<float>(size_t(16) * dv);
+    lse = a.take<float>(16);
     krow = a.take<const uint16_t*>(kKeyTile);
   }
 };
@@ -277,7 +279,7 @@ void prefill_tile_bf16(const PrefillTileJob& job) {
     pack_probability_pairs(sc.s, groups, n, sc.p2);
     pv_tile_bf16(sc.p2, groups, n, v + size_t(k0 / 2) * job.v_stride, job.v_stride, sc.ot, job.dv, sc.alpha);
   }
-  prefill_write_rows<Bf16Isa>(job, sc.ot, sc.m, sc.l, sc.row);
+  prefill_write_rows<Bf16Isa>(job, sc.ot, sc.m, sc.l, sc.row, sc.lse);
 }
 
 // ---------------------------------------------------------------------------
@@ -294,6 +296,8 @@ struct DecodeScratchBf16 {
   int32_t* lane_end;
   int32_t* group_min_end;
   uint16_t* qrow;   // [L+R] one query row, bf16
+  float* out_rows;  // [16][L] a group's output rows
+  float* lse;       // [16]
   uint16_t* keys;   // [kKeyTile][L+R] fp8 cache rows converted to bf16
   uint32_t* values; // [kKeyTile/2][L] key pairs of the tile's latent rows
   const uint16_t** krow;  // [kKeyTile]
@@ -312,6 +316,8 @@ struct DecodeScratchBf16 {
     lane_end = a.take<int32_t>(size_t(groups) * 16);
     group_min_end = a.take<int32_t>(size_t(groups));
     qrow = a.take<uint16_t>(size_t(dim));
+    out_rows = a.take<float>(size_t(16) * latent);
+    lse = a.take<float>(16);
     keys = a.take<uint16_t>(size_t(kKeyTile) * dim);
     values = a.take<uint32_t>(size_t(kKeyTile / 2) * latent);
     krow = a.take<const uint16_t*>(kKeyTile);
@@ -385,7 +391,7 @@ void decode_split_bf16(const DecodeSplitJob& job) {
     sc.rows = sc.next_rows;
     sc.next_rows = done;
   }
-  decode_write_partials(job, sc.ot, sc.m, sc.l, 16);
+  decode_write_partials<Bf16Isa>(job, sc.ot, sc.m, sc.l, sc.out_rows, sc.lse);
 }
 
 }  // namespace

@@ -290,16 +290,28 @@ void init_state(int groups, float* m, float* l, float* ot, int dv) {
   for (size_t i = 0; i < size_t(groups) * dv * W; i += W) I::store(ot + i, I::zero());
 }
 
-// Lane `lane`'s normalized output row (times out_scale) into row[dv], and
-// its natural-log LSE (-inf with a zero row when it saw no key).
-inline float finalize_lane(const float* ot, const float* m, const float* l, int lane, int w, int dv,
-                           float out_scale, float* row) {
-  const int g = lane / w, i = lane % w;
-  const float sum = l[lane];
-  const float inv = sum > 0.f ? out_scale / sum : 0.f;
-  const float* src = ot + size_t(g) * dv * w + i;
-  for (int d = 0; d < dv; ++d) row[d] = src[size_t(d) * w] * inv;
-  return sum > 0.f ? (m[lane] + __builtin_log2f(sum)) * kLn2 : kNegInf;
+// Group g's W output rows, normalized and times out_scale, into rows
+// [W][dv] (row i = lane g * W + i), and their natural-log LSEs into lse[W]
+// (-inf with a zero row for a lane that saw no key). The accumulators are
+// scaled in place, then turned into rows W x W blocks at a time.
+template <class I>
+void finalize_group(float* ot, const float* m, const float* l, int g, int dv, float out_scale, float* rows,
+                    float* lse) {
+  constexpr int W = I::W;
+  float* og = ot + size_t(g) * dv * W;
+  alignas(64) float inv[W];
+  for (int i = 0; i < W; ++i) {
+    const float sum = l[g * W + i];
+    inv[i] = sum > 0.f ? out_scale / sum : 0.f;
+    lse[i] = sum > 0.f ? (m[g * W + i] + __builtin_log2f(sum)) * kLn2 : kNegInf;
+  }
+  const typename I::F invv = I::load(inv);
+  for (int d = 0; d < dv; ++d) I::store(og + size_t(d) * W, I::mul(I::load(og + size_t(d) * W), invv));
+  int d0 = 0;
+  for (; d0 + W <= dv; d0 += W) I::transpose(og + size_t(d0) * W, W, rows + d0, dv);
+  for (; d0 < dv; ++d0) {
+    for (int i = 0; i < W; ++i) rows[size_t(i) * dv + d0] = og[size_t(d0) * W + i];
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -312,7 +324,8 @@ struct PrefillScratchF32 {
   float *m, *l, *alpha;  // [G][W]
   int32_t* lane_end;     // [G][W]
   int32_t* group_min_end;  // [G]
-  float* row;       // [max(dqk, dv)]
+  float* row;       // [W][max(dqk, dv)]: a query row, or a group's output rows
+  float* lse;       // [W]
   const float** krow;  // [kKeyTile]
   const float** vrow;  // [kKeyTile]
 
@@ -325,7 +338,8 @@ struct PrefillScratchF32 {
     alpha = a.take<float>(size_t(groups) * w);
     lane_end = a.take<int32_t>(size_t(groups) * w);
     group_min_end = a.take<int32_t>(size_t(groups));
-    row = a.take<float>(size_t(imax(dqk, dv)));
+    row = a.take<float>(size_t(w) * imax(dqk, dv));
+    lse = a.take<float>(size_t(w));
     krow = a.take<const float*>(kKeyTile);
     vrow = a.take<const float*>(kKeyTile);
   }
@@ -369,19 +383,26 @@ inline uint8_t encode_fp8_e4m3(float f) {
   return uint8_t(sign | bits);
 }
 
+// The tile's output rows (and LSEs) from the accumulators; rows [W][dv] and
+// lse [W] are scratch.
 template <class I>
-void prefill_write_rows(const PrefillTileJob& job, const float* ot, const float* m, const float* l, float* row) {
+void prefill_write_rows(const PrefillTileJob& job, float* ot, const float* m, const float* l, float* rows,
+                        float* lse) {
   constexpr int W = I::W;
   const size_t esize = dtype_bytes(job.out_dtype);
-  for (int lane = 0; lane < job.rows; ++lane) {
-    const float lse = finalize_lane(ot, m, l, lane, W, job.dv, 1.f, row);
-    char* dst = static_cast<char*>(job.out) + size_t(lane) * job.out_stride * esize;
-    if (job.out_dtype == DType::fp8_e4m3) {
-      for (int d = 0; d < job.dv; ++d) reinterpret_cast<uint8_t*>(dst)[d] = encode_fp8_e4m3(row[d] / job.out_scale);
-    } else {
-      I::from_f32(row, job.dv, job.out_dtype, dst);
+  for (int g = 0; g * W < job.rows; ++g) {
+    finalize_group<I>(ot, m, l, g, job.dv, 1.f, rows, lse);
+    for (int i = 0; i < W && g * W + i < job.rows; ++i) {
+      const int lane = g * W + i;
+      const float* row = rows + size_t(i) * job.dv;
+      char* dst = static_cast<char*>(job.out) + size_t(lane) * job.out_stride * esize;
+      if (job.out_dtype == DType::fp8_e4m3) {
+        for (int d = 0; d < job.dv; ++d) reinterpret_cast<uint8_t*>(dst)[d] = encode_fp8_e4m3(row[d] / job.out_scale);
+      } else {
+        I::from_f32(row, job.dv, job.out_dtype, dst);
+      }
+      if (job.lse) job.lse[size_t(lane) * job.lse_stride] = lse[i];
     }
-    if (job.lse) job.lse[size_t(lane) * job.lse_stride] = lse;
   }
 }
 
@@ -425,7 +446,7 @@ void prefill_tile_f32(const PrefillTileJob& job) {
     softmax_tile<I>(sc.s, groups, n, k0, c, st);
     pv_tile_f32<I>(sc.s, groups, n, sc.vrow, sc.ot, job.dv, sc.alpha);
   }
-  prefill_write_rows<I>(job, sc.ot, sc.m, sc.l, sc.row);
+  prefill_write_rows<I>(job, sc.ot, sc.m, sc.l, sc.row, sc.lse);
 }
 
 // ---------------------------------------------------------------------------
@@ -439,7 +460,8 @@ struct DecodeScratchF32 {
   float *m, *l, *alpha;
   int32_t* lane_end;
   int32_t* group_min_end;
-  float* row;       // [L+R]
+  float* row;       // [W][L+R]: a query row, or a group's output rows
+  float* lse;       // [W]
   float* keys;      // [kKeyTile][L+R] the tile's cache rows in f32
   const float** krow;  // [kKeyTile]
   const char** rows;       // [kKeyTile] this tile's cache rows
@@ -455,7 +477,8 @@ struct DecodeScratchF32 {
     alpha = a.take<float>(size_t(groups) * w);
     lane_end = a.take<int32_t>(size_t(groups) * w);
     group_min_end = a.take<int32_t>(size_t(groups));
-    row = a.take<float>(size_t(dim));
+    row = a.take<float>(size_t(w) * dim);
+    lse = a.take<float>(size_t(w));
     keys = a.take<float>(size_t(kKeyTile) * dim);
     krow = a.take<const float*>(kKeyTile);
     rows = a.take<const char*>(kKeyTile);
@@ -520,11 +543,18 @@ void decode_query_row_f32(const DecodeSplitJob& job, int lane, float* row) {
   I::to_f32(qp, job.q_dtype, job.rope_dim, row + job.kv_lora_rank);
 }
 
-inline void decode_write_partials(const DecodeSplitJob& job, const float* ot, const float* m, const float* l, int w) {
-  const int lanes = job.s_q * job.num_heads;
-  for (int lane = 0; lane < lanes; ++lane) {
-    job.lse[lane] = finalize_lane(ot, m, l, lane, w, job.kv_lora_rank, job.cache_scale,
-                                  job.o + size_t(lane) * job.kv_lora_rank);
+// The split's partial results (rows [W][L] and lse [W] are scratch).
+template <class I>
+void decode_write_partials(const DecodeSplitJob& job, float* ot, const float* m, const float* l, float* rows,
+                           float* lse) {
+  constexpr int W = I::W;
+  const int lanes = job.s_q * job.num_heads, latent = job.kv_lora_rank;
+  for (int g = 0; g * W < lanes; ++g) {
+    finalize_group<I>(ot, m, l, g, latent, job.cache_scale, rows, lse);
+    for (int i = 0; i < W && g * W + i < lanes; ++i) {
+      __builtin_memcpy(job.o + size_t(g * W + i) * latent, rows + size_t(i) * latent, size_t(latent) * 4);
+      job.lse[g * W + i] = lse[i];
+    }
   }
 }
 
@@ -574,7 +604,7 @@ void decode_split_f32(const DecodeSplitJob& job) {
     sc.rows = sc.next_rows;
     sc.next_rows = done;
   }
-  decode_write_partials(job, sc.ot, sc.m, sc.l, W);
+  decode_write_partials<I>(job, sc.ot, sc.m, sc.l, sc.row, sc.lse);
 }
 
 }  // namespace

@@ -46,6 +46,11 @@ struct Scalar {
   }
   static F neg_inf_to_zero(const F& x) { return map([&](int i) { return x.v[i] == -INFINITY ? 0.f : x.v[i]; }); }
 
+  static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+    for (int i = 0; i < W; ++i) {
+      for (int j = 0; j < W; ++j) dst[j * dst_stride + i] = src[i * src_stride + j];
+    }
+  }
   static void to_f32(const void* src, DType t, int64_t n, float* dst) {
     for (int64_t i = 0; i < n; ++i) dst[i] = lattn::load_as_f32(src, t, i);
   }
