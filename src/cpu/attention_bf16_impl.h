@@ -247,6 +247,23 @@ struct PrefillScratchBf16 {
   }
 };
 
+// Bytes of a tile's packed query pairs: [tile_rows / 16][ceil(dqk / 2)][16].
+size_t prefill_query_bytes_bf16(int tile_rows, int dqk) {
+  return size_t(div_up(tile_rows, 16)) * ((dqk + 1) / 2) * 16 * 4;
+}
+
+// pack_prefill_queries of the bf16_dot path (zero lanes past job.rows).
+void pack_prefill_query_pairs(const PrefillTileJob& job, uint32_t* qp) {
+  const uint16_t* q = static_cast<const uint16_t*>(job.q);
+  for (int lane = 0; lane < div_up(job.rows, 16) * 16; ++lane) {
+    if (lane < job.rows) {
+      pack_query_pairs(q + size_t(lane) * job.q_stride, job.dqk, lane, qp);
+    } else {
+      zero_query_pairs(job.dqk, lane, qp);
+    }
+  }
+}
+
 size_t prefill_scratch_bytes_bf16(int tile_rows, int dqk, int dv) {
   Arena a(nullptr);
   PrefillScratchBf16 layout(a, div_up(tile_rows, 16), dqk, dv);
@@ -257,13 +274,10 @@ void prefill_tile_bf16(const PrefillTileJob& job) {
   const int groups = div_up(job.rows, 16);
   Arena arena(job.scratch);
   PrefillScratchBf16 sc(arena, groups, job.dqk, job.dv);
-  const uint16_t* q = static_cast<const uint16_t*>(job.q);
-  for (int lane = 0; lane < groups * 16; ++lane) {
-    if (lane < job.rows) {
-      pack_query_pairs(q + size_t(lane) * job.q_stride, job.dqk, lane, sc.qp);
-    } else {
-      zero_query_pairs(job.dqk, lane, sc.qp);
-    }
+  const uint32_t* qp = static_cast<const uint32_t*>(job.q_packed);
+  if (!qp) {
+    pack_prefill_query_pairs(job, sc.qp);
+    qp = sc.qp;
   }
   const int kmax = prefill_lane_ends(job, groups, 16, sc.lane_end, sc.group_min_end);
   init_state<Bf16Isa>(groups, sc.m, sc.l, sc.ot, job.dv);
@@ -274,7 +288,7 @@ void prefill_tile_bf16(const PrefillTileJob& job) {
   for (int k0 = 0; k0 < kmax; k0 += kKeyTile) {  // k0 even: value pairs start at k0 / 2
     const int n = imin(kKeyTile, kmax - k0);
     for (int kk = 0; kk < n; ++kk) sc.krow[kk] = k + size_t(k0 + kk) * job.k_stride;
-    qk_tile_bf16(sc.qp, groups, job.dqk, sc.krow, n, sc.s);
+    qk_tile_bf16(qp, groups, job.dqk, sc.krow, n, sc.s);
     softmax_tile<Bf16Isa>(sc.s, groups, n, k0, c, st);
     pack_probability_pairs(sc.s, groups, n, sc.p2);
     pv_tile_bf16(sc.p2, groups, n, v + size_t(k0 / 2) * job.v_stride, job.v_stride, sc.ot, job.dv, sc.alpha);

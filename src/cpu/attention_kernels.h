@@ -37,6 +37,9 @@ struct PrefillTileJob {
   const void* q = nullptr;     // [rows][dqk] of q_dtype, row i at q + i * q_stride (elements)
   int64_t q_stride = 0;
   DType q_dtype = DType::f32;
+  // The same queries already in the kernel's layout (pack_prefill_queries),
+  // or null: the kernel packs them itself.
+  const void* q_packed = nullptr;
   int rows = 0;                // 1..prefill_tile_rows
   int dqk = 0, dv = 0;
   // Keys [num_keys][dqk], key j at k + j * k_stride (elements):
@@ -101,6 +104,10 @@ struct KernelTable {
   size_t (*prefill_scratch_bytes)(int dqk, int dv) = nullptr;
   size_t (*decode_scratch_bytes)(int lanes, int kv_lora_rank, int rope_dim) = nullptr;
   void (*prefill_tile)(const PrefillTileJob& job) = nullptr;
+  // The job's queries (q, q_stride, q_dtype, rows, dqk, path; scratch as
+  // temporary) in the layout q_packed expects, prefill_query_bytes(dqk) at dst.
+  size_t (*prefill_query_bytes)(int dqk) = nullptr;
+  void (*pack_prefill_queries)(const PrefillTileJob& job, void* dst) = nullptr;
   void (*decode_split)(const DecodeSplitJob& job) = nullptr;
   // dst[i] = f32(src[i]) for i < n (src of f32/f16/bf16/fp8_e4m3, unscaled).
   void (*to_f32)(const void* src, DType src_dtype, int64_t n, float* dst) = nullptr;

@@ -346,6 +346,12 @@ struct PrefillScratchF32 {
 };
 
 // Query rows of a prefill tile, transposed to [G][dim][W] f32 (zero lanes past `rows`).
+// Bytes of a tile's packed f32 queries: [tile_rows / W][dqk][W].
+template <class I>
+size_t prefill_query_bytes_f32(int tile_rows, int dqk) {
+  return size_t(div_up(tile_rows, I::W)) * dqk * I::W * 4;
+}
+
 template <class I>
 void pack_queries_f32(const PrefillTileJob& job, int groups, float* row, float* qt) {
   constexpr int W = I::W;
@@ -416,6 +422,13 @@ inline int prefill_lane_ends(const PrefillTileJob& job, int groups, int w, int32
   return finish_lane_ends(lane_end, groups, w, group_min_end);
 }
 
+// pack_prefill_queries of the f32 path: the tile's groups, zero lanes past
+// job.rows, at dst; job.scratch holds the conversion row.
+template <class I>
+void pack_prefill_queries_f32(const PrefillTileJob& job, void* dst) {
+  pack_queries_f32<I>(job, div_up(job.rows, I::W), static_cast<float*>(job.scratch), static_cast<float*>(dst));
+}
+
 template <class I>
 size_t prefill_scratch_bytes_f32(int tile_rows, int dqk, int dv) {
   Arena a(nullptr);
@@ -429,7 +442,11 @@ void prefill_tile_f32(const PrefillTileJob& job) {
   const int groups = div_up(job.rows, W);
   Arena arena(job.scratch);
   PrefillScratchF32 sc(arena, groups, W, job.dqk, job.dv);
-  pack_queries_f32<I>(job, groups, sc.row, sc.qt);
+  const float* qt = static_cast<const float*>(job.q_packed);
+  if (!qt) {
+    pack_queries_f32<I>(job, groups, sc.row, sc.qt);
+    qt = sc.qt;
+  }
   const int kmax = prefill_lane_ends(job, groups, W, sc.lane_end, sc.group_min_end);
   init_state<I>(groups, sc.m, sc.l, sc.ot, job.dv);
   const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};
@@ -442,7 +459,7 @@ void prefill_tile_f32(const PrefillTileJob& job) {
       sc.krow[kk] = k + size_t(k0 + kk) * job.k_stride;
       sc.vrow[kk] = v + size_t(k0 + kk) * job.v_stride;
     }
-    qk_tile_f32<I>(sc.qt, groups, job.dqk, sc.krow, n, sc.s);
+    qk_tile_f32<I>(qt, groups, job.dqk, sc.krow, n, sc.s);
     softmax_tile<I>(sc.s, groups, n, k0, c, st);
     pv_tile_f32<I>(sc.s, groups, n, sc.vrow, sc.ot, job.dv, sc.alpha);
   }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cpu/attention_kernels.h"
@@ -129,6 +130,7 @@ class CpuPrefillBackend final : public PrefillBackend {
   void attend(const PrefillProblem& pb);
 
   HostWorkspace packed_;   // keys/values in the kernels' format
+  HostWorkspace queries_;  // every tile's queries in the kernels' format
   HostWorkspace scratch_;  // one kernel scratch per thread
 };
 
@@ -216,10 +218,7 @@ void CpuPrefillBackend::attend(const PrefillProblem& pb) {
   char* out_base = static_cast<char*>(pb.out.data());
   const size_t out_esize = size_t(dtype_size(pb.out_dtype));
   float* lse_base = pb.lse.defined() ? pb.lse.data_as<float>() : nullptr;
-  const int64_t task_count = int64_t(tasks.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t i = 0; i < task_count; ++i) {
-    const TileTask& task = tasks[size_t(i)];
+  const auto job_of = [&](const TileTask& task) {
     const int r = task.request, h = task.head;
     const int64_t t0 = pb.q_begin[r] + task.row0;
     PrefillTileJob job;
@@ -250,7 +249,34 @@ void CpuPrefillBackend::attend(const PrefillProblem& pb) {
     job.lse = lse_base ? lse_base + h * pb.lse.stride(0) + t0 * pb.lse.stride(1) : nullptr;
     job.lse_stride = pb.lse.defined() ? pb.lse.stride(1) : 0;
     job.scratch = scratch + scratch_bytes * size_t(omp_get_thread_num());
-    kt.prefill_tile(job);
+    return job;
+  };
+
+  // Every tile's queries packed first, walking q in memory order (token
+  // tiles, then heads): q is strided per (token, head), and packing inside
+  // each tile job would take its cache misses one row at a time.
+  const int64_t task_count = int64_t(tasks.size());
+  std::vector<int64_t> pack_order(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) pack_order[i] = int64_t(i);
+  std::stable_sort(pack_order.begin(), pack_order.end(), [&](int64_t a, int64_t b) {
+    const TileTask &x = tasks[size_t(a)], &y = tasks[size_t(b)];
+    return std::tie(x.request, x.row0, x.head) < std::tie(y.request, y.row0, y.head);
+  });
+  const size_t query_bytes = round_up(kt.prefill_query_bytes(dqk), 64);
+  char* queries = static_cast<char*>(queries_.reserve(query_bytes * tasks.size()));
+#pragma omp parallel num_threads(threads)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < task_count; ++i) {
+      const int64_t t = pack_order[size_t(i)];
+      kt.pack_prefill_queries(job_of(tasks[size_t(t)]), queries + query_bytes * size_t(t));
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < task_count; ++i) {
+      PrefillTileJob job = job_of(tasks[size_t(i)]);
+      job.q_packed = queries + query_bytes * size_t(i);
+      kt.prefill_tile(job);
+    }
   }
 }
 

@@ -50,14 +50,56 @@ void any_decode_split(const DecodeSplitJob& job) {
   }
 }
 
-const KernelTable kAvx512{CpuIsa::avx512,     Avx512::W,          kTileRows,
-                          always_f32_prefill, always_f32_decode,  f32_prefill_scratch,
-                          f32_decode_scratch, f32_prefill_tile,   f32_decode_split,
-                          Avx512::to_f32, Avx512::from_f32,     Avx512::pack_value_pairs};
-const KernelTable kAvx512Bf16{CpuIsa::avx512_bf16, Avx512::W,           kTileRows,
-                              bf16_prefill,        bf16_decode,         both_prefill_scratch,
-                              both_decode_scratch, any_prefill_tile,    any_decode_split,
-                              Avx512::to_f32, Avx512::from_f32,      Avx512::pack_value_pairs};
+size_t f32_query_bytes(int dqk) { return prefill_query_bytes_f32<Avx512>(kTileRows, dqk); }
+void f32_pack_queries(const PrefillTileJob& job, void* dst) { pack_prefill_queries_f32<Avx512>(job, dst); }
+size_t both_query_bytes(int dqk) {
+  const size_t a = f32_query_bytes(dqk), b = prefill_query_bytes_bf16(kTileRows, dqk);
+  return a > b ? a : b;
+}
+void any_pack_queries(const PrefillTileJob& job, void* dst) {
+  if (job.path == MathPath::bf16_dot) {
+    pack_prefill_query_pairs(job, static_cast<uint32_t*>(dst));
+  } else {
+    pack_prefill_queries_f32<Avx512>(job, dst);
+  }
+}
+
+const KernelTable kAvx512 = [] {
+  KernelTable t;
+  t.isa = CpuIsa::avx512;
+  t.lanes_per_group = Avx512::W;
+  t.prefill_tile_rows = kTileRows;
+  t.to_f32 = Avx512::to_f32;
+  t.from_f32 = Avx512::from_f32;
+  t.pack_value_pairs = Avx512::pack_value_pairs;
+  t.prefill_path = always_f32_prefill;
+  t.decode_path = always_f32_decode;
+  t.prefill_scratch_bytes = f32_prefill_scratch;
+  t.decode_scratch_bytes = f32_decode_scratch;
+  t.prefill_tile = f32_prefill_tile;
+  t.decode_split = f32_decode_split;
+  t.prefill_query_bytes = f32_query_bytes;
+  t.pack_prefill_queries = f32_pack_queries;
+  return t;
+}();
+const KernelTable kAvx512Bf16 = [] {
+  KernelTable t;
+  t.isa = CpuIsa::avx512_bf16;
+  t.lanes_per_group = Avx512::W;
+  t.prefill_tile_rows = kTileRows;
+  t.to_f32 = Avx512::to_f32;
+  t.from_f32 = Avx512::from_f32;
+  t.pack_value_pairs = Avx512::pack_value_pairs;
+  t.prefill_path = bf16_prefill;
+  t.decode_path = bf16_decode;
+  t.prefill_scratch_bytes = both_prefill_scratch;
+  t.decode_scratch_bytes = both_decode_scratch;
+  t.prefill_tile = any_prefill_tile;
+  t.decode_split = any_decode_split;
+  t.prefill_query_bytes = both_query_bytes;
+  t.pack_prefill_queries = any_pack_queries;
+  return t;
+}();
 
 }  // namespace
 
