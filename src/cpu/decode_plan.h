@@ -3,7 +3,7 @@
 // tokens) against a contiguous range of its keys (a "split").
 //
 // A request's keys are split only when the batch alone cannot keep every
-// thread busy: the target is ~4 jobs per thread (so dynamic scheduling
+// thread busy: the target is ~8 jobs per thread (so dynamic scheduling
 // evens out unequal lengths), each job at least kMinSplitKeys keys (below
 // that the per-job query packing and the combine cost more than the
 // parallelism gains), split boundaries on key-tile multiples.
