@@ -23,6 +23,12 @@ struct Ceilings {
   double compute_gflops(DType dtype) const;
 };
 
+// Field by field, the larger of two measurements of the same device (e.g.
+// one taken before and one after the cases): on a shared machine a probe
+// that lost its core to another process under-reports, and a ceiling must
+// not be too low.
+Ceilings best_of(const Ceilings& a, const Ceilings& b);
+
 struct CeilingOptions {
   double seconds_per_probe = 0.2;  // per compute probe (best of `trials`)
   int trials = 3;

@@ -155,6 +155,15 @@ double Ceilings::compute_gflops(DType dtype) const {
   return f32_gflops;
 }
 
+Ceilings best_of(const Ceilings& a, const Ceilings& b) {
+  Ceilings c = a;
+  c.bandwidth_gbps = std::max(a.bandwidth_gbps, b.bandwidth_gbps);
+  c.f32_gflops = std::max(a.f32_gflops, b.f32_gflops);
+  c.f16_gflops = std::max(a.f16_gflops, b.f16_gflops);
+  c.bf16_gflops = std::max(a.bf16_gflops, b.bf16_gflops);
+  return c;
+}
+
 Ceilings measure_cpu_ceilings(int threads, const CeilingOptions& options) {
   if (threads <= 0) threads = omp_get_max_threads();
   const CpuIsa best = cpu_isa_best();
