@@ -6,7 +6,9 @@
 // `reference` backend on the same cases for the speedup.
 //
 //   cpu_bench [--threads N] [--repeats N] [--warmup N] [--isa scalar|avx2|avx512|avx512bf16]
-//             [--reference] [--json PATH]
+//             [--reference] [--paired] [--json PATH]
+//   --paired: judge every repeat against ceilings re-measured right before it
+//             (shared machines; see RunOptions::pair_ceilings)
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -24,6 +26,7 @@ struct Options {
   int repeats = 10;
   int warmup = 2;
   bool reference = false;
+  bool paired = false;
   std::string isa;
   std::string json_path;
 };
@@ -46,11 +49,13 @@ Options parse(int argc, char** argv) {
       o.isa = value();
     } else if (a == "--reference") {
       o.reference = true;
+    } else if (a == "--paired") {
+      o.paired = true;
     } else if (a == "--json") {
       o.json_path = value();
     } else {
       throw lattn::ValueError("cpu_bench: unknown argument '" + a +
-                              "' (use --threads, --repeats, --warmup, --isa, --reference, --json)");
+                              "' (use --threads, --repeats, --warmup, --isa, --reference, --paired, --json)");
     }
   }
   return o;
@@ -73,7 +78,11 @@ int main(int argc, char** argv) {
     for (const BenchCase& c : cpu_target_cases("cpu", o.threads)) {
       if (!cases.empty()) ceilings = best_of(ceilings, runner->measure_ceilings({}));
       cases.push_back(c);
-      measurements.push_back(time_case(*runner, c, {o.warmup, o.repeats}));
+      RunOptions run;
+      run.warmup = o.warmup;
+      run.repeats = o.repeats;
+      run.pair_ceilings = o.paired;
+      measurements.push_back(time_case(*runner, c, run));
       if (o.reference) {
         BenchCase ref = c;
         ref.backend = "reference";

@@ -46,7 +46,10 @@ Measurement time_case(DeviceRunner& runner, const BenchCase& c, const RunOptions
   const std::function<void()> step = build_case_step(c, options.seed);
   for (int i = 0; i < options.warmup; ++i) runner.time_us(step);
   Measurement m;
-  for (int i = 0; i < options.repeats; ++i) m.samples_us.push_back(runner.time_us(step));
+  for (int i = 0; i < options.repeats; ++i) {
+    if (options.pair_ceilings) m.paired_ceilings.push_back(runner.measure_ceilings(options.pair_options));
+    m.samples_us.push_back(runner.time_us(step));
+  }
   std::vector<double> sorted = m.samples_us;
   std::sort(sorted.begin(), sorted.end());
   const size_t n = sorted.size();

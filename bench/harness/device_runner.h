@@ -43,10 +43,17 @@ struct RunOptions {
   int warmup = 2;          // untimed runs first (caches, page faults, thread pools)
   int repeats = 10;        // timed runs; the median is reported
   uint64_t seed = 1234;    // random inputs
+  // Shared machines: re-measure the ceilings (short probes) right before
+  // every timed repeat, so each sample is judged against the share of the
+  // machine it actually had (make_row then reports the median of the
+  // per-sample roofline fractions).
+  bool pair_ceilings = false;
+  CeilingOptions pair_options{0.03, 1, size_t(64) << 20};
 };
 
 struct Measurement {
-  std::vector<double> samples_us;  // one per repeat, in run order
+  std::vector<double> samples_us;          // one per repeat, in run order
+  std::vector<Ceilings> paired_ceilings;   // one per repeat with RunOptions::pair_ceilings, else empty
   double median_us = 0;
   double min_us = 0;
 };

@@ -3,10 +3,43 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace lattn::bench {
+
+namespace {
+
+struct Roofline {
+  double us = 0;
+  bool compute_bound = true;
+};
+
+Roofline roofline_of(const BenchCase& c, const Work& w, const Ceilings& ceilings) {
+  const double peak = ceilings.compute_gflops(c.dtype);
+  const double compute_us = peak > 0 ? w.flops / (peak * 1e3) : 0;
+  const double memory_us = ceilings.bandwidth_gbps > 0 ? w.bytes / (ceilings.bandwidth_gbps * 1e3) : 0;
+  return {std::max(compute_us, memory_us), compute_us >= memory_us};
+}
+
+// Per repeat: its roofline (its own ceilings) over its time.
+std::vector<double> paired_fractions(const BenchCase& c, const Work& w, const Measurement& m) {
+  std::vector<double> f;
+  for (size_t i = 0; i < m.paired_ceilings.size() && i < m.samples_us.size(); ++i) {
+    f.push_back(m.samples_us[i] > 0 ? roofline_of(c, w, m.paired_ceilings[i]).us / m.samples_us[i] : 0);
+  }
+  return f;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
 
 Row make_row(const BenchCase& c, const Measurement& m, const Ceilings& ceilings) {
   Row r;
@@ -17,11 +50,12 @@ Row make_row(const BenchCase& c, const Measurement& m, const Ceilings& ceilings)
   r.gflops = seconds > 0 ? r.work.flops / seconds / 1e9 : 0;
   r.gbps = seconds > 0 ? r.work.bytes / seconds / 1e9 : 0;
   r.compute_peak_gflops = ceilings.compute_gflops(c.dtype);
-  const double compute_us = r.compute_peak_gflops > 0 ? r.work.flops / (r.compute_peak_gflops * 1e3) : 0;
-  const double memory_us = ceilings.bandwidth_gbps > 0 ? r.work.bytes / (ceilings.bandwidth_gbps * 1e3) : 0;
-  r.roofline_us = std::max(compute_us, memory_us);
-  r.bound = compute_us >= memory_us ? "compute" : "memory";
-  r.roofline_fraction = m.median_us > 0 ? r.roofline_us / m.median_us : 0;
+  const Roofline roof = roofline_of(c, r.work, ceilings);
+  r.roofline_us = roof.us;
+  r.bound = roof.compute_bound ? "compute" : "memory";
+  r.paired = !m.paired_ceilings.empty();
+  r.roofline_fraction = r.paired ? median(paired_fractions(c, r.work, m))
+                                 : (m.median_us > 0 ? r.roofline_us / m.median_us : 0);
   return r;
 }
 
@@ -83,7 +117,9 @@ std::string to_json(const Ceilings& ceilings, const std::vector<Row>& rows, int 
                          {"compute_peak_gflops", r.compute_peak_gflops},
                          {"roofline_us", r.roofline_us},
                          {"roofline_fraction", r.roofline_fraction},
-                         {"bound", r.bound}});
+                         {"bound", r.bound},
+                         {"paired_ceilings", r.paired}});
+    if (r.paired) j["rows"].back()["paired_fractions"] = paired_fractions(c, r.work, r.measurement);
   }
   return j.dump(indent);
 }

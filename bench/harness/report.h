@@ -3,7 +3,10 @@
 //
 // roofline_us = max(FLOPs / compute peak, bytes / bandwidth) is the least time
 // the case could take on this device; roofline_fraction = roofline_us /
-// median_us (1.0 = at the roofline). `bound` names the larger term.
+// median_us (1.0 = at the roofline). `bound` names the larger term. With
+// paired ceilings (RunOptions::pair_ceilings), roofline_fraction is instead
+// the median over repeats of (roofline under that repeat's ceilings) / (its
+// time); the other fields still use `ceilings`.
 #pragma once
 
 #include <string>
@@ -25,6 +28,7 @@ struct Row {
   double roofline_us = 0;
   double roofline_fraction = 0;
   std::string bound;             // "compute" or "memory"
+  bool paired = false;           // roofline_fraction from per-repeat ceilings
 };
 
 Row make_row(const BenchCase& c, const Measurement& m, const Ceilings& ceilings);
@@ -38,7 +42,8 @@ std::string format_table(const Ceilings& ceilings, const std::vector<Row>& rows)
 //   "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "dtype", "kv_cache_dtype",
 //   "batch", "query_len", "context_len", "context_chunks", "seq_len", "block_size",
 //   "num_threads", "flops", "bytes", "median_us", "min_us", "samples_us", "gflops",
-//   "gbps", "compute_peak_gflops", "roofline_us", "roofline_fraction", "bound"}]}
+//   "gbps", "compute_peak_gflops", "roofline_us", "roofline_fraction", "bound",
+//   "paired_ceilings": bool, "paired_fractions": [...] (with paired ceilings)}]}
 std::string to_json(const Ceilings& ceilings, const std::vector<Row>& rows, int indent = 2);
 
 }  // namespace lattn::bench

@@ -44,6 +44,31 @@ TEST(BenchHarness, RooflinePicksTheLargerTerm) {
   EXPECT_DOUBLE_EQ(r.gflops, w.flops / 1e-2 / 1e9);
 }
 
+TEST(BenchHarness, PairedCeilingsJudgeEachRepeatByItsOwnCeilings) {
+  BenchCase decode = cpu_target_cases()[2];
+  const Work w = work_of(decode);
+  Measurement m;
+  m.samples_us = {1000, 2000, 4000};
+  m.median_us = 2000;
+  m.min_us = 1000;
+  for (double peak : {100.0, 25.0, 400.0}) {
+    Ceilings c;
+    c.bf16_gflops = c.f32_gflops = peak;
+    c.bandwidth_gbps = 1e9;  // compute-bound
+    m.paired_ceilings.push_back(c);
+  }
+  Ceilings overall;
+  overall.bf16_gflops = 400, overall.bandwidth_gbps = 1e9;
+  const Row r = make_row(decode, m, overall);
+  EXPECT_TRUE(r.paired);
+  // Fractions (µs): (F/100)/1000, (F/25)/2000 (the largest), (F/400)/4000; the median is the first.
+  const double f0 = w.flops / 100e3 / 1000;
+  EXPECT_DOUBLE_EQ(r.roofline_fraction, f0);
+  const nlohmann::json j = nlohmann::json::parse(to_json(overall, {r}));
+  EXPECT_EQ(j["rows"][0]["paired_fractions"].size(), 3u);
+  EXPECT_TRUE(j["rows"][0]["paired_ceilings"].get<bool>());
+}
+
 TEST(BenchHarness, CasesAreValidated) {
   BenchCase c = cpu_target_cases()[2];
   c.seq_len = 0;
