@@ -31,6 +31,11 @@ void merge_attn_states(const Tensor&, const Tensor&, const Tensor&, const Tensor
   no_cuda("merge_attn_states");
 }
 void copy_blocks(std::span<const LatentCache>, const Tensor&, Stream) { no_cuda("copy_blocks"); }
+void swap_blocks(const LatentCache&, const LatentCache&, const Tensor&, Stream) { no_cuda("swap_blocks"); }
+void advance_step(int, int, int, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                  const Tensor&, Stream) {
+  no_cuda("advance_step");
+}
 
 }  // namespace lattn::cuda_hooks
 
