@@ -39,6 +39,7 @@ struct DecodeCase {
   std::vector<int> seq_lens;  // keys per request (context + new)
   std::vector<int> s_q;       // query tokens per request
   bool strided_q = false;     // ql_nope as the [T, H, L] view of an [H, T, L] buffer
+  bool misaligned_q = false;  // q_pe rows not 16-byte aligned (the kernel's scalar Q path)
 };
 
 // A decode batch on host and device: the paged cache (NaN everywhere except the
@@ -52,11 +53,11 @@ struct DecodeBatch {
   std::vector<int32_t> table;            // [B, max_blocks]
   OwnedTensor cache_host;                // [num_blocks, bs, L + R]
   OwnedTensor q_nope_host, q_pe_host;    // [T, H, L], [T, H, R]
-  OwnedTensor cache_dev, q_pe_dev, q_nope_buf;  // q_nope_buf: [T, H, L] or [H, T, L]
-  Tensor q_nope_dev;                     // [T, H, L] view
+  OwnedTensor cache_dev, q_pe_buf, q_nope_buf;  // q_nope_buf: [T, H, L] or [H, T, L]; q_pe_buf [T, H, R(+4)]
+  Tensor q_nope_dev, q_pe_dev;           // [T, H, L] and [T, H, R] views
   OwnedTensor seq_lens_host, qsl_host, table_host, seq_lens_dev, qsl_dev, table_dev;
   DecodeMetadata md;
-  bool strided_q = false;
+  bool strided_q = false, misaligned_q = false;
 
   LatentCache cache() const { return LatentCache{cache_dev.tensor(), L, R, cache_scale}; }
 };
@@ -99,7 +100,14 @@ void randomize(DecodeBatch& b, const std::vector<int>& seq_lens, const std::vect
   test::fill_normal(b.q_pe_host.tensor().narrow(0, 0, T), rng);
 
   copy_tensor(b.cache_host.tensor(), b.cache_dev.tensor());
-  copy_tensor(b.q_pe_host.tensor(), b.q_pe_dev.tensor());
+  if (b.misaligned_q) {
+    OwnedTensor t = OwnedTensor::empty(b.q_pe_buf.tensor().shape(), b.dtype);
+    std::memset(t.data(), 0, t.tensor().nbytes());
+    copy_host(b.q_pe_host.tensor(), t.tensor().narrow(2, 4, b.R));
+    copy_tensor(t.tensor(), b.q_pe_buf.tensor());
+  } else {
+    copy_tensor(b.q_pe_host.tensor(), b.q_pe_buf.tensor());
+  }
   if (b.strided_q) {
     // [T, H, L] host -> [H, T, L] device buffer, through a host transpose.
     OwnedTensor t = OwnedTensor::empty(b.q_nope_buf.tensor().shape(), b.dtype);
@@ -142,7 +150,9 @@ std::unique_ptr<DecodeBatch> make_batch(const DecodeCase& c, std::mt19937_64& rn
   b->cache_dev = OwnedTensor::empty({b->num_blocks, c.block_size, D}, c.cache_dtype, kGpu);
   b->q_nope_host = OwnedTensor::empty({T, c.heads, c.L}, c.dtype);
   b->q_pe_host = OwnedTensor::empty({T, c.heads, c.R}, c.dtype);
-  b->q_pe_dev = OwnedTensor::empty({T, c.heads, c.R}, c.dtype, kGpu);
+  b->misaligned_q = c.misaligned_q;
+  b->q_pe_buf = OwnedTensor::empty({T, c.heads, c.R + (c.misaligned_q ? 4 : 0)}, c.dtype, kGpu);
+  b->q_pe_dev = c.misaligned_q ? b->q_pe_buf.tensor().narrow(2, 4, c.R) : b->q_pe_buf.tensor();
   if (c.strided_q) {
     b->q_nope_buf = OwnedTensor::empty({c.heads, T, c.L}, c.dtype, kGpu);
     b->q_nope_dev = b->q_nope_buf.tensor().transpose(0, 1);
@@ -235,7 +245,7 @@ void run_and_check(cuda::CudaDecodeBackend& backend, DecodeBatch& b, const Owned
     graph->replay(stream);
   } else {
     if (prepare) backend.prepare_metadata(b.md);
-    backend.run(b.q_nope_dev, b.q_pe_dev.tensor(), b.cache(), b.md, out.tensor(), lse.tensor());
+    backend.run(b.q_nope_dev, b.q_pe_dev, b.cache(), b.md, out.tensor(), lse.tensor());
   }
   cuda_hooks::synchronize(stream);
   OwnedTensor want_out, want_lse;
@@ -287,7 +297,8 @@ const DecodeCase kCases[] = {
      lens({4, 1, 3, 4, 2, 4}), true},
     {"h128_sq2_page64_bf16_fp8", 128, 512, 64, 64, DType::bf16, DType::fp8_e4m3, lens({1030, 2, 129}), ones(3, 2)},
     {"h16_sq3_page64_f16_fp8", 16, 512, 64, 64, DType::f16, DType::fp8_e4m3, random_lens(4, 3, 800, 5), ones(4, 3)},
-    {"h64_sq1_page32_f16", 64, 512, 64, 32, DType::f16, DType::f16, random_lens(5, 1, 600, 6), ones(5)},
+    {"h64_sq1_page32_f16_misaligned_q", 64, 512, 64, 32, DType::f16, DType::f16, random_lens(5, 1, 600, 6), ones(5),
+     false, true},
     {"h16_seq_eq_sq_empty_context", 16, 512, 64, 64, DType::bf16, DType::bf16, lens({1, 2, 4, 3}), lens({1, 2, 4, 3})},
     {"h16_b1_long_split", 16, 512, 64, 64, DType::bf16, DType::bf16, lens({20000}), ones(1)},
     {"generic_l256_r32_h8_sq2_page16", 8, 256, 32, 16, DType::bf16, DType::bf16, random_lens(4, 2, 500, 7),
@@ -324,7 +335,7 @@ TEST(CudaDecodeSmall, LseIsOptional) {
   OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
   test::poison(out.tensor());
   backend->prepare_metadata(b->md);
-  backend->run(b->q_nope_dev, b->q_pe_dev.tensor(), b->cache(), b->md, out.tensor(), Tensor{});
+  backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), Tensor{});
   cuda_hooks::synchronize(nullptr);
   OwnedTensor want, want_lse;
   reference_decode(*b, want, want_lse);
@@ -344,7 +355,7 @@ TEST(CudaDecodeSmall, RefusesBadArguments) {
   OwnedTensor wrong = OwnedTensor::empty({b->T, b->H, b->L + 1}, b->dtype, kGpu);
   backend->prepare_metadata(b->md);
   try {
-    backend->run(b->q_nope_dev, b->q_pe_dev.tensor(), b->cache(), b->md, wrong.tensor(), Tensor{});
+    backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, wrong.tensor(), Tensor{});
     FAIL() << "expected ValueError";
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("'out'"), std::string::npos) << e.what();
@@ -388,7 +399,7 @@ TEST(CudaDecodeGraph, CapturedPlanAndRunReplayWithNewMetadata) {
     cuda::CapturedGraph graph;
     graph.begin(stream.get());
     backend->prepare_metadata(b->md);
-    backend->run(b->q_nope_dev, b->q_pe_dev.tensor(), b->cache(), b->md, out.tensor(), lse.tensor());
+    backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), lse.tensor());
     graph.end();
     EXPECT_EQ(graph.num_kernel_nodes(), 3);  // plan, attention, combine
     for (int step = 0; step < 3; ++step) {
@@ -414,7 +425,7 @@ TEST(CudaDecodeGraph, CapturedRunReplaysWithPlanOutside) {
   run_and_check(*backend, *b, out, lse, "eager warm-up", true, nullptr, stream.get());
   cuda::CapturedGraph graph;
   graph.begin(stream.get());
-  backend->run(b->q_nope_dev, b->q_pe_dev.tensor(), b->cache(), b->md, out.tensor(), lse.tensor());
+  backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), lse.tensor());
   graph.end();
   EXPECT_EQ(graph.num_kernel_nodes(), 2);  // attention, combine
   for (int step = 0; step < 3; ++step) {
@@ -464,7 +475,7 @@ TEST(CudaDecodeGraph, WholeDecodeStepReplays) {
     absorb.c = ql.data(), absorb.c_dtype = DType::bf16, absorb.ldc = L, absorb.batch_stride_c = int64_t(B) * L;
     detail::gemm(absorb, ctx);
     backend->prepare_metadata(b->md);
-    backend->run(ql.tensor().transpose(0, 1), b->q_pe_dev.tensor(), cache, b->md, o_lat.tensor(), lse.tensor());
+    backend->run(ql.tensor().transpose(0, 1), b->q_pe_dev, cache, b->md, o_lat.tensor(), lse.tensor());
     detail::GemmProblem up;  // per head h: o_lat[:, h, :] [B, L] . W_UV[h] [L, V] -> out[:, h, :]
     up.m = B, up.n = V, up.k = L, up.batch = H;
     up.a = o_lat.data(), up.a_dtype = DType::bf16, up.lda = H * L, up.batch_stride_a = L;
@@ -484,7 +495,7 @@ TEST(CudaDecodeGraph, WholeDecodeStepReplays) {
       slots.data_as<int64_t>()[r] = int64_t(b->table[size_t(r) * b->max_blocks + pos / bs]) * bs + pos % bs;
     }
     copy_tensor(q_nope.tensor(), q_nope_d.tensor());
-    copy_tensor(q_pe.tensor(), b->q_pe_dev.tensor());
+    copy_tensor(q_pe.tensor(), b->q_pe_dev);
     copy_tensor(kv_c.tensor(), kv_c_d.tensor());
     copy_tensor(k_pe.tensor(), k_pe_d.tensor());
     copy_tensor(slots.tensor(), slots_d.tensor());

@@ -7,6 +7,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
+#include "cuda/common/dtype_device.cuh"
 
 namespace lattn::cuda {
 
@@ -84,6 +85,30 @@ float EventTimer::elapsed_ms() const {
   float ms = 0.f;
   LATTN_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)));
   return ms;
+}
+
+namespace {
+
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void fill_random_kernel(void* data, DType dtype, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float u = float(mix64(seed * 0x100000001b3ull + uint64_t(i)) >> 40) * (1.f / 16777216.f);  // [0, 1)
+    store_f32(data, dtype, i, (2.f * u - 1.f) * scale);
+  }
+}
+
+}  // namespace
+
+void fill_random_device(void* data, DType dtype, int64_t n, uint64_t seed, float scale, Stream stream) {
+  if (n == 0) return;
+  fill_random_kernel<<<4096, 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(data, dtype, n, seed, scale);
+  LATTN_CUDA_CHECK_LAUNCH("fill_random_kernel");
 }
 
 void device_synchronize(int device) {

@@ -4,8 +4,10 @@
 // RuntimeError naming the operation).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
+#include "lattn/dtype.h"
 #include "lattn/stream.h"
 
 namespace lattn::cuda {
@@ -63,6 +65,11 @@ class EventTimer {
   void* start_ = nullptr;  // cudaEvent_t
   void* stop_ = nullptr;
 };
+
+// Fills n elements of a device buffer of floating `dtype` with uniform values
+// in [-scale, scale) from a counter-based hash of (seed, index): large
+// benchmark inputs without a host round trip (never zeros: they run faster).
+void fill_random_device(void* data, DType dtype, int64_t n, uint64_t seed, float scale, Stream stream);
 
 void device_synchronize(int device);
 // The last asynchronous error of the calling thread's device, as RuntimeError.
