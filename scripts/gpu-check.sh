@@ -127,6 +127,21 @@ for src in bench/cuda_*_bench.cpp; do
   note "bench $b: rc=$rc at $(stamp)"
 done
 
+# Optional tile-configuration comparisons on the same machine:
+# LATTN_BENCH_VARIANTS="m16n64w8s2=decode/H16_B128 m64n64w16s2=decode/H128" runs the
+# decode benchmark again with LATTN_DECODE_TILES forced, on the matching rows.
+if [[ -n "${LATTN_BENCH_VARIANTS:-}" && -x "$BUILD/bench/cuda_decode_bench" ]]; then
+  : > "$OUT/variants.log"
+  for v in $LATTN_BENCH_VARIANTS; do
+    cfg=${v%%=*}
+    filter=${v#*=}
+    echo "### LATTN_DECODE_TILES=$cfg --benchmark_filter=$filter" >> "$OUT/variants.log"
+    LATTN_DECODE_TILES=$cfg timeout 300 "$BUILD/bench/cuda_decode_bench" --benchmark_filter="$filter" \
+      >> "$OUT/variants.log" 2>&1
+  done
+  note "variants: done at $(stamp)"
+fi
+
 # ---- summary (last) -------------------------------------------------------------------------
 echo
 echo "================ summary ================"
@@ -135,4 +150,8 @@ grep -h '^\[  FAILED  \]' "$OUT/tests.log" | sort -u | head -30
 for log in "$OUT"/cuda_*_bench.log; do
   [[ -f "$log" ]] && sed -n '/^ceilings (this run)/,$p' "$log"
 done
+if [[ -f "$OUT/variants.log" ]]; then
+  echo "---- variants"
+  grep -E '^### |^decode/' "$OUT/variants.log"
+fi
 [[ $tests_rc -eq 0 && $bench_rc -eq 0 ]]

@@ -13,9 +13,30 @@ struct DecodeTileConfig {
   int block_m = 0;  // packed rows (heads x query tokens) per CTA
   int block_n = 0;  // keys per KV tile
   int warps = 0;
+  int stages = 0;   // KV tiles in the cp.async ring
   std::string str() const {
-    return "m" + std::to_string(block_m) + " n" + std::to_string(block_n) + " w" + std::to_string(warps);
+    return "m" + std::to_string(block_m) + "n" + std::to_string(block_n) + "w" + std::to_string(warps) + "s" +
+           std::to_string(stages);
   }
+  friend bool operator==(const DecodeTileConfig&, const DecodeTileConfig&) = default;
 };
 
 }  // namespace lattn::cuda::sm80
+
+// Every instantiated configuration (instantiations/ has one file per
+// configuration x dtype x cache dtype), in order of preference:
+//   m64n64w8s2   Hopper (227 KB shared memory), > 16 rows
+//   m64n64w16s2  Hopper, > 16 rows, 16 warps (more latency hiding, more smem traffic)
+//   m64n32w8s2   A100 (163 KB), > 16 rows
+//   m16n32w4s5   Hopper, <= 16 rows: 4 tiles in flight (memory-bound decode)
+//   m16n64w8s2   Hopper, <= 16 rows: 1 big tile in flight
+//   m16n32w4s3   A100, <= 16 rows
+//   m16n32w4s2   99 KB parts (sm86/sm89/sm120), any rows (16-row tiles)
+#define LATTN_DECODE_CONFIGS(X) \
+  X(64, 64, 8, 2)               \
+  X(64, 64, 16, 2)              \
+  X(64, 32, 8, 2)               \
+  X(16, 32, 4, 5)               \
+  X(16, 64, 8, 2)               \
+  X(16, 32, 4, 3)               \
+  X(16, 32, 4, 2)

@@ -48,27 +48,33 @@ __device__ __forceinline__ void attend_piece(const DecodeParams& p, const Reques
 #pragma unroll
     for (int ni = 0; ni < K::kNTilesO; ++ni) o[mi][ni][0] = o[mi][ni][1] = o[mi][ni][2] = o[mi][ni][3] = 0.f;
 
+  // Stage s of the ring (16-bit: a K tile; fp8: a raw staging tile).
+  auto stage = [&](int s) -> void* {
+    return K::kFp8 ? static_cast<void*>(staging + s * kTileElems) : static_cast<void*>(k_smem + s * kTileElems);
+  };
+  // Prologue: Q and the first kStages - 1 tiles, one commit group per tile
+  // (Q rides with the first), so wait_group<kStages - 2> means "tile it landed".
   load_q<K>(p, rv, q_smem);
-  load_kv<K>(p, rv, tile_begin, K::kFp8 ? static_cast<void*>(staging) : static_cast<void*>(k_smem));
-  cp_async_commit();
+#pragma unroll
+  for (int s = 0; s < K::kStages - 1; ++s) {
+    if (tile_begin + s < tile_end) load_kv<K>(p, rv, tile_begin + s, stage(s));
+    cp_async_commit();
+  }
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int it = tile - tile_begin;
-    cp_async_wait<0>();
-    __syncthreads();  // tile `tile` is in shared memory; every warp is done with the previous tile
-    if (tile + 1 < tile_end) {
-      void* next = K::kFp8 ? static_cast<void*>(staging + ((it + 1) % 2) * kTileElems)
-                           : static_cast<void*>(k_smem + ((it + 1) % 2) * kTileElems);
-      load_kv<K>(p, rv, tile + 1, next);
-    }
+    cp_async_wait<K::kStages - 2>();
+    __syncthreads();  // tile `tile` is in shared memory; every warp is done with tile - 1
+    const int next = tile + K::kStages - 1;
+    if (next < tile_end) load_kv<K>(p, rv, next, stage((it + K::kStages - 1) % K::kStages));
     cp_async_commit();
     const T* kv;
     if constexpr (K::kFp8) {
-      convert_fp8_tile<K>(staging + (it % 2) * kTileElems, k_smem);
+      convert_fp8_tile<K>(staging + (it % K::kStages) * kTileElems, k_smem);
       __syncthreads();
       kv = k_smem;
     } else {
-      kv = k_smem + (it % 2) * kTileElems;
+      kv = k_smem + (it % K::kStages) * kTileElems;
     }
 
     float s[K::kNTilesS][4];
@@ -78,7 +84,7 @@ __device__ __forceinline__ void attend_piece(const DecodeParams& p, const Reques
                       p_smem);
     compute_pv<K>(p_smem, kv, row_vec, warp, o);
   }
-  cp_async_wait<0>();  // nothing is in flight, but keep the pipeline state clean per piece
+  cp_async_wait<0>();  // only empty groups can be pending; the next piece starts from a clean state
   write_o<K>(p, rv, st, o, slot, rg, cg, warp, reduce, row_vec);
   __syncthreads();  // the next piece reuses shared memory
 }

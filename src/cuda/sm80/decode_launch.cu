@@ -1,22 +1,31 @@
 // Runtime -> compile-time dispatch of the tensor-core decode kernel: tile
 // configuration x activation dtype x cache dtype, each paired with one
-// instantiation file (instantiations/decode_m{M}_n{N}_w{W}_{dtype}_{cache}.cu).
+// instantiation file (instantiations/decode_m{M}_n{N}_w{W}_s{S}_{dtype}_cache_{cache}.cu).
 #include "cuda/sm80/decode_launch.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "cuda/sm80/decode_launcher.h"
 #include "cuda/sm80/decode_traits.h"
 #include "lattn/errors.h"
 
 namespace lattn::cuda::sm80 {
-
 namespace {
 
-// The configurations that are instantiated, in order of preference.
-constexpr DecodeTileConfig kConfigs[] = {{64, 64, 8}, {64, 32, 8}, {16, 64, 8}, {16, 32, 4}};
+#define LATTN_CONFIG_ENTRY(M, N, W, S) DecodeTileConfig{M, N, W, S},
+constexpr DecodeTileConfig kConfigs[] = {LATTN_DECODE_CONFIGS(LATTN_CONFIG_ENTRY)};
+#undef LATTN_CONFIG_ENTRY
+
+std::string instantiated_list() {
+  std::string s;
+  for (const DecodeTileConfig& c : kConfigs) s += (s.empty() ? "" : ", ") + c.str();
+  return s;
+}
 
 // Calls fn.template operator()<Traits>() for the configuration and dtypes.
 template <class Fn>
@@ -24,12 +33,14 @@ auto with_traits(DecodeTileConfig c, DType dtype, DType cache_dtype, Fn&& fn) {
   auto by_types = [&](auto t_tag, auto c_tag) {
     using T = decltype(t_tag);
     using C = decltype(c_tag);
-    if (c.block_m == 64 && c.block_n == 64 && c.warps == 8) return fn.template operator()<DecodeTraits<64, 64, 8, T, C>>();
-    if (c.block_m == 64 && c.block_n == 32 && c.warps == 8) return fn.template operator()<DecodeTraits<64, 32, 8, T, C>>();
-    if (c.block_m == 16 && c.block_n == 64 && c.warps == 8) return fn.template operator()<DecodeTraits<16, 64, 8, T, C>>();
-    if (c.block_m == 16 && c.block_n == 32 && c.warps == 4) return fn.template operator()<DecodeTraits<16, 32, 4, T, C>>();
-    throw NotImplementedError("decode: tile configuration " + c.str() +
-                              " is not instantiated (instantiated: m64 n64 w8, m64 n32 w8, m16 n64 w8, m16 n32 w4)");
+#define LATTN_CONFIG_CASE(M, N, W, S)                                      \
+  if (c == DecodeTileConfig{M, N, W, S}) {                                 \
+    return fn.template operator()<DecodeTraits<M, N, W, S, T, C>>();       \
+  }
+    LATTN_DECODE_CONFIGS(LATTN_CONFIG_CASE)
+#undef LATTN_CONFIG_CASE
+    throw NotImplementedError("decode: tile configuration " + c.str() + " is not instantiated (instantiated: " +
+                              instantiated_list() + ")");
   };
   const bool fp8 = cache_dtype == DType::fp8_e4m3;
   if (cache_dtype != dtype && !fp8) {
@@ -48,32 +59,12 @@ auto with_traits(DecodeTileConfig c, DType dtype, DType cache_dtype, Fn&& fn) {
   }
 }
 
-template <int M, int N, int W>
-constexpr size_t smem_of(bool fp8) {
-  return fp8 ? DecodeTraits<M, N, W, __nv_bfloat16, __nv_fp8_e4m3>::kSmemBytes
-             : DecodeTraits<M, N, W, __nv_bfloat16, __nv_bfloat16>::kSmemBytes;
-}
-
-}  // namespace
-
-size_t decode_smem_bytes(DecodeTileConfig c, bool fp8) {
-  if (c.block_m == 64 && c.block_n == 64) return smem_of<64, 64, 8>(fp8);
-  if (c.block_m == 64 && c.block_n == 32) return smem_of<64, 32, 8>(fp8);
-  if (c.block_m == 16 && c.block_n == 64) return smem_of<16, 64, 8>(fp8);
-  return smem_of<16, 32, 4>(fp8);
-}
-
-DecodeTileConfig choose_decode_tiles(int rows, int max_smem, bool fp8) {
-  for (const DecodeTileConfig& c : kConfigs) {
-    if (rows <= 16 && c.block_m != 16) continue;  // 64-row tiles would be 3/4 padding
-    if (decode_smem_bytes(c, fp8) <= size_t(max_smem)) return c;
+struct SmemBytes {
+  template <class K>
+  size_t operator()() const {
+    return K::kSmemBytes;
   }
-  throw NotImplementedError("decode: no tile configuration fits in " + std::to_string(max_smem) +
-                            " bytes of shared memory per block (the smallest needs " +
-                            std::to_string(decode_smem_bytes(kConfigs[3], fp8)) + ")");
-}
-
-namespace {
+};
 struct CtasPerSm {
   template <class K>
   int operator()() const {
@@ -89,7 +80,47 @@ struct Launch {
     DecodeKernelLauncher<K>::launch(p, m_tiles, stream);
   }
 };
+
+// LATTN_DECODE_TILES=m64n64w16s2 (for benchmarks and experiments) picks an
+// instantiated configuration when it fits the device and the rows.
+bool parse_override(DecodeTileConfig& c) {
+  const char* env = std::getenv("LATTN_DECODE_TILES");
+  if (!env || !*env) return false;
+  DecodeTileConfig parsed;
+  if (std::sscanf(env, "m%dn%dw%ds%d", &parsed.block_m, &parsed.block_n, &parsed.warps, &parsed.stages) != 4) {
+    throw ValueError(std::string("LATTN_DECODE_TILES: expected mMnNwWsS (e.g. m64n64w8s2), got '") + env + "'");
+  }
+  for (const DecodeTileConfig& k : kConfigs) {
+    if (k == parsed) {
+      c = parsed;
+      return true;
+    }
+  }
+  throw ValueError(std::string("LATTN_DECODE_TILES: ") + env + " is not instantiated (instantiated: " +
+                   instantiated_list() + ")");
+}
+
 }  // namespace
+
+size_t decode_smem_bytes(DecodeTileConfig c, bool fp8) {
+  return with_traits(c, DType::bf16, fp8 ? DType::fp8_e4m3 : DType::bf16, SmemBytes{});
+}
+
+DecodeTileConfig choose_decode_tiles(int rows, int max_smem, bool fp8) {
+  DecodeTileConfig forced;
+  if (parse_override(forced) && decode_smem_bytes(forced, fp8) <= size_t(max_smem) &&
+      (forced.block_m == 16 || rows > 16)) {
+    return forced;
+  }
+  for (const DecodeTileConfig& c : kConfigs) {
+    if (rows <= 16 && c.block_m != 16) continue;  // 64-row tiles would be 3/4 padding
+    if (c.block_m == 16 && c.stages == 2 && c.block_n == 64) continue;  // kept for comparison only (see config.h)
+    if (c.warps == 16) continue;                                        // kept for comparison only
+    if (decode_smem_bytes(c, fp8) <= size_t(max_smem)) return c;
+  }
+  throw NotImplementedError("decode: no tile configuration fits in " + std::to_string(max_smem) +
+                            " bytes of shared memory per block (instantiated: " + instantiated_list() + ")");
+}
 
 int decode_ctas_per_sm(DecodeTileConfig c, DType dtype, DType cache_dtype) {
   return with_traits(c, dtype, cache_dtype, CtasPerSm{});

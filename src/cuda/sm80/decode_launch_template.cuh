@@ -49,5 +49,5 @@ void DecodeKernelLauncher<K>::launch(const DecodeParams& p, int m_tiles, cudaStr
 }  // namespace lattn::cuda::sm80
 
 // One configuration: block_m, block_n, warps, activation type, cache type.
-#define LATTN_INSTANTIATE_DECODE(M, N, W, T, C) \
-  template struct ::lattn::cuda::sm80::DecodeKernelLauncher<::lattn::cuda::sm80::DecodeTraits<M, N, W, T, C>>;
+#define LATTN_INSTANTIATE_DECODE(M, N, W, S, T, C) \
+  template struct ::lattn::cuda::sm80::DecodeKernelLauncher<::lattn::cuda::sm80::DecodeTraits<M, N, W, S, T, C>>;

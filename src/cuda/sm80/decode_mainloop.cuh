@@ -131,6 +131,9 @@ __device__ __forceinline__ void compute_qk(const typename K::T* q_smem, const ty
   const int a_row = rg * 16 + lane % 16;
   const int a_col = (lane / 16) * 8;
   const int key_base = cg * K::kKeysPerWarp;
+  // With one 8-key tile per warp, odd k-steps accumulate separately: two
+  // independent mma chains instead of one 36 deep (latency, not throughput).
+  float s_odd[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 4
   for (int kk = 0; kk < K::kD / 16; ++kk) {
     uint32_t a[4];
@@ -140,7 +143,11 @@ __device__ __forceinline__ void compute_qk(const typename K::T* q_smem, const ty
       // x2: lanes 0-15 give the addresses (keys 0-7 at k 0-7, then k 8-15).
       const int key = key_base + lane % 8;
       ldmatrix_x2(b, smem_addr(k_smem + swizzle<K::kD>(key, kk * 16 + ((lane / 8) % 2) * 8)));
-      mma_16816<T>(s[0], a, b[0], b[1]);
+      if (kk % 2 == 0) {
+        mma_16816<T>(s[0], a, b[0], b[1]);
+      } else {
+        mma_16816<T>(s_odd, a, b[0], b[1]);
+      }
     } else {
 #pragma unroll
       for (int nt = 0; nt < K::kNTilesS; nt += 2) {
@@ -151,6 +158,10 @@ __device__ __forceinline__ void compute_qk(const typename K::T* q_smem, const ty
         mma_16816<T>(s[nt + 1], a, b[2], b[3]);
       }
     }
+  }
+  if constexpr (K::kNTilesS == 1) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][e] += s_odd[e];
   }
 }
 

@@ -19,7 +19,7 @@
 
 namespace lattn::cuda::sm80 {
 
-template <int kBlockM_, int kBlockN_, int kWarps_, class T_, class Cache_>
+template <int kBlockM_, int kBlockN_, int kWarps_, int kStages_, class T_, class Cache_>
 struct DecodeTraits {
   using T = T_;          // activation (and mma operand) type: __nv_bfloat16 or __half
   using Cache = Cache_;  // cache element type: T, or __nv_fp8_e4m3 (dequantized on load)
@@ -27,6 +27,8 @@ struct DecodeTraits {
 
   static constexpr int kL = 512, kR = 64, kD = kL + kR;
   static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kWarps = kWarps_;
+  // KV tiles in the cp.async ring: kStages - 1 tiles are in flight while one is computed.
+  static constexpr int kStages = kStages_;
   static constexpr int kThreads = kWarps * 32;
 
   static constexpr int kRowGroups = kBlockM / 16;
@@ -44,14 +46,17 @@ struct DecodeTraits {
   static_assert(kKeysPerWarp % 8 == 0 && kKeysPerWarp >= 8, "each warp needs whole 8-key tiles");
   static_assert(kNTilesO % 2 == 0, "phase 2 loads V for two 8-column tiles at a time");
   static_assert(kD % 16 == 0 && kBlockN % 16 == 0, "k16 steps");
+  static_assert(kStages >= 2, "double buffering at least");
 
   // Shared memory (bytes), in this order. Q and K are swizzled (16-byte chunk
   // c of row r is stored at chunk c ^ (r & 7)), so ldmatrix reads of 8
   // consecutive rows hit 8 different bank groups without padding.
   static constexpr size_t kQBytes = size_t(kBlockM) * kD * 2;
-  static constexpr int kKStages = kFp8 ? 1 : 2;  // fp8: one converted tile + two raw stages
-  static constexpr size_t kKBytes = size_t(kKStages) * kBlockN * kD * 2;
-  static constexpr size_t kStagingBytes = kFp8 ? size_t(2) * kBlockN * kD : 0;
+  // 16-bit caches: the ring holds the tiles themselves. fp8 caches: the ring
+  // holds raw fp8 tiles, converted into one 16-bit tile before use.
+  static constexpr int kKTiles = kFp8 ? 1 : kStages;
+  static constexpr size_t kKBytes = size_t(kKTiles) * kBlockN * kD * 2;
+  static constexpr size_t kStagingBytes = kFp8 ? size_t(kStages) * kBlockN * kD : 0;
   static constexpr size_t kPBytes = size_t(kBlockM) * kPStride * 2;
   static constexpr size_t kReduceBytes = size_t(kColGroups) * kBlockM * 4;  // row max, then row sum
   static constexpr size_t kRowVecBytes = size_t(2) * kBlockM * 4;           // alpha, then 1/l and LSE

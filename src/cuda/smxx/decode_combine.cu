@@ -13,14 +13,30 @@
 namespace lattn::cuda {
 namespace {
 
-constexpr int kCombineThreads = 128;
+// 512 threads: 4 groups of 128; each thread of a group owns 4 output columns
+// and the groups take every 4th split, so a row's many partials (a long
+// request split over every SM) are read with 4x the loads in flight.
+constexpr int kColThreads = 128, kSplitGroups = 4, kCombineThreads = kColThreads * kSplitGroups;
 constexpr int kMaxSplits = 2048;  // >= slot capacity (2 * num_parts), checked on the host
+
+__device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) {
+  for (int d = 16; d > 0; d /= 2) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, d);
+    v = is_max ? fmaxf(v, o) : v + o;
+  }
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int w = 1; w < kCombineThreads / 32; ++w) r = is_max ? fmaxf(r, red[w]) : r + red[w];
+  __syncthreads();
+  return r;
+}
 
 template <class T>
 __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ DecodeParams p) {
   __shared__ float weights[kMaxSplits];
   __shared__ float red[kCombineThreads / 32];
-  __shared__ float final_lse;
+  __shared__ float4 group_acc[kSplitGroups][kColThreads];
   const DecodePlan& plan = p.plan;
   const int r = blockIdx.x, row = blockIdx.y;
   const int n = plan.num_splits[r];
@@ -31,7 +47,7 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
   const int j = row / p.num_heads, h = row % p.num_heads;
   T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
   float* lse_out = p.lse ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
-  if (n == 0) {
+  if (n == 0) {  // no keys: output 0, LSE -inf
     for (int c = threadIdx.x; c < p.L; c += kCombineThreads) out[c] = from_f32<T>(0.f);
     if (lse_out && threadIdx.x == 0) *lse_out = -INFINITY;
     return;
@@ -39,56 +55,49 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
   const int slot0 = plan.split_offset[r];
   const float* lse = plan.partial_lse + int64_t(slot0) * plan.rows_capacity + row;
 
-  // Max of the parts' LSE, then their weights.
+  // The parts' LSE -> weights exp(lse_s - lse), lse = log sum exp(lse_s).
   float m = -INFINITY;
   for (int s = threadIdx.x; s < n; s += kCombineThreads) m = fmaxf(m, lse[int64_t(s) * plan.rows_capacity]);
-  for (int d = 16; d > 0; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = m;
-  __syncthreads();
-  m = red[0];
-  for (int w = 1; w < kCombineThreads / 32; ++w) m = fmaxf(m, red[w]);
-  __syncthreads();
+  m = block_reduce(m, red, true);
   float sum = 0.f;
   for (int s = threadIdx.x; s < n; s += kCombineThreads) {
     const float e = m == -INFINITY ? 0.f : exp2f((lse[int64_t(s) * plan.rows_capacity] - m) * 1.4426950408889634f);
     weights[s] = e;
     sum += e;
   }
-  for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.f;
-    for (int w = 0; w < kCombineThreads / 32; ++w) total += red[w];
-    final_lse = total > 0.f ? m + logf(total) : -INFINITY;
-    red[0] = total > 0.f ? 1.f / total : 0.f;
-  }
-  __syncthreads();
-  const float inv = red[0];
+  sum = block_reduce(sum, red, false);  // its barriers also publish `weights`
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  const float final_lse = sum > 0.f ? m + logf(sum) : -INFINITY;
+
   const float* part = plan.partial_o + (int64_t(slot0) * plan.rows_capacity + row) * p.L;
   const int64_t part_stride = int64_t(plan.rows_capacity) * p.L;
-  if (p.L % 4 == 0) {
-    for (int c = threadIdx.x * 4; c < p.L; c += kCombineThreads * 4) {
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int s = 0; s < n; ++s) {
+  const int ct = threadIdx.x % kColThreads, g = threadIdx.x / kColThreads;
+  // p.L % 4 == 0 (the tensor-core path's L = 512): float4 columns.
+  for (int c0 = 0; c0 < p.L; c0 += kColThreads * 4) {
+    const int c = c0 + ct * 4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (c < p.L) {
+#pragma unroll 4
+      for (int s = g; s < n; s += kSplitGroups) {
         const float w = weights[s];
         if (w == 0.f) continue;  // a part that saw no key for this row
         const float4 v = *reinterpret_cast<const float4*>(part + s * part_stride + c);
         acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+      }
+    }
+    group_acc[g][ct] = acc;
+    __syncthreads();
+    if (g == 0 && c < p.L) {
+      for (int k = 1; k < kSplitGroups; ++k) {
+        const float4 v = group_acc[k][ct];
+        acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
       }
       out[c] = from_f32<T>(acc.x * inv);
       out[c + 1] = from_f32<T>(acc.y * inv);
       out[c + 2] = from_f32<T>(acc.z * inv);
       out[c + 3] = from_f32<T>(acc.w * inv);
     }
-  } else {
-    for (int c = threadIdx.x; c < p.L; c += kCombineThreads) {
-      float acc = 0.f;
-      for (int s = 0; s < n; ++s) {
-        if (weights[s] != 0.f) acc += weights[s] * part[s * part_stride + c];
-      }
-      out[c] = from_f32<T>(acc * inv);
-    }
+    __syncthreads();
   }
   if (lse_out && threadIdx.x == 0) *lse_out = final_lse;
 }
@@ -96,6 +105,9 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
 }  // namespace
 
 void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t stream) {
+  if (p.L % 4 != 0) {
+    throw NotImplementedError("decode_combine: latent dim " + std::to_string(p.L) + " is not a multiple of 4");
+  }
   if (p.plan.slot_capacity > kMaxSplits) {
     throw RuntimeError("decode_combine: " + std::to_string(p.plan.slot_capacity) + " split slots exceed the limit " +
                        std::to_string(kMaxSplits));
