@@ -41,13 +41,14 @@ elif ! ls /usr/include/cblas.h /usr/include/x86_64-linux-gnu/cblas.h /usr/includ
   c=$(find / -name cblas.h -not -path '*/proc/*' 2>/dev/null | head -1)
   [[ -n "$c" ]] && extra+=("-DLATTN_CBLAS_INCLUDE=$(dirname "$c")")
 fi
+CUDA_TESTS=$(ls tests/cpp/cuda_*_test.cpp tests/cpp/*_cuda_test.cpp 2>/dev/null | sort -u | tr '\n' ' ')
 gen=()
 [[ ! -f "$BUILD/CMakeCache.txt" ]] && command -v ninja >/dev/null && gen=(-G Ninja)
 {
   cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLATTN_CUDA=ON "-DLATTN_CUDA_ARCHS=$ARCHS" \
     -DLATTN_TESTS=ON -DLATTN_BENCH=ON -DLATTN_PYTHON=OFF "${extra[@]}" &&
-  # Every CUDA test and benchmark (tests/cpp/cuda_*_test.cpp, bench/cuda_*_bench.cpp).
-  targets=(lattn $(ls tests/cpp/cuda_*_test.cpp bench/cuda_*_bench.cpp 2>/dev/null | xargs -n1 basename | sed 's/\.cpp$//')) &&
+  # Every CUDA test and benchmark (tests/cpp/cuda_*_test.cpp, *_cuda_test.cpp, bench/cuda_*_bench.cpp).
+  targets=(lattn $(ls $CUDA_TESTS bench/cuda_*_bench.cpp 2>/dev/null | xargs -n1 basename | sed 's/\.cpp$//')) &&
   echo "targets: ${targets[*]}" &&
   cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"
 } > "$OUT/build.log" 2>&1
@@ -61,7 +62,7 @@ fi
 # ---- tests ------------------------------------------------------------------------
 : > "$OUT/tests.log"
 tests_rc=0
-for src in tests/cpp/cuda_*_test.cpp; do
+for src in $CUDA_TESTS; do
   t=$(basename "$src" .cpp)
   timeout 600 "$BUILD/tests/$t" --gtest_color=no >> "$OUT/tests.log" 2>&1
   rc=$?
@@ -84,9 +85,10 @@ if command -v compute-sanitizer >/dev/null; then
   san memcheck cuda_ops_test '*'
   san memcheck cuda_decode_test 'CudaDecodeSmall.*:CudaDecodeGraph.CapturedRunReplaysWithPlanOutside'
   san memcheck cuda_gemm_test '*'
+  san memcheck cuda_backend_test '*tiny_mixed:*deepseek_mixed:*tiny_fp8_cache'
   san racecheck cuda_decode_test 'CudaDecodeSmall.SanitizerCase'
   san racecheck cuda_ops_test '*Merge*:*Gather*'
-  for extra_test in $(ls tests/cpp/cuda_*_test.cpp | xargs -n1 basename | sed 's/\.cpp$//' | grep -v -E '^cuda_(ops|decode|gemm)_test$'); do
+  for extra_test in $(ls $CUDA_TESTS | xargs -n1 basename | sed 's/\.cpp$//' | grep -v -E '^cuda_(ops|decode|gemm|backend)_test$'); do
     san memcheck "$extra_test" '*Small*:*small*:*Sanitizer*'
   done
 else

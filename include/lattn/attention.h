@@ -14,6 +14,7 @@
 // the model owns W_DQ/W_UQ/W_QR/W_DKV/W_KR, RoPE and W_O (SPEC §1.3).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,12 +72,19 @@ class MlaAttention {
   Tensor forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
                  const MlaMetadata& metadata, const Tensor& out = {}, const Tensor& output_scale = {});
 
+  // Bytes of scratch memory this layer holds (on its device). Scratch buffers
+  // only grow, to the largest step seen: after warm-up every step reuses
+  // the same memory. The context part is bounded by the metadata's
+  // context_chunk_workspace_size, whatever the context length.
+  size_t workspace_bytes() const;
+
   // The backends this layer runs, and why they were chosen.
   const PrefillBackend& prefill_backend() const;
   const DecodeBackend& decode_backend() const;
 
+  struct Impl;  // opaque: the layer's state (src/core/attention_impl.h)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -8,8 +8,13 @@
 //  * an *instance* (PrefillBackend / DecodeBackend): built for one layer
 //    configuration; prepare_metadata() plans a step, run*() only launches.
 //
-// Tensors: every tensor lives on the instance's device; shapes are given
-// per parameter below. LSE is the natural-log softmax denominator in layout
+// Tensors: every tensor lives on the instance's device (RunContext::device);
+// shapes are given per parameter below with N = num_heads, P =
+// qk_nope_head_dim, R = qk_rope_head_dim, V = v_head_dim, L = kv_lora_rank;
+// dims and sizes count elements, strides are in elements (lattn/tensor.h).
+// A backend may require contiguous last dims; it refuses anything it cannot
+// run with a ValueError naming the argument, expected and received value
+// (lattn/check.h), before writing any output. LSE is the natural-log softmax denominator in layout
 // [num_heads, num_tokens] (FlashAttention's order), f32; a row that attended
 // to nothing has LSE -inf and output 0.
 #pragma once
@@ -41,11 +46,20 @@ struct SelectorConfig {
   int kv_lora_rank = 0;                  // L
   int qk_rope_head_dim = 0;              // R
   DType kv_cache_dtype = DType::bf16;    // f16, bf16 or fp8_e4m3
-  int block_size = 16;
+  int block_size = 16;                   // tokens per cache block
   int max_query_tokens_per_request = 1;  // decode s_q (speculative / MTP > 1)
+  // Explicit choices (the seeds' attention_config.mla_prefill_backend): a
+  // registry member name, "" = the environment variable LATTN_MLA_PREFILL_BACKEND
+  // / LATTN_MLA_DECODE_BACKEND, and when that is unset too, automatic
+  // selection (lattn/selector.h).
+  std::string prefill_backend;
+  std::string decode_backend;
 
   // "MLAPrefillSelectorConfig(dtype=torch.bfloat16, mla_dimensions=(qk_nope_head_dim=..., ...))"
   std::string repr() const;
+  // "MLADecodeSelectorConfig(dtype=torch.bfloat16, kv_cache_dtype=torch.bfloat16, num_heads=16,
+  //  kv_lora_rank=512, qk_rope_head_dim=64, block_size=16, max_query_tokens_per_request=1)"
+  std::string decode_repr() const;
   static SelectorConfig for_dims(const MlaDims& dims, DType dtype, DType kv_cache_dtype, Device device,
                                  int block_size = 16, int max_query_tokens_per_request = 1);
   friend bool operator==(const SelectorConfig&, const SelectorConfig&) = default;
@@ -57,23 +71,26 @@ enum class QuantKey { fp8_e4m3_static_per_tensor };
 
 // Where and how an instance runs.
 struct RunContext {
-  Device device = Device::cpu();
-  Stream stream = nullptr;  // CUDA stream for device backends; ignored on the CPU
-  int num_threads = 0;      // CPU backends: 0 = all (OpenMP default)
+  Device device = Device::cpu();  // where every tensor passed to run* lives
+  Stream stream = nullptr;        // CUDA stream run* enqueue on (device backends); ignored on the CPU
+  int num_threads = 0;            // CPU backends: worker threads, 0 = all (OpenMP default)
 };
 
 // ---------------------------------------------------------------------------
 // Prefill (compute-friendly path): ordinary MHA with QK dim P+R and V dim V.
 
+// The seeds' constructor (num_heads, scale, kv_lora_rank, qk_nope_head_dim,
+// qk_rope_head_dim, v_head_dim, vllm_config): the six numbers, and in place
+// of vllm_config the facts a backend needs from it (dtype, device, stream).
 struct PrefillBackendParams {
-  int num_heads = 0;
-  float scale = 0.f;         // softmax scale
-  int kv_lora_rank = 0;
-  int qk_nope_head_dim = 0;
-  int qk_rope_head_dim = 0;
-  int v_head_dim = 0;
+  int num_heads = 0;          // N, heads of this layer (per tensor-parallel shard)
+  float scale = 0.f;          // softmax scale multiplying q·k (usually 1/sqrt(P+R)); dimensionless
+  int kv_lora_rank = 0;       // L, elements (prefill attends in P+R / V, not in L)
+  int qk_nope_head_dim = 0;   // P, elements
+  int qk_rope_head_dim = 0;   // R, elements
+  int v_head_dim = 0;         // V, elements
   DType dtype = DType::bf16;  // activation dtype of q, k, v, out
-  RunContext context;
+  RunContext context{};
 };
 
 class PrefillBackend {
@@ -94,46 +111,72 @@ class PrefillBackend {
   const PrefillMetadata* prefill_metadata() const { return prefill_metadata_; }
 
   // Causal attention of the new tokens among themselves, per request of the
-  // prepared view (cu_seqlens_q == cu_seqlens_k == query_start_loc).
-  //   q   [T, N, P+R]     k [T, N, P+R]     v [T, N, V]   (T = num_prefill_tokens)
-  //   out [T, N, V]        written (activation dtype, or fp8_e4m3 with output_scale)
-  //   lse [N, T] f32       written when return_softmax_lse (must then be defined)
-  //   output_scale         undefined, or a 1-element f32 tensor: out = fp8(o / scale);
-  //                        only when supports_quant_output(), else NotImplementedError
+  // prepared view (cu_seqlens_q == cu_seqlens_k == query_start_loc): token i
+  // of a request that starts at row s attends to rows [s, i].
+  //   q   [T, N, P+R]     k [T, N, P+R]     v [T, N, V]   (T = num_prefill_tokens),
+  //                       activation dtype
+  //   out [T, N, V]       written (activation dtype, or fp8_e4m3 with output_scale);
+  //                       caller-allocated (the seeds' out=None is the caller's allocation)
+  //   lse [N, T] f32      natural log; written when return_softmax_lse (must then be
+  //                       defined), untouched and may be undefined otherwise
+  //   output_scale        undefined, or a 1-element f32 tensor on the device:
+  //                       out = fp8_e4m3(o / scale); only when supports_quant_output(),
+  //                       else NotImplementedError
   virtual void run_prefill_new_tokens(const Tensor& q, const Tensor& k, const Tensor& v, bool return_softmax_lse,
                                       const Tensor& out, const Tensor& lse, const Tensor& output_scale = {}) = 0;
 
-  // Non-causal attention of the new tokens against context chunk chunk_idx;
-  // key rows of request p are [cu_seq_lens[chunk_idx][p], cu_seq_lens[chunk_idx][p+1]).
+  // Non-causal attention of the new tokens against context chunk chunk_idx
+  // (0 <= chunk_idx < chunks.num_chunks of the prepared view); key rows of
+  // request p are [cu_seq_lens[chunk_idx][p], cu_seq_lens[chunk_idx][p+1]).
   //   q [T, N, P+R]   k [seq_tot[chunk_idx], N, P+R]   v [seq_tot[chunk_idx], N, V]
-  //   out [T, N, V] and lse [N, T] f32, both written (empty key rows: 0 and -inf)
+  //                   activation dtype
+  //   out [T, N, V] activation dtype and lse [N, T] f32 natural log, both written
+  //   (a request with no key rows in this chunk: out 0, lse -inf)
   virtual void run_prefill_context_chunk(int chunk_idx, const Tensor& q, const Tensor& k, const Tensor& v,
                                          const Tensor& out, const Tensor& lse) = 0;
 
-  // Whether run_prefill_new_tokens can write quantized output directly.
-  virtual bool supports_quant_output(QuantKey key) const { return false; }
+  // Whether run_prefill_new_tokens can write quantized output directly
+  // (fused), skipping the post-quant pass (seed S0).
+  virtual bool supports_quant_output(QuantKey /*key*/) const { return false; }
+
+  // Whether this instance needs V zero-padded to the QK head dim (seed 002's
+  // _pad_v: kernels that cannot take Dv != Dqk). When true, MlaAttention
+  // passes v as [T, N, P+R] (columns [V, P+R) zero), out as [T, N, P+R] and
+  // keeps only the first V columns; merges run on the padded width.
+  virtual bool pads_v() const { return false; }
 
  protected:
   PrefillBackendParams params_;
   const PrefillMetadata* prefill_metadata_ = nullptr;
 };
 
+// The seeds' _pad_v rule (SPEC §1.10, TV-PADV): V is padded unless the
+// kernel is FlashAttention 3 on a compute capability 9.x device.
+//   flash_attn_version  nullopt = no FlashAttention (padding needed)
+inline bool mla_pad_v(std::optional<int> flash_attn_version, std::optional<DeviceCapability> capability) {
+  return !flash_attn_version || !(*flash_attn_version == 3 && capability && capability->major == 9);
+}
+
+// The seeds' classmethods, as one shared, immutable object per backend: the
+// registry (lattn/registry.h) hands out the same object to every caller, so
+// every method must be const and thread-safe.
 class PrefillBackendClass {
  public:
   virtual ~PrefillBackendClass() = default;
 
-  virtual std::string name() const = 0;                                  // get_name()
+  virtual std::string name() const = 0;                                  // get_name(), e.g. "cpu"
   virtual std::vector<DType> supported_dtypes() const { return {DType::f16, DType::bf16}; }
   virtual std::vector<MLADimensions> supported_mla_dimensions() const { return {}; }  // empty = any (S0)
   virtual bool requires_r1_mla_dimensions() const { return false; }                   // (S1)
   // nullopt = the CPU (no compute capability).
-  virtual bool supports_compute_capability(std::optional<DeviceCapability> capability) const { return true; }
+  virtual bool supports_compute_capability(std::optional<DeviceCapability> /*capability*/) const { return true; }
+  // Whether what the backend needs exists in this process (the seeds' "dependencies importable").
   virtual bool is_available() const { return true; }
-  virtual bool supports_quant_output(QuantKey key) const { return false; }
-  bool supports_dtype(DType dtype) const;
+  virtual bool supports_quant_output(QuantKey /*key*/) const { return false; }
+  bool supports_dtype(DType dtype) const;  // dtype in supported_dtypes()
 
   // Ordered reasons why this backend cannot serve `config` on a device of
-  // `capability`; empty = valid. Texts are the seeds' (SPEC TV-VALIDATE):
+  // `capability` (nullopt = the CPU); empty = valid. Texts are the seeds' (SPEC TV-VALIDATE):
   //   "compute capability 8.0 not supported" (no capability: "compute capability none (cpu) not supported")
   //   "dtype torch.float32 not supported"
   //   "required dependencies not available"
@@ -142,6 +185,8 @@ class PrefillBackendClass {
   virtual std::vector<std::string> validate_configuration(std::optional<DeviceCapability> capability,
                                                           const SelectorConfig& config) const;
 
+  // A new instance for one layer. Throws ValueError for params it cannot
+  // serve (naming the field), BackendUnavailableError when is_available() is false.
   virtual std::unique_ptr<PrefillBackend> create(const PrefillBackendParams& params) const = 0;
 };
 
@@ -150,13 +195,13 @@ class PrefillBackendClass {
 // with QK dim L+R ([ql_nope | q_pe] · [kv_c | k_pe]) and V = kv_c (dim L).
 
 struct DecodeBackendParams {
-  int num_heads = 0;
-  float scale = 0.f;          // softmax scale (the same as prefill's)
-  int kv_lora_rank = 0;       // L
-  int qk_rope_head_dim = 0;   // R
+  int num_heads = 0;          // N, heads of this layer (per tensor-parallel shard)
+  float scale = 0.f;          // softmax scale (the same as prefill's: 1/sqrt(P+R) usually); dimensionless
+  int kv_lora_rank = 0;       // L, elements
+  int qk_rope_head_dim = 0;   // R, elements
   DType dtype = DType::bf16;  // activation dtype of ql_nope, q_pe, out
-  DType kv_cache_dtype = DType::bf16;
-  RunContext context;
+  DType kv_cache_dtype = DType::bf16;  // f16, bf16 or fp8_e4m3: the dtype of the caches passed to run
+  RunContext context{};
 };
 
 class DecodeBackend {
@@ -176,11 +221,15 @@ class DecodeBackend {
 
   // Attention of the decode tokens over their requests' paged latent cache.
   // Query token j of request r (s_q = its query length) sits at position
-  // seq_len - s_q + j and attends causally to keys [0, seq_len - s_q + j].
-  //   ql_nope [T, N, L]   (q_nope · W_UK_T)      q_pe [T, N, R]
-  //   cache   the layer's latent cache (f16/bf16/fp8_e4m3)
-  //   out     [T, N, L]  written, activation dtype
-  //   lse     [N, T] f32 written when defined (may be undefined)
+  // seq_len - s_q + j and attends causally to keys [0, seq_len - s_q + j];
+  // scores are scale * (ql_nope · kv_c + q_pe · k_pe), values are kv_c.
+  //   ql_nope  [T, N, L]  activation dtype (q_nope · W_UK_T)   (T = num_decode_tokens)
+  //   q_pe     [T, N, R]  activation dtype (roped)
+  //   cache    the layer's latent cache [num_blocks, block_size, L+R] of
+  //            kv_cache_dtype (fp8: dequantized value = stored * cache.scale)
+  //   metadata the decode view this step was planned with (prepare_metadata)
+  //   out      [T, N, L]  written, activation dtype (the latent output; the caller applies W_UV)
+  //   lse      [N, T] f32 natural log, written when defined (may be undefined)
   virtual void run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& metadata,
                    const Tensor& out, const Tensor& lse) = 0;
 
@@ -189,20 +238,26 @@ class DecodeBackend {
   const DecodeMetadata* decode_metadata_ = nullptr;
 };
 
+// The decode twin of PrefillBackendClass: one shared, immutable object per
+// backend; every method const and thread-safe.
 class DecodeBackendClass {
  public:
   virtual ~DecodeBackendClass() = default;
 
   virtual std::string name() const = 0;
-  virtual std::vector<DType> supported_dtypes() const { return {DType::f16, DType::bf16}; }
+  virtual std::vector<DType> supported_dtypes() const { return {DType::f16, DType::bf16}; }  // activations
   virtual std::vector<DType> supported_kv_cache_dtypes() const { return {DType::f16, DType::bf16, DType::fp8_e4m3}; }
-  virtual std::vector<int> supported_block_sizes() const { return {}; }              // empty = any
-  // Supported (kv_lora_rank, qk_rope_head_dim) pairs; empty = any.
+  virtual std::vector<int> supported_block_sizes() const { return {}; }              // tokens per block; empty = any
+  // Supported (kv_lora_rank, qk_rope_head_dim) pairs in elements; empty = any.
   virtual std::vector<std::pair<int, int>> supported_latent_dims() const { return {}; }
+  // Largest decode query length s_q per request (> 1: speculative / MTP decodes).
   virtual int max_query_tokens_per_request() const { return 1 << 30; }
-  virtual bool returns_lse() const { return true; }
-  virtual bool supports_cuda_graphs() const { return false; }
-  virtual bool supports_compute_capability(std::optional<DeviceCapability> capability) const { return true; }
+  virtual bool returns_lse() const { return true; }           // run writes lse when it is defined
+  virtual bool supports_cuda_graphs() const { return false; }  // run may be captured and replayed
+  // Whether a layer running this decode backend may write fp8 output with an
+  // output_scale (MlaAttention requires it of both its backends).
+  virtual bool supports_quant_output(QuantKey /*key*/) const { return false; }
+  virtual bool supports_compute_capability(std::optional<DeviceCapability> /*capability*/) const { return true; }
   virtual bool is_available() const { return true; }
   bool supports_dtype(DType dtype) const;
 
@@ -213,6 +268,7 @@ class DecodeBackendClass {
   virtual std::vector<std::string> validate_configuration(std::optional<DeviceCapability> capability,
                                                           const SelectorConfig& config) const;
 
+  // A new instance for one layer (errors as PrefillBackendClass::create).
   virtual std::unique_ptr<DecodeBackend> create(const DecodeBackendParams& params) const = 0;
 };
 

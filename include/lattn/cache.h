@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "lattn/config.h"
 #include "lattn/tensor.h"
@@ -42,6 +44,19 @@ inline KvCacheShape get_kv_cache_shape(int64_t num_blocks, int64_t block_size, i
                                        int64_t head_size) {
   return {num_blocks, block_size, head_size};
 }
+
+// The seeds' MLACommonBackend class facts (SPEC §6.2, TV-SHAPE), kept for
+// parity with code written against vLLM. They describe the seed backend,
+// which only accepted DeepSeek's 576-wide entries; lattn's own cache and
+// MlaAttention accept any kv_lora_rank + qk_rope_head_dim.
+struct MlaCommonBackend {
+  static std::string get_name() { return "TRITON_MLA"; }
+  static std::vector<int> get_supported_head_sizes();  // = mla_supported_head_sizes() (lattn/metadata.h)
+  static KvCacheShape get_kv_cache_shape(int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
+                                         int64_t head_size) {
+    return lattn::get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size);
+  }
+};
 
 // An owning latent cache (allocates [num_blocks, block_size, L+R]).
 class OwnedLatentCache {

@@ -16,20 +16,28 @@ namespace lattn {
 
 // Writes token t's [kv_c[t] | k_pe[t]] to cache slot slot_mapping[t] for
 // t < slot_mapping.size(0) (which may be < kv_c.size(0): CUDA-graph padding);
-// slots < 0 (PAD_SLOT_ID) are skipped. fp8 caches store fp8(x / cache.scale).
+// slots < 0 (PAD_SLOT_ID) are skipped. fp8 caches store fp8(x / cache.scale)
+// (saturating at ±448); f16/bf16 caches store x rounded to their dtype.
 //   kv_c         [T, L]   f16/bf16/f32, rows may be strided
 //   k_pe         [T, R] or [T, 1, R], same dtype as kv_c
 //   slot_mapping [T'] int64, T' <= T, every slot < num_blocks * block_size
+//                (checked when slot_mapping is on the host: a bad slot
+//                raises ValueError before anything is written)
 void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
                           const Tensor& slot_mapping, Stream stream = nullptr);
 
-// Gathers context tokens into a contiguous workspace, dequantizing fp8:
+// Gathers context tokens into a contiguous workspace, converting to dst's
+// dtype (fp8 entries are dequantized: stored * cache.scale; f16/bf16 entries
+// are copied bit for bit when dst has the cache dtype):
 // for b < batch_size, token j < cu_seq_lens[b+1]-cu_seq_lens[b] comes from
 // block_table[b, seq_starts[b]/block_size + j/block_size] at offset
 // j % block_size and lands in dst row cu_seq_lens[b] + j. seq_starts must be
 // multiples of block_size (ValueError otherwise). Rows of dst past
-// cu_seq_lens[batch_size] are untouched.
-//   dst          [>= cu_seq_lens[batch_size], L+R]  f16/bf16/f32 (= cache dtype, or any when fp8)
+// cu_seq_lens[batch_size] are untouched. The index values (alignment, block
+// ids within the cache and the table) are checked when the index tensors
+// live on the host; device-resident indices are the caller's responsibility
+// (MlaAttention checks them from the metadata's host copies).
+//   dst          [>= cu_seq_lens[batch_size], L+R]  f16/bf16/f32, rows may be strided
 //   block_table  [>= batch_size, max_blocks] int32
 //   cu_seq_lens  [batch_size + 1] int32
 //   seq_starts   [batch_size] int32 (may be undefined: all 0)

@@ -32,6 +32,14 @@ std::string SelectorConfig::repr() const {
          ", mla_dimensions=" + mla_dimensions.str() + ")";
 }
 
+std::string SelectorConfig::decode_repr() const {
+  return std::string("MLADecodeSelectorConfig(dtype=") + dtype_torch_name(dtype) +
+         ", kv_cache_dtype=" + dtype_torch_name(kv_cache_dtype) + ", num_heads=" + std::to_string(num_heads) +
+         ", kv_lora_rank=" + std::to_string(kv_lora_rank) + ", qk_rope_head_dim=" + std::to_string(qk_rope_head_dim) +
+         ", block_size=" + std::to_string(block_size) +
+         ", max_query_tokens_per_request=" + std::to_string(max_query_tokens_per_request) + ")";
+}
+
 SelectorConfig SelectorConfig::for_dims(const MlaDims& dims, DType dtype, DType kv_cache_dtype, Device device,
                                         int block_size, int max_query_tokens_per_request) {
   SelectorConfig c;

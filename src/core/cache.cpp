@@ -5,6 +5,7 @@
 
 #include "lattn/check.h"
 #include "lattn/errors.h"
+#include "lattn/metadata.h"
 
 namespace lattn {
 
@@ -22,6 +23,8 @@ void LatentCache::validate(const char* op) const {
             "have contiguous entries within a block", data.describe());
   check_arg(std::isfinite(scale) && scale > 0.f, op, "cache.scale", "be finite and positive", std::to_string(scale));
 }
+
+std::vector<int> MlaCommonBackend::get_supported_head_sizes() { return mla_supported_head_sizes(); }
 
 OwnedLatentCache::OwnedLatentCache(int64_t num_blocks, int64_t block_size, const MlaDims& dims, DType dtype,
                                    Device device, float scale) {

@@ -18,6 +18,7 @@ void* device_malloc(size_t, int) { no_cuda("device_malloc"); }
 void device_free(void*, int) noexcept {}
 void memcpy_any(void*, Device, const void*, Device, size_t, Stream) { no_cuda("memcpy"); }
 void memset_device(void*, int, size_t, int, Stream) { no_cuda("memset"); }
+void memcpy_2d(void*, size_t, Device, const void*, size_t, Device, size_t, size_t, Stream) { no_cuda("memcpy_2d"); }
 void synchronize(Stream) {}
 CudaDeviceQuery query_devices() { return {{}, "lattn was built without CUDA"}; }
 void concat_and_cache_mla(const Tensor&, const Tensor&, const LatentCache&, const Tensor&, Stream) {
@@ -31,11 +32,11 @@ void merge_attn_states(const Tensor&, const Tensor&, const Tensor&, const Tensor
   no_cuda("merge_attn_states");
 }
 void copy_blocks(std::span<const LatentCache>, const Tensor&, Stream) { no_cuda("copy_blocks"); }
-void swap_blocks(const LatentCache&, const LatentCache&, const Tensor&, Stream) { no_cuda("swap_blocks"); }
 void advance_step(int, int, int, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                   const Tensor&, Stream) {
   no_cuda("advance_step");
 }
+void quantize_fp8(const Tensor&, const Tensor&, const Tensor&, Stream) { no_cuda("quantize_fp8"); }
 
 }  // namespace lattn::cuda_hooks
 

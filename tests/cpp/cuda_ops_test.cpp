@@ -1,6 +1,8 @@
-// The CUDA cache and attention-state ops (src/cuda/smxx) against plain host
-// loops written here: concat_and_cache_mla, gather_cache, merge_attn_states,
-// copy_blocks, swap_blocks, advance_step. Skips without a GPU.
+// The CUDA cache and attention-state ops (src/cuda/smxx), called through the
+// public API (lattn/ops.h: validation, then the CUDA hooks) where it has one,
+// against plain host loops written here: concat_and_cache_mla, gather_cache,
+// merge_attn_states, copy_blocks, swap_blocks, and the hooks advance_step and
+// quantize_fp8. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 
 #include "core/cuda_hooks.h"
 #include "lattn/cache.h"
+#include "lattn/ops.h"
 #include "lattn/tensor.h"
 #include "support/gpu.h"
 #include "support/test_data.h"
@@ -67,7 +70,7 @@ TEST_P(ConcatAndCacheMla, WritesSlotsSkipsPadMatchesHostRounding) {
   OwnedLatentCache cache(num_blocks, c.block_size, MlaDims{1, c.L, 16, c.R, 16}, c.cache, kGpu, scale);
   fill_bytes(cache.cache().data, 0xab);
   const Tensor kv_view = kv_dev.tensor().narrow(1, 0, c.L);  // stride(0) = L + 24
-  cuda_hooks::concat_and_cache_mla(kv_view, kpe_dev.tensor(), cache, slot_dev.tensor(), nullptr);
+  concat_and_cache_mla(kv_view, kpe_dev.tensor(), cache, slot_dev.tensor(), nullptr);
 
   const std::vector<uint8_t> got = bytes_of(cache.cache().data);
   const int es = dtype_size(c.cache);
@@ -138,7 +141,7 @@ TEST_P(GatherCache, GathersPermutedBlocksAndDequantizes) {
   OwnedTensor dst = OwnedTensor::empty({rows, D}, c.dst, kGpu);
   test::poison(dst.tensor());
   OwnedTensor table_d = to_device(table_t.tensor()), cu_d = to_device(cu_t.tensor()), st_d = to_device(st_t.tensor());
-  cuda_hooks::gather_cache(cache, dst.tensor(), table_d.tensor(), cu_d.tensor(), batch, st_d.tensor(), nullptr);
+  gather_cache(cache, dst.tensor(), table_d.tensor(), cu_d.tensor(), batch, st_d.tensor(), nullptr);
   OwnedTensor got = test::to_host_f32(dst.tensor());
   int64_t bad = 0;
   for (int b = 0; b < batch; ++b) {
@@ -191,7 +194,7 @@ TEST(CudaMergeAttnStates, MatchesFormulaIncludingInfinities) {
       OwnedTensor lse_d = OwnedTensor::empty({N, T}, DType::f32, kGpu);
       test::poison(lse_d.tensor());
       // out aliases prefix_out (allowed: elementwise).
-      cuda_hooks::merge_attn_states(po_d.tensor(), lse_d.tensor(), po_d.tensor(), pl_d.tensor(), so_d.tensor(),
+      merge_attn_states(po_d.tensor(), lse_d.tensor(), po_d.tensor(), pl_d.tensor(), so_d.tensor(),
                                     sl_d.tensor(), nullptr);
       OwnedTensor want = OwnedTensor::empty({T, N, D}, DType::f32), want_lse = OwnedTensor::empty({N, T}, DType::f32);
       for (int t = 0; t < T; ++t) {
@@ -240,7 +243,7 @@ TEST(CudaCopyBlocks, CopiesWholeBlocksInEveryLayer) {
   const std::vector<int64_t> pairs = {0, 5, 3, 3, 7, 11, 2, 0};
   OwnedTensor mapping = OwnedTensor::empty({4, 2}, DType::i64);
   std::memcpy(mapping.data(), pairs.data(), pairs.size() * 8);
-  cuda_hooks::copy_blocks(caches, mapping.tensor(), nullptr);
+  copy_blocks(caches, mapping.tensor(), nullptr);
   const size_t block_bytes = 16 * 576 * 2;
   for (size_t layer = 0; layer < caches.size(); ++layer) {
     std::vector<uint8_t> want(static_cast<uint8_t*>(hosts[layer].data()),
@@ -268,15 +271,15 @@ TEST(CudaSwapBlocks, MovesBlocksBetweenHostAndDevice) {
   const std::vector<int64_t> pairs = {1, 4, 5, 0};
   OwnedTensor mapping = OwnedTensor::empty({2, 2}, DType::i64);
   std::memcpy(mapping.data(), pairs.data(), 32);
-  cuda_hooks::swap_blocks(host_src, dev, mapping.tensor(), nullptr);  // host -> device: dev[4]=src[1], dev[0]=src[5]
+  swap_blocks(host_src, dev, mapping.tensor(), nullptr);  // host -> device: dev[4]=src[1], dev[0]=src[5]
   const std::vector<int64_t> on_device = {4, 1, 0, 2};
   OwnedTensor dd_map = OwnedTensor::empty({2, 2}, DType::i64);
   std::memcpy(dd_map.data(), on_device.data(), 32);
-  cuda_hooks::swap_blocks(dev, dev2, dd_map.tensor(), nullptr);  // device -> device: dev2[1]=src[1], dev2[2]=src[5]
+  swap_blocks(dev, dev2, dd_map.tensor(), nullptr);  // device -> device: dev2[1]=src[1], dev2[2]=src[5]
   const std::vector<int64_t> back = {1, 4, 2, 0};
   OwnedTensor back_map = OwnedTensor::empty({2, 2}, DType::i64);
   std::memcpy(back_map.data(), back.data(), 32);
-  cuda_hooks::swap_blocks(dev2, host_dst, back_map.tensor(), nullptr);  // device -> host: dst[4]=src[1], dst[0]=src[5]
+  swap_blocks(dev2, host_dst, back_map.tensor(), nullptr);  // device -> host: dst[4]=src[1], dst[0]=src[5]
   const size_t bb = 4 * 288 * 2;
   const auto* src = static_cast<const uint8_t*>(host_src.cache().data.data());
   const auto* dst = static_cast<const uint8_t*>(host_dst.cache().data.data());
@@ -284,6 +287,35 @@ TEST(CudaSwapBlocks, MovesBlocksBetweenHostAndDevice) {
   EXPECT_EQ(std::memcmp(dst + 0 * bb, src + 5 * bb, bb), 0);
   for (int b : {1, 2, 3, 5}) {
     EXPECT_TRUE(std::all_of(dst + b * bb, dst + (b + 1) * bb, [](uint8_t v) { return v == 0; })) << "block " << b;
+  }
+}
+
+// quantize_fp8 (MlaAttention's fp8 output): bit-exact with the host's
+// fp8(x / scale), strided source rows, vector and element paths.
+TEST(CudaQuantizeFp8, MatchesHostRoundingBitExactly) {
+  LATTN_REQUIRE_GPU();
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (int cols : {256, 36}) {
+      std::mt19937_64 rng(13);
+      const int rows = 21;
+      OwnedTensor src = OwnedTensor::empty({rows, cols + 8}, dtype);
+      test::fill_normal(src.tensor(), rng, 300.f);  // some values past fp8's 448 / scale range
+      OwnedTensor scale = OwnedTensor::empty({1}, DType::f32);
+      scale.data_as<float>()[0] = 0.7f;
+      OwnedTensor src_d = to_device(src.tensor()), scale_d = to_device(scale.tensor());
+      OwnedTensor dst = OwnedTensor::empty({rows, cols}, DType::fp8_e4m3, kGpu);
+      test::poison(dst.tensor());
+      cuda_hooks::quantize_fp8(src_d.tensor().narrow(1, 0, cols), dst.tensor(), scale_d.tensor(), nullptr);
+      const std::vector<uint8_t> got = bytes_of(dst.tensor());
+      int64_t bad = 0;
+      for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < cols; ++c) {
+          const float x = load_as_f32(src.data(), dtype, int64_t(r) * (cols + 8) + c);
+          if (got[size_t(r) * cols + c] != f32_to_fp8e4m3(x / 0.7f)) ++bad;
+        }
+      }
+      EXPECT_EQ(bad, 0) << dtype_name(dtype) << " cols " << cols;
+    }
   }
 }
 

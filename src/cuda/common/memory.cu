@@ -58,6 +58,16 @@ void memset_device(void* ptr, int byte, size_t bytes, int device, Stream stream)
   if (stream == nullptr) LATTN_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+void memcpy_2d(void* dst, size_t dst_pitch, Device dst_device, const void* src, size_t src_pitch, Device src_device,
+               size_t row_bytes, size_t rows, Stream stream) {
+  if (row_bytes == 0 || rows == 0) return;
+  const int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
+  DeviceGuard guard(device);
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  LATTN_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDefault, s));
+  if (stream == nullptr) LATTN_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
 void synchronize(Stream stream) { LATTN_CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream))); }
 
 CudaDeviceQuery query_devices() {

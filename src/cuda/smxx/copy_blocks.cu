@@ -1,10 +1,7 @@
-// copy_blocks (the seeds' copy_blocks_mla) and swap_blocks on CUDA.
-//
-// copy_blocks copies whole blocks within each layer's cache. The (src, dst)
-// pairs travel inside the kernel's parameters (up to kPairsPerLaunch per
-// launch), so no device allocation or extra upload is needed. swap_blocks
-// moves blocks between two caches (host<->device, device<->device) with one
-// cudaMemcpyAsync per block, as vLLM does.
+// copy_blocks (the seeds' copy_blocks_mla) on CUDA: whole blocks within each
+// layer's cache. The (src, dst) pairs travel inside the kernel's parameters
+// (up to kPairsPerLaunch per launch), so no device allocation or extra upload
+// is needed. (swap_blocks is the core's: one cudaMemcpyAsync per block.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -73,28 +70,6 @@ void copy_blocks(std::span<const LatentCache> caches, const Tensor& block_mappin
       LATTN_CUDA_CHECK_LAUNCH("copy_blocks_kernel");
     }
   }
-}
-
-void swap_blocks(const LatentCache& src, const LatentCache& dst, const Tensor& block_mapping, Stream stream) {
-  using namespace lattn::cuda;
-  const int64_t n = block_mapping.size(0);
-  if (n == 0) return;
-  const int device = src.device().is_cuda() ? src.device().index : dst.device().index;
-  DeviceGuard guard(device);
-  const int64_t* mapping = block_mapping.data_as<const int64_t>();
-  const int64_t ms0 = block_mapping.stride(0), ms1 = block_mapping.stride(1);
-  const size_t src_block = size_t(src.data.stride(0)) * size_t(src.data.element_size());
-  const size_t dst_block = size_t(dst.data.stride(0)) * size_t(dst.data.element_size());
-  const size_t bytes = std::min(src_block, dst_block);
-  const char* s = static_cast<const char*>(src.data.data());
-  char* d = static_cast<char*>(dst.data.data());
-  auto st = reinterpret_cast<cudaStream_t>(stream);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t from = mapping[i * ms0], to = mapping[i * ms0 + ms1];
-    LATTN_CUDA_CHECK(cudaMemcpyAsync(d + size_t(to) * dst_block, s + size_t(from) * src_block, bytes,
-                                     cudaMemcpyDefault, st));
-  }
-  if (stream == nullptr) LATTN_CUDA_CHECK(cudaStreamSynchronize(st));
 }
 
 }  // namespace lattn::cuda_hooks
