@@ -59,6 +59,9 @@ class CudaDecodeBackendClass final : public DecodeBackendClass {
   }
   // Built with CUDA; whether a device exists is the capability's question.
   bool is_available() const override { return true; }
+  // A layer with this decode backend can write fp8 output: MlaAttention
+  // quantizes the decode rows after W_UV with the CUDA quantize_fp8 kernel.
+  bool supports_quant_output(QuantKey) const override { return true; }
   std::unique_ptr<DecodeBackend> create(const DecodeBackendParams& params) const override;
 };
 

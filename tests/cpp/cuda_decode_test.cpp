@@ -369,6 +369,7 @@ TEST(CudaDecodeClass, DeclaresWhatItSupports) {
   const cuda::CudaDecodeBackendClass cls;
   EXPECT_EQ(cls.name(), "cuda");
   EXPECT_TRUE(cls.supports_cuda_graphs());
+  EXPECT_TRUE(cls.supports_quant_output(QuantKey::fp8_e4m3_static_per_tensor));
   EXPECT_FALSE(cls.supports_compute_capability(DeviceCapability{7, 5}));
   EXPECT_TRUE(cls.supports_compute_capability(DeviceCapability{8, 0}));
   EXPECT_TRUE(cls.supports_compute_capability(DeviceCapability{9, 0}));

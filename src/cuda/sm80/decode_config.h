@@ -24,19 +24,16 @@ struct DecodeTileConfig {
 }  // namespace lattn::cuda::sm80
 
 // Every instantiated configuration (instantiations/ has one file per
-// configuration x dtype x cache dtype), in order of preference:
+// configuration x dtype x cache dtype), in order of preference (measured on an
+// H200: docs/perf.md):
 //   m64n64w8s2   Hopper (227 KB shared memory), > 16 rows
-//   m64n64w16s2  Hopper, > 16 rows, 16 warps (more latency hiding, more smem traffic)
+//   m16n64w8s3   Hopper, <= 16 rows: Q in registers, two 64-key tiles in flight
+//   m16n64w8s2   Hopper, <= 16 rows: Q in shared memory, one tile in flight
 //   m64n32w8s2   A100 (163 KB), > 16 rows
-//   m16n32w4s5   Hopper, <= 16 rows: 4 tiles in flight (memory-bound decode)
-//   m16n64w8s2   Hopper, <= 16 rows: 1 big tile in flight
-//   m16n32w4s3   A100, <= 16 rows
-//   m16n32w4s2   99 KB parts (sm86/sm89/sm120), any rows (16-row tiles)
+//   m16n32w4s2   A100 <= 16 rows, and 99 KB parts (sm86/89/120) for any rows (16-row tiles)
 #define LATTN_DECODE_CONFIGS(X) \
   X(64, 64, 8, 2)               \
-  X(64, 64, 16, 2)              \
-  X(64, 32, 8, 2)               \
-  X(16, 32, 4, 5)               \
+  X(16, 64, 8, 3)               \
   X(16, 64, 8, 2)               \
-  X(16, 32, 4, 3)               \
+  X(64, 32, 8, 2)               \
   X(16, 32, 4, 2)

@@ -54,11 +54,22 @@ __device__ __forceinline__ void attend_piece(const DecodeParams& p, const Reques
   };
   // Prologue: Q and the first kStages - 1 tiles, one commit group per tile
   // (Q rides with the first), so wait_group<kStages - 2> means "tile it landed".
-  load_q<K>(p, rv, q_smem);
+  // Q in registers: Q first goes, as its own group, through a buffer that is
+  // free until the loop's first barrier (the last stage; fp8: the converted
+  // tile), and the wait count is the same because Q's group comes first.
+  QFragments<K> qf;
+  T* q_tile = K::kQInRegs ? (K::kFp8 ? k_smem : k_smem + (K::kStages - 1) * kTileElems) : q_smem;
+  load_q<K>(p, rv, q_tile);
+  if constexpr (K::kQInRegs) cp_async_commit();
 #pragma unroll
   for (int s = 0; s < K::kStages - 1; ++s) {
     if (tile_begin + s < tile_end) load_kv<K>(p, rv, tile_begin + s, stage(s));
     cp_async_commit();
+  }
+  if constexpr (K::kQInRegs) {
+    cp_async_wait<K::kStages - 1>();  // Q's group
+    __syncthreads();
+    load_q_fragments<K>(q_tile, qf);  // the loop's first barrier orders this before the buffer is reused
   }
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
@@ -78,7 +89,11 @@ __device__ __forceinline__ void attend_piece(const DecodeParams& p, const Reques
     }
 
     float s[K::kNTilesS][4];
-    compute_qk<K>(q_smem, kv, rg, cg, s);
+    if constexpr (K::kQInRegs) {
+      compute_qk_qregs<K>(qf, kv, cg, s);
+    } else {
+      compute_qk<K>(q_smem, kv, rg, cg, s);
+    }
     const int key0 = tile * K::kBlockN;
     update_softmax<K>(s, st, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, rg, cg, reduce, row_vec,
                       p_smem);

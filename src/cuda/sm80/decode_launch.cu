@@ -114,8 +114,6 @@ DecodeTileConfig choose_decode_tiles(int rows, int max_smem, bool fp8) {
   }
   for (const DecodeTileConfig& c : kConfigs) {
     if (rows <= 16 && c.block_m != 16) continue;  // 64-row tiles would be 3/4 padding
-    if (c.block_m == 16 && c.stages == 2 && c.block_n == 64) continue;  // kept for comparison only (see config.h)
-    if (c.warps == 16) continue;                                        // kept for comparison only
     if (decode_smem_bytes(c, fp8) <= size_t(max_smem)) return c;
   }
   throw NotImplementedError("decode: no tile configuration fits in " + std::to_string(max_smem) +

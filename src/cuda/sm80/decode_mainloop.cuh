@@ -120,6 +120,48 @@ __device__ __forceinline__ void convert_fp8_tile(const uint8_t* staging, typenam
   }
 }
 
+// Q as mma A fragments for all kD / 16 k-steps (the kQInRegs configurations):
+// read once per request piece from the swizzled Q tile in shared memory.
+template <class K>
+struct QFragments {
+  uint32_t a[K::kQInRegs ? K::kD / 16 : 1][4];
+};
+template <class K>
+__device__ __forceinline__ void load_q_fragments(const typename K::T* q_tile, QFragments<K>& q) {
+  if constexpr (K::kQInRegs) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int kk = 0; kk < K::kD / 16; ++kk) {
+      ldmatrix_x4(q.a[kk], smem_addr(q_tile + swizzle<K::kD>(lane % 16, kk * 16 + (lane / 16) * 8)));
+    }
+  }
+}
+
+// Phase 1 with Q in registers (16 rows, one 8-key tile per warp): two
+// independent mma chains (even / odd k-steps).
+template <class K>
+__device__ __forceinline__ void compute_qk_qregs(const QFragments<K>& q, const typename K::T* k_smem, int cg,
+                                                 float (&s)[K::kNTilesS][4]) {
+  static_assert(K::kNTilesS == 1 && K::kRowGroups == 1, "Q in registers: 16 rows, 8 keys per warp");
+  using T = typename K::T;
+  const int lane = threadIdx.x % 32;
+  float s_odd[4] = {0.f, 0.f, 0.f, 0.f};
+  s[0][0] = s[0][1] = s[0][2] = s[0][3] = 0.f;
+  const int key = cg * K::kKeysPerWarp + lane % 8;
+#pragma unroll
+  for (int kk = 0; kk < K::kD / 16; ++kk) {
+    uint32_t b[2];
+    ldmatrix_x2(b, smem_addr(k_smem + swizzle<K::kD>(key, kk * 16 + ((lane / 8) % 2) * 8)));
+    if (kk % 2 == 0) {
+      mma_16816<T>(s[0], q.a[kk], b[0], b[1]);
+    } else {
+      mma_16816<T>(s_odd, q.a[kk], b[0], b[1]);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) s[0][e] += s_odd[e];
+}
+
 // Phase 1: s[nt] (this warp's 16 rows x kKeysPerWarp keys) = Q K^T over kD.
 template <class K>
 __device__ __forceinline__ void compute_qk(const typename K::T* q_smem, const typename K::T* k_smem, int rg, int cg,

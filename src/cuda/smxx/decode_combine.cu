@@ -13,10 +13,12 @@
 namespace lattn::cuda {
 namespace {
 
-// 512 threads: 4 groups of 128; each thread of a group owns 4 output columns
-// and the groups take every 4th split, so a row's many partials (a long
-// request split over every SM) are read with 4x the loads in flight.
-constexpr int kColThreads = 128, kSplitGroups = 4, kCombineThreads = kColThreads * kSplitGroups;
+// A CTA merges 128 columns of one row: 8 groups of 32 threads, each thread
+// owning 4 columns, the groups taking every 8th split. Grid (batch, rows,
+// L / 128): a batch of one with every SM's partials still spreads over
+// rows x 4 CTAs, each with 8 loads in flight per column.
+constexpr int kColThreads = 32, kSplitGroups = 8, kCombineThreads = kColThreads * kSplitGroups;
+constexpr int kColsPerCta = kColThreads * 4;
 constexpr int kMaxSplits = 2048;  // >= slot capacity (2 * num_parts), checked on the host
 
 __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) {
@@ -48,8 +50,11 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
   T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
   float* lse_out = p.lse ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
   if (n == 0) {  // no keys: output 0, LSE -inf
-    for (int c = threadIdx.x; c < p.L; c += kCombineThreads) out[c] = from_f32<T>(0.f);
-    if (lse_out && threadIdx.x == 0) *lse_out = -INFINITY;
+    for (int c = blockIdx.z * kColsPerCta + threadIdx.x; c < min(p.L, int(blockIdx.z + 1) * kColsPerCta);
+         c += kCombineThreads) {
+      out[c] = from_f32<T>(0.f);
+    }
+    if (lse_out && threadIdx.x == 0 && blockIdx.z == 0) *lse_out = -INFINITY;
     return;
   }
   const int slot0 = plan.split_offset[r];
@@ -73,14 +78,22 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
   const int64_t part_stride = int64_t(plan.rows_capacity) * p.L;
   const int ct = threadIdx.x % kColThreads, g = threadIdx.x / kColThreads;
   // p.L % 4 == 0 (the tensor-core path's L = 512): float4 columns.
-  for (int c0 = 0; c0 < p.L; c0 += kColThreads * 4) {
-    const int c = c0 + ct * 4;
+  {
+    const int c = blockIdx.z * kColsPerCta + ct * 4;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     if (c < p.L) {
-#pragma unroll 4
-      for (int s = g; s < n; s += kSplitGroups) {
+      // Parts with weight 0 (no key for this row) are skipped. Two loads in
+      // flight per iteration (a plain unrolled loop made ptxas spill).
+      int s = g;
+      for (; s + kSplitGroups < n; s += 2 * kSplitGroups) {
+        const float w0 = weights[s], w1 = weights[s + kSplitGroups];
+        const float4 v0 = *reinterpret_cast<const float4*>(part + s * part_stride + c);
+        const float4 v1 = *reinterpret_cast<const float4*>(part + (s + kSplitGroups) * part_stride + c);
+        if (w0 != 0.f) acc.x += w0 * v0.x, acc.y += w0 * v0.y, acc.z += w0 * v0.z, acc.w += w0 * v0.w;
+        if (w1 != 0.f) acc.x += w1 * v1.x, acc.y += w1 * v1.y, acc.z += w1 * v1.z, acc.w += w1 * v1.w;
+      }
+      if (s < n && weights[s] != 0.f) {
         const float w = weights[s];
-        if (w == 0.f) continue;  // a part that saw no key for this row
         const float4 v = *reinterpret_cast<const float4*>(part + s * part_stride + c);
         acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
       }
@@ -99,7 +112,7 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
     }
     __syncthreads();
   }
-  if (lse_out && threadIdx.x == 0) *lse_out = final_lse;
+  if (lse_out && threadIdx.x == 0 && blockIdx.z == 0) *lse_out = final_lse;
 }
 
 }  // namespace
@@ -112,7 +125,7 @@ void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t 
     throw RuntimeError("decode_combine: " + std::to_string(p.plan.slot_capacity) + " split slots exceed the limit " +
                        std::to_string(kMaxSplits));
   }
-  const dim3 grid(unsigned(p.batch), unsigned(p.plan.rows_capacity));
+  const dim3 grid(unsigned(p.batch), unsigned(p.plan.rows_capacity), unsigned((p.L + kColsPerCta - 1) / kColsPerCta));
   LATTN_DISPATCH_HALF_TYPES(out_dtype, "decode", "out",
                             [&] { decode_combine_kernel<T><<<grid, kCombineThreads, 0, stream>>>(p); });
   LATTN_CUDA_CHECK_LAUNCH("decode_combine_kernel");
