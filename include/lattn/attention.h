@@ -65,10 +65,17 @@ class MlaAttention {
   //   k_pe         [T, R] or [T, 1, R]            activation dtype (roped)
   //   cache        this layer's latent cache (dtype == config.kv_cache_dtype)
   //   metadata     the step's plan (built by MlaMetadataBuilder, on this device)
-  //   out          [T, N*V] written in place when defined; otherwise an
-  //                internal buffer is used (valid until the next forward)
-  //   output_scale undefined, or 1-element f32: out is fp8_e4m3 = fp8(o / scale)
-  // Returns the output view [T, N*V].
+  //   out          [T, N*V] written in place when defined (rows may be
+  //                strided); otherwise an internal buffer is used (valid
+  //                until the next forward)
+  //   output_scale undefined, or 1-element f32: out is fp8_e4m3 = fp8(o / scale);
+  //                NotImplementedError("fused output quantization is not yet
+  //                supported for MLAImplBase") unless both backend classes
+  //                report supports_quant_output
+  // Rows past num_decode_tokens + num_prefill_tokens (input padding) are set
+  // to 0. Every argument and every metadata index is checked before anything
+  // is written (ValueError naming the argument; the cache is unchanged).
+  // Returns the output view [T, N*V]. docs/mla.md describes the algorithm.
   Tensor forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
                  const MlaMetadata& metadata, const Tensor& out = {}, const Tensor& output_scale = {});
 
