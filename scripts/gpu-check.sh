@@ -127,8 +127,9 @@ lib=$(ls "$BUILD"/src/liblattn.so* | head -1)
     c++filt | awk '{ printf "HMMA=%-5s LDSM=%-5s LDGSTS=%-4s LDL=%-3s STL=%-3s %s\n", $(NF-4), $(NF-3), $(NF-2), $(NF-1), $NF, substr($0, 1, 160) }' |
     sed -E 's/ [0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+$//'
   echo
-  echo "# the decode kernel's hot loop (one instantiation), first 60 HMMA/LDSM/LDGSTS lines"
-  cuobjdump -sass -fun '_ZN5lattn4cuda4sm8017mla_decode_kernelINS1_12DecodeTraitsILi64ELi64ELi8E13__nv_bfloat16S4_EEEEvNS0_12DecodeParamsE' "$lib" 2>/dev/null |
+  echo "# the decode kernel's hot loop (the 64x64-tile bf16 instantiation), first 60 HMMA/LDSM/LDGSTS lines"
+  cuobjdump -sass "$lib" 2>/dev/null |
+    awk '/Function :/ { on = ($3 ~ /mla_decode_kernel/ && $3 ~ /ILi64ELi64ELi8ELi2E13__nv_bfloat16S4_/) } on' |
     grep -E 'HMMA|LDSM|LDGSTS' | head -60
 } > "$OUT/sass.txt" 2>&1
 decode_lines=$(grep -E 'mla_decode_kernel' "$OUT/sass.txt" | grep -E '^HMMA')
