@@ -104,8 +104,30 @@ __device__ __forceinline__ void attend_piece(const DecodeParams& p, const Reques
   __syncthreads();  // the next piece reuses shared memory
 }
 
+// The largest dynamic shared memory per block of any sm8x GPU (A100: 163 KB).
+// sm_80 code runs only on sm8x GPUs, so a configuration needing more is never
+// launched there (choose_decode_tiles checks the device) and its sm_80 body is
+// not compiled: it would only cost build time (and spill, for 64x64 tiles).
+constexpr size_t kSm8xMaxSmemPerBlock = 166912;
+
+template <class K>
+__device__ __forceinline__ void decode_kernel_body(const DecodeParams& p);
+
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) mla_decode_kernel(const __grid_constant__ DecodeParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (K::kSmemBytes > kSm8xMaxSmemPerBlock) {
+    __trap();
+  } else {
+    decode_kernel_body<K>(p);
+  }
+#else
+  decode_kernel_body<K>(p);
+#endif
+}
+
+template <class K>
+__device__ __forceinline__ void decode_kernel_body(const DecodeParams& p) {
   extern __shared__ __align__(128) char smem[];
   const DecodePlan& plan = p.plan;
   const int part = blockIdx.y;
