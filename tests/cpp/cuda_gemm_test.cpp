@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/cuda_hooks.h"
@@ -77,7 +78,13 @@ INSTANTIATE_TEST_SUITE_P(
         GemmCase{29, 80, 64, 1, DType::bf16, DType::bf16, DType::bf16, true, 0.f, "kv_b_proj-like trans_b"},
         GemmCase{17, 23, 45, 2, DType::f32, DType::f32, DType::f32, true, 1.f, "f32"},
         GemmCase{19, 40, 72, 2, DType::bf16, DType::f32, DType::bf16, false, 0.25f, "mixed: fallback kernel"},
-        GemmCase{5, 7, 0, 1, DType::bf16, DType::bf16, DType::f32, false, 2.f, "k = 0: C = beta C"}));
+        GemmCase{5, 7, 0, 1, DType::bf16, DType::bf16, DType::f32, false, 2.f, "k = 0: C = beta C"}),
+    [](const ::testing::TestParamInfo<GemmCase>& info) {
+      const GemmCase& g = info.param;
+      return std::string(dtype_name(g.a)) + "x" + dtype_name(g.b) + "_to_" + dtype_name(g.c) + "_m" +
+             std::to_string(g.m) + "n" + std::to_string(g.n) + "k" + std::to_string(g.k) + "b" +
+             std::to_string(g.batch) + (g.trans_b ? "_transb" : "");
+    });
 
 }  // namespace
 }  // namespace lattn

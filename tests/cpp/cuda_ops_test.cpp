@@ -11,6 +11,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/cuda_hooks.h"
@@ -101,7 +102,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ConcatCase{DType::bf16, DType::bf16, 512, 64, 16}, ConcatCase{DType::f16, DType::f16, 512, 64, 1},
                       ConcatCase{DType::bf16, DType::fp8_e4m3, 512, 64, 64},
                       ConcatCase{DType::f32, DType::bf16, 256, 32, 16},
-                      ConcatCase{DType::f16, DType::fp8_e4m3, 100, 12, 3}));  // scalar path
+                      ConcatCase{DType::f16, DType::fp8_e4m3, 100, 12, 3}),  // scalar path
+    [](const ::testing::TestParamInfo<ConcatCase>& info) {
+      const ConcatCase& c = info.param;
+      return std::string(dtype_name(c.input)) + "_to_" + dtype_name(c.cache) + "_L" + std::to_string(c.L) + "_R" +
+             std::to_string(c.R) + "_block" + std::to_string(c.block_size);
+    });
 
 struct GatherCase {
   DType cache, dst;
@@ -165,7 +171,13 @@ INSTANTIATE_TEST_SUITE_P(Cuda, GatherCache,
                                            GatherCase{DType::f16, DType::f16, 512, 64, 1},
                                            GatherCase{DType::fp8_e4m3, DType::bf16, 512, 64, 64},
                                            GatherCase{DType::fp8_e4m3, DType::f32, 256, 32, 16},
-                                           GatherCase{DType::bf16, DType::bf16, 100, 12, 5}));
+                                           GatherCase{DType::bf16, DType::bf16, 100, 12, 5}),
+                         [](const ::testing::TestParamInfo<GatherCase>& info) {
+                           const GatherCase& c = info.param;
+                           return std::string(dtype_name(c.cache)) + "_to_" + dtype_name(c.dst) + "_L" +
+                                  std::to_string(c.L) + "_R" + std::to_string(c.R) + "_block" +
+                                  std::to_string(c.block_size);
+                         });
 
 // merge_attn_states against the formula in float64, with the robust cases
 // (+inf, one side -inf, both -inf) planted, out aliasing prefix_out.
