@@ -22,7 +22,7 @@ deps:
 
 configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLATTN_CUDA=$(CUDA) \
-	  -DLATTN_PYTHON=OFF -DLATTN_PYTHON_EXECUTABLE=$(PYTHON) -DLATTN_TESTS=ON -DLATTN_BENCH=ON >/dev/null
+	  -DLATTN_PYTHON=ON -DLATTN_PYTHON_EXECUTABLE=$(PYTHON) -DLATTN_TESTS=ON -DLATTN_BENCH=ON >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)

@@ -51,6 +51,11 @@ class MlaAttention {
 
   const MlaAttentionConfig& config() const;
 
+  // The CUDA stream later calls enqueue on (config.stream at construction):
+  // engines that run each step on the current stream of their framework set
+  // it before forward. Updates both backends. Ignored on the CPU.
+  void set_stream(Stream stream);
+
   // Loads kv_b_proj's weight, (out, in) = [N*(P+V), L], any floating dtype,
   // on any device; splits it per head into W_UK_T [N, P, L] and W_UV [N, L, V]
   // (contiguous, activation dtype, on the layer's device). A wrong shape raises

@@ -66,6 +66,12 @@ MlaAttention::MlaAttention(MlaAttention&&) noexcept = default;
 MlaAttention& MlaAttention::operator=(MlaAttention&&) noexcept = default;
 
 const MlaAttentionConfig& MlaAttention::config() const { return impl_->config; }
+
+void MlaAttention::set_stream(Stream stream) {
+  impl_->config.stream = stream;
+  impl_->prefill->set_stream(stream);
+  impl_->decode->set_stream(stream);
+}
 size_t MlaAttention::workspace_bytes() const { return impl_->workspace.bytes_held(); }
 const PrefillBackend& MlaAttention::prefill_backend() const { return *impl_->prefill; }
 const DecodeBackend& MlaAttention::decode_backend() const { return *impl_->decode; }

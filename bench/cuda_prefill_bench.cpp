@@ -1,0 +1,383 @@
+// Benchmarks of the `cuda` prefill kernels (sm80 tensor-core varlen
+// attention) against the same-run ceiling: a cuBLAS bf16 8192^3 GEMM.
+//
+// Cases (TARGETS.md): causal 192/128 bf16 at H128 x one request of 8192
+// tokens, 4 x 4096 and 16 x 1024, each with the default kernel and the
+// candidate tile configurations; and chunked context (32k cached tokens +
+// 2k new, workspace 64k and 8k tokens) against the same attention done in
+// one bottom-right causal launch. Each row: median µs of many event-timed
+// launches after warm-up, TFLOP/s by TARGETS.md's formula, and the fraction
+// of the GEMM rate. A summary table is printed last.
+//
+// This benchmark reaches the internal launcher (src/cuda/sm80/prefill_launch.h)
+// for the candidate configurations and for the bottom-right causal launch
+// the unchunked baseline needs; the public backend runs the same kernels.
+#include <benchmark/benchmark.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/cuda_hooks.h"
+#include "cuda/sm80/prefill_config.h"
+#include "cuda/sm80/prefill_launch.h"
+#include "lattn/device.h"
+#include "lattn/dtype.h"
+#include "lattn/errors.h"
+#include "lattn/tensor.h"
+
+namespace {
+
+namespace sm80 = lattn::cuda::sm80;
+
+#define BENCH_CUDA(call)                                                                          \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(e_)); \
+  } while (0)
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) { BENCH_CUDA(cudaMalloc(&ptr, bytes)); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr); }
+};
+
+// Fills `elems` 16-bit elements with N(0, stddev)-like random bf16 values:
+// one 8 Mi-element random block made on the host, repeated on the device
+// (random data, not zeros, which run faster; see METHOD.md).
+void fill_random_bf16(void* dst, size_t elems, uint64_t seed, float stddev) {
+  const size_t block = std::min<size_t>(elems, size_t{8} << 20);
+  std::vector<uint16_t> host(block);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < block; ++i) {
+    // Sum of 4 uniforms: close enough to a normal for timing purposes.
+    float acc = 0;
+    for (int j = 0; j < 4; ++j) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      acc += float(s >> 40) / float(1 << 24) - 0.5f;
+    }
+    host[i] = lattn::f32_to_bf16(acc * 1.732f * stddev);
+  }
+  auto* d = static_cast<uint16_t*>(dst);
+  BENCH_CUDA(cudaMemcpy(d, host.data(), block * 2, cudaMemcpyHostToDevice));
+  for (size_t done = block; done < elems;) {
+    const size_t n = std::min(done, elems - done);
+    BENCH_CUDA(cudaMemcpy(d + done, d, n * 2, cudaMemcpyDeviceToDevice));
+    done += n;
+  }
+}
+
+// Median milliseconds of `reps` launches of fn, each timed by its own pair
+// of events on the default stream, after `warmup` untimed launches.
+double median_ms(const std::function<void()>& fn, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) fn();
+  BENCH_CUDA(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(size_t(2 * reps));
+  for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
+  for (int i = 0; i < reps; ++i) {
+    BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i)], nullptr));
+    fn();
+    BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i + 1)], nullptr));
+  }
+  BENCH_CUDA(cudaDeviceSynchronize());
+  std::vector<double> ms(static_cast<size_t>(reps), 0.0);
+  for (int i = 0; i < reps; ++i) {
+    float t = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&t, ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));
+    ms[size_t(i)] = t;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+std::string gpu_skip_reason() {
+  const lattn::CudaDeviceQuery q = lattn::query_cuda_devices();
+  if (q.devices.empty()) return q.unavailable_reason;
+  if (q.devices[0].capability.major < 8) return "the cuda prefill kernels need sm80+";
+  return "";
+}
+
+struct Row {
+  std::string name;
+  double us, tflops, fraction;
+  std::string note;
+};
+std::vector<Row>& rows() {
+  static std::vector<Row> r;
+  return r;
+}
+
+// The bf16 matrix ceiling: cuBLAS 8192^3 GEMM, f32 accumulation, random data.
+double gemm_ceiling_tflops() {
+  static double tflops = [] {
+    constexpr int n = 8192;
+    const size_t elems = size_t(n) * n;
+    DeviceBuffer a(elems * 2), b(elems * 2), c(elems * 2);
+    fill_random_bf16(a.ptr, elems, 1, 1.f);
+    fill_random_bf16(b.ptr, elems, 2, 1.f);
+    cublasHandle_t handle;
+    if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
+    const float alpha = 1.f, beta = 0.f;
+    auto gemm = [&] {
+      const cublasStatus_t st =
+          cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.ptr, CUDA_R_16BF, n, b.ptr, CUDA_R_16BF, n,
+                       &beta, c.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      if (st != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasGemmEx failed");
+    };
+    const double ms = median_ms(gemm, 5, 30);
+    cublasDestroy(handle);
+    const double t = 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
+    rows().push_back({"ceiling: cuBLAS bf16 GEMM 8192^3", ms * 1e3, t, 1.0, ""});
+    return t;
+  }();
+  return tflops;
+}
+
+// ---- attention problems --------------------------------------------------------
+
+constexpr int kDqk = 192, kDv = 128;
+
+// FLOPs per TARGETS.md: 2 H (Dqk + Dv) sum(Sq Sk - Sq (Sq - 1) / 2) causal,
+// 2 H (Dqk + Dv) Sq Sk otherwise.
+double attention_flops(int heads, const std::vector<int>& sq, const std::vector<int>& sk, bool causal) {
+  double pairs = 0;
+  for (size_t b = 0; b < sq.size(); ++b) {
+    pairs += double(sq[b]) * sk[b];
+    if (causal) pairs -= double(sq[b]) * (sq[b] - 1) / 2;
+  }
+  return 2.0 * heads * (kDqk + kDv) * pairs;
+}
+
+// Device tensors of one varlen problem: q/out [Tq, H, 192/128] and k/v
+// [Tk, H, 192/128] (k/v may be views into a larger caller buffer).
+struct Problem {
+  int heads = 128;
+  std::vector<int> sq, sk;
+  std::unique_ptr<DeviceBuffer> q, k, v, out, lse, cu_q, cu_k;
+  int64_t tq = 0, tk = 0;
+  int max_sq = 0;
+
+  Problem(int heads_, std::vector<int> sq_, std::vector<int> sk_) : heads(heads_), sq(std::move(sq_)), sk(std::move(sk_)) {
+    std::vector<int32_t> cq{0}, ck{0};
+    for (size_t b = 0; b < sq.size(); ++b) {
+      cq.push_back(cq.back() + sq[b]);
+      ck.push_back(ck.back() + sk[b]);
+      max_sq = std::max(max_sq, sq[b]);
+    }
+    tq = cq.back();
+    tk = ck.back();
+    q = std::make_unique<DeviceBuffer>(size_t(tq) * heads * kDqk * 2);
+    k = std::make_unique<DeviceBuffer>(size_t(tk) * heads * kDqk * 2);
+    v = std::make_unique<DeviceBuffer>(size_t(tk) * heads * kDv * 2);
+    out = std::make_unique<DeviceBuffer>(size_t(tq) * heads * kDv * 2);
+    lse = std::make_unique<DeviceBuffer>(size_t(tq) * heads * 4);
+    cu_q = std::make_unique<DeviceBuffer>(cq.size() * 4);
+    cu_k = std::make_unique<DeviceBuffer>(ck.size() * 4);
+    BENCH_CUDA(cudaMemcpy(cu_q->ptr, cq.data(), cq.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(cu_k->ptr, ck.data(), ck.size() * 4, cudaMemcpyHostToDevice));
+    // stddev 1 with scale 1/sqrt(192): logits ~ N(0, 1), as trained models see.
+    fill_random_bf16(q->ptr, size_t(tq) * heads * kDqk, 11, 1.f);
+    fill_random_bf16(k->ptr, size_t(tk) * heads * kDqk, 12, 1.f);
+    fill_random_bf16(v->ptr, size_t(tk) * heads * kDv, 13, 1.f);
+  }
+
+  // Params over rows [k_row0, ...) of this problem's k/v.
+  sm80::PrefillParams params(bool causal, int64_t k_row0 = 0, const int32_t* cu_k_override = nullptr) const {
+    sm80::PrefillParams p;
+    p.q = q->ptr;
+    p.k = k->as<uint16_t>() + k_row0 * heads * kDqk;
+    p.v = v->as<uint16_t>() + k_row0 * heads * kDv;
+    p.out = out->ptr;
+    p.lse = lse->as<float>();
+    p.q_row_stride = int64_t(heads) * kDqk;
+    p.q_head_stride = kDqk;
+    p.k_row_stride = int64_t(heads) * kDqk;
+    p.k_head_stride = kDqk;
+    p.v_row_stride = int64_t(heads) * kDv;
+    p.v_head_stride = kDv;
+    p.out_row_stride = int64_t(heads) * kDv;
+    p.out_head_stride = kDv;
+    p.lse_head_stride = tq;
+    p.cu_seqlens_q = cu_q->as<const int32_t>();
+    p.cu_seqlens_k = cu_k_override ? cu_k_override : cu_k->as<const int32_t>();
+    p.batch = int(sq.size());
+    p.num_heads = heads;
+    p.head_dim_qk = kDqk;
+    p.head_dim_v = kDv;
+    p.max_seqlen_q = max_sq;
+    p.scale = 0.0721687836f;  // 1/sqrt(192)
+    p.causal = causal;
+    p.element = sm80::PrefillElement::bf16;
+    return p;
+  }
+};
+
+void report(benchmark::State& state, const std::string& name, double ms, double flops, const std::string& note = "") {
+  const double tflops = flops / (ms * 1e-3) / 1e12;
+  const double fraction = tflops / gemm_ceiling_tflops();
+  state.SetIterationTime(ms * 1e-3);
+  state.counters["us"] = ms * 1e3;
+  state.counters["TFLOPs"] = tflops;
+  state.counters["frac_gemm"] = fraction;
+  rows().push_back({name, ms * 1e3, tflops, fraction, note});
+}
+
+bool skip_without_gpu(benchmark::State& state) {
+  static const std::string reason = gpu_skip_reason();
+  if (reason.empty()) return false;
+  state.SkipWithError(("no usable GPU: " + reason).c_str());
+  for (auto _ : state) {
+  }
+  return true;
+}
+
+void BM_GemmCeiling(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  for (auto _ : state) {
+    const double t = gemm_ceiling_tflops();
+    state.SetIterationTime(2.0 * 8192.0 * 8192.0 * 8192.0 / (t * 1e12));
+    state.counters["TFLOPs"] = t;
+  }
+}
+
+// Causal prefill of `batch` requests of `seq` tokens, H128, with tile config
+// `config` (index into kPrefillTileConfigs).
+void BM_PrefillCausal(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  const int batch = int(state.range(0)), seq = int(state.range(1)), config = int(state.range(2));
+  gemm_ceiling_tflops();
+  const Problem pb(128, std::vector<int>(size_t(batch), seq), std::vector<int>(size_t(batch), seq));
+  const sm80::PrefillParams p = pb.params(true);
+  const double flops = attention_flops(128, pb.sq, pb.sk, true);
+  const int reps = flops > 5e12 ? 15 : 30;
+  for (auto _ : state) {
+    const double ms = median_ms([&] { sm80::run_prefill_attention(p, nullptr, config); }, 3, reps);
+    report(state, "prefill causal H128 B" + std::to_string(batch) + " S" + std::to_string(seq) + " [" +
+                      sm80::kPrefillTileConfigs[config].name + "]",
+           ms, flops);
+  }
+}
+
+// Chunked context: one request with `context` cached tokens and `fresh` new
+// tokens, H128. Chunked = new tokens causal among themselves + one
+// non-causal launch per workspace chunk (+ the LSE merges when the CUDA
+// merge_attn_states op is available); unchunked = one bottom-right causal
+// launch over context + new keys. Both do the same useful FLOPs.
+void BM_ChunkedContext(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  const int context = int(state.range(0)), fresh = int(state.range(1)), workspace = int(state.range(2));
+  gemm_ceiling_tflops();
+  const int heads = 128;
+  // K/V rows [0, context) are the gathered context, [context, context + fresh) the new tokens.
+  const Problem all(heads, {fresh}, {context + fresh});
+  const double flops = attention_flops(heads, {fresh}, {context + fresh}, true);
+  const sm80::PrefillParams unchunked = all.params(true);
+
+  // New tokens: q against k/v rows [context, context + fresh), causal.
+  DeviceBuffer cu_new(8), out_new(size_t(fresh) * heads * kDv * 2), lse_new(size_t(fresh) * heads * 4),
+      lse_merged(size_t(fresh) * heads * 4);
+  const int32_t cu_new_host[2] = {0, fresh};
+  BENCH_CUDA(cudaMemcpy(cu_new.ptr, cu_new_host, 8, cudaMemcpyHostToDevice));
+  sm80::PrefillParams new_tokens = all.params(true, context, cu_new.as<const int32_t>());
+  // Chunks: q against k/v rows [c * workspace, ...), non-causal, merged into out_new.
+  const int num_chunks = (context + workspace - 1) / workspace;
+  std::vector<std::unique_ptr<DeviceBuffer>> cu_chunk;
+  std::vector<sm80::PrefillParams> chunk_params;
+  for (int c = 0; c < num_chunks; ++c) {
+    const int32_t cu[2] = {0, std::min(workspace, context - c * workspace)};
+    cu_chunk.push_back(std::make_unique<DeviceBuffer>(8));
+    BENCH_CUDA(cudaMemcpy(cu_chunk.back()->ptr, cu, 8, cudaMemcpyHostToDevice));
+    chunk_params.push_back(all.params(false, int64_t(c) * workspace, cu_chunk.back()->as<const int32_t>()));
+  }
+  new_tokens.out = out_new.ptr;
+  new_tokens.lse = lse_new.as<float>();
+  new_tokens.lse_head_stride = fresh;
+
+  // The merge (out_new, lse_new) <- merge(out_new, chunk out): through the
+  // CUDA hook when the ops module provides it.
+  using lattn::DType;
+  const lattn::Device dev = lattn::Device::cuda(0);
+  const lattn::Tensor o_acc(out_new.ptr, DType::bf16, {fresh, heads, kDv}, dev);
+  const lattn::Tensor l_acc(lse_new.ptr, DType::f32, {heads, fresh}, dev);
+  const lattn::Tensor l_merged(lse_merged.ptr, DType::f32, {heads, fresh}, dev);  // out_lse must not alias
+  const lattn::Tensor o_chunk(all.out->ptr, DType::bf16, {fresh, heads, kDv}, dev);
+  const lattn::Tensor l_chunk(all.lse->ptr, DType::f32, {heads, fresh}, dev);
+  bool merge_available = true;
+  try {
+    lattn::cuda_hooks::merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk, nullptr);
+  } catch (const lattn::NotImplementedError&) {
+    merge_available = false;
+  }
+
+  for (auto _ : state) {
+    const double ms_unchunked = median_ms([&] { sm80::run_prefill_attention(unchunked, nullptr); }, 2, 10);
+    const double ms_chunked = median_ms(
+        [&] {
+          sm80::run_prefill_attention(new_tokens, nullptr);
+          for (const auto& cp : chunk_params) {
+            sm80::run_prefill_attention(cp, nullptr);
+            if (merge_available) lattn::cuda_hooks::merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk, nullptr);
+          }
+        },
+        2, 10);
+    const std::string shape = "ctx" + std::to_string(context) + " new" + std::to_string(fresh) + " H128";
+    report(state, "context unchunked " + shape, ms_unchunked, flops);
+    report(state, "context chunked " + shape + " ws" + std::to_string(workspace) + " (" + std::to_string(num_chunks) +
+                      " chunk" + (num_chunks > 1 ? "s" : "") + ")",
+           ms_chunked, flops,
+           "chunked/unchunked = " + std::to_string(ms_chunked / ms_unchunked) +
+               (merge_available ? "" : "; merge_attn_states not available (CUDA op pending), not timed"));
+    state.counters["chunked_over_unchunked"] = ms_chunked / ms_unchunked;
+  }
+}
+
+void register_benchmarks() {
+  benchmark::RegisterBenchmark("gemm_ceiling_bf16_8192", BM_GemmCeiling)->UseManualTime()->Iterations(1);
+  for (int config = 0; config < sm80::kNumPrefillTileConfigs; ++config) {
+    const sm80::PrefillTileConfig& c = sm80::kPrefillTileConfigs[config];
+    if (c.head_dim_qk != kDqk || c.head_dim_v != kDv) continue;
+    for (auto [batch, seq] : {std::pair{1, 8192}, std::pair{4, 4096}, std::pair{16, 1024}}) {
+      benchmark::RegisterBenchmark(("prefill_causal/" + std::string(c.name)).c_str(), BM_PrefillCausal)
+          ->Args({batch, seq, config})
+          ->UseManualTime()
+          ->Iterations(1);
+    }
+  }
+  benchmark::RegisterBenchmark("chunked_context", BM_ChunkedContext)
+      ->Args({32768, 2048, 65536})
+      ->Args({32768, 2048, 8192})
+      ->UseManualTime()
+      ->Iterations(1);
+}
+
+void print_summary() {
+  if (rows().empty()) return;
+  std::printf("\n%-72s %12s %10s %9s  %s\n", "case", "median us", "TFLOP/s", "of GEMM", "note");
+  for (const Row& r : rows()) {
+    std::printf("%-72s %12.1f %10.1f %9.3f  %s\n", r.name.c_str(), r.us, r.tflops, r.fraction, r.note.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  register_benchmarks();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  print_summary();
+  return 0;
+}

@@ -1,0 +1,103 @@
+// MlaAttention: one MLA layer's forward over a mixed batch (lattn/attention.h).
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "arrays.h"
+#include "bind.h"
+#include "cache_ops.h"
+#include "convert.h"
+#include "lattn/attention.h"
+#include "lattn/check.h"
+#include "mla_metadata.h"
+
+namespace lattn::python {
+namespace {
+
+struct PyMlaAttention {
+  std::shared_ptr<MlaAttention> layer;
+};
+
+}  // namespace
+
+void bind_attention(py::module_& m) {
+  py::class_<PyMlaAttention>(m, "MlaAttention", R"doc(
+One MLA attention layer (seed 002's MLACommonImpl) on a paged latent cache:
+  attn = MlaAttention(num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, ...)
+  attn.process_weights_after_loading(kv_b_proj_weight)   # [N*(P+V), L]
+  out = attn.forward(q, kv_c_normed, k_pe, cache, metadata)   # [T, N*V]
+Rows: decodes first, then prefills (the metadata's order).)doc")
+      .def(py::init([](int num_heads, int kv_lora_rank, int qk_nope_head_dim, int qk_rope_head_dim, int v_head_dim,
+                       float scale, py::handle dtype, py::handle kv_cache_dtype, py::handle device,
+                       std::string prefill_backend, std::string decode_backend, int block_size,
+                       int max_query_tokens_per_request, std::optional<std::string> kv_sharing_target_layer_name,
+                       py::object stream) {
+             MlaAttentionConfig c;
+             c.dims = MlaDims{num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim};
+             c.scale = scale;
+             c.dtype = dtype_arg(dtype);
+             c.kv_cache_dtype = dtype_arg(kv_cache_dtype);
+             c.device = device_arg(device);
+             c.stream = stream.is_none() ? nullptr : reinterpret_cast<Stream>(stream.cast<intptr_t>());
+             c.prefill_backend = std::move(prefill_backend);
+             c.decode_backend = std::move(decode_backend);
+             c.block_size = block_size;
+             c.max_query_tokens_per_request = max_query_tokens_per_request;
+             c.kv_sharing_target_layer_name = std::move(kv_sharing_target_layer_name);
+             return PyMlaAttention{std::make_shared<MlaAttention>(c)};
+           }),
+           py::arg("num_heads"), py::arg("kv_lora_rank"), py::arg("qk_nope_head_dim"), py::arg("qk_rope_head_dim"),
+           py::arg("v_head_dim"), py::arg("scale") = 0.0f, py::arg("dtype") = "bf16",
+           py::arg("kv_cache_dtype") = "bf16", py::arg("device") = "cpu", py::arg("prefill_backend") = "",
+           py::arg("decode_backend") = "", py::arg("block_size") = 16, py::arg("max_query_tokens_per_request") = 1,
+           py::arg("kv_sharing_target_layer_name") = py::none(), py::arg("stream") = py::none(),
+           "scale 0 = 1/sqrt(P+R); backends '' = the selector's choice.")
+      .def("process_weights_after_loading",
+           [](PyMlaAttention& a, py::object weight) {
+             ArrayArgs args("process_weights_after_loading", py::none());
+             const Tensor w = args.get(weight, "kv_b_proj_weight");
+             py::gil_scoped_release release;
+             a.layer->process_weights_after_loading(w);
+           },
+           py::arg("kv_b_proj_weight"),
+           "Loads kv_b_proj's weight (out, in) = [N*(P+V), L] and splits it into W_UK_T [N, P, L], W_UV [N, L, V].")
+      .def("load_kv_b_proj", [](PyMlaAttention& a, py::object weight) {
+             ArrayArgs args("load_kv_b_proj", py::none());
+             const Tensor w = args.get(weight, "kv_b_proj_weight");
+             py::gil_scoped_release release;
+             a.layer->process_weights_after_loading(w);
+           },
+           py::arg("kv_b_proj_weight"), "The same as process_weights_after_loading.")
+      .def_property_readonly("W_UK_T", [](const PyMlaAttention& a) { return PyTensor{a.layer->W_UK_T(), a.layer}; })
+      .def_property_readonly("W_UV", [](const PyMlaAttention& a) { return PyTensor{a.layer->W_UV(), a.layer}; })
+      .def_property_readonly("prefill_backend", [](const PyMlaAttention& a) { return a.layer->prefill_backend().name(); })
+      .def_property_readonly("decode_backend", [](const PyMlaAttention& a) { return a.layer->decode_backend().name(); })
+      .def_property_readonly("workspace_bytes", [](const PyMlaAttention& a) { return a.layer->workspace_bytes(); })
+      .def("forward",
+           [](PyMlaAttention& a, py::object q, py::object kv_c_normed, py::object k_pe, const PyLatentCache& cache,
+              py::handle metadata, py::object out, py::object output_scale, py::object stream) {
+             ArrayArgs args("forward", stream);
+             const Tensor tq = args.get(q, "q"), tkv = args.get(kv_c_normed, "kv_c_normed"),
+                          tpe = args.get(k_pe, "k_pe"), tscale = args.get_optional(output_scale, "output_scale");
+             args.note(cache.source);
+             const MlaAttentionConfig& c = a.layer->config();
+             if (out.is_none()) {
+               out = empty_like_framework(q, {tq.size(0), int64_t(c.dims.num_heads) * c.dims.v_head_dim},
+                                          tscale.defined() ? DType::fp8_e4m3 : tq.dtype(), tq.device());
+             }
+             const Tensor tout = args.get(out, "out");
+             const MlaMetadata& md = *metadata.cast<const PyMlaMetadata&>().md;
+             a.layer->set_stream(args.stream());
+             {
+               py::gil_scoped_release release;
+               a.layer->forward(tq, tkv, tpe, cache.cache, md, tout, tscale);
+             }
+             return out;
+           },
+           py::arg("q"), py::arg("kv_c_normed"), py::arg("k_pe"), py::arg("cache"), py::arg("metadata"),
+           py::arg("out") = py::none(), py::arg("output_scale") = py::none(), py::arg("stream") = py::none(),
+           "q [T, N, P+R] or [T, N*(P+R)], kv_c_normed [T, L], k_pe [T, R] or [T, 1, R]; writes the cache, returns "
+           "out [T, N*V] (a new array of q's framework unless out is given).");
+}
+
+}  // namespace lattn::python

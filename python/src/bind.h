@@ -1,0 +1,30 @@
+// python/src/bind.h — one function per part of the public API, each adding
+// that part's classes and functions to the module (module.cpp calls them).
+#pragma once
+
+#include <string>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>  // in every binding file: one set of type casters (optional, vector, ...)
+
+#include "lattn/backend.h"
+
+namespace lattn::python {
+
+namespace py = pybind11;
+
+void bind_errors(py::module_& m);   // exception translation (errors.cpp)
+void bind_info(py::module_& m);     // version, build options, dtypes, devices (info.cpp)
+void bind_tensor(py::module_& m);   // lattn.Tensor, from_dlpack, empty, zeros, astype (tensor.cpp)
+void bind_config(py::module_& m);   // MlaDims, MLADimensions, SelectorConfig (config.cpp)
+void bind_prefill_metadata(py::module_& m);  // PrefillMetadata from arrays (prefill_metadata.cpp)
+void bind_backends(py::module_& m); // backend classes and instances (backends.cpp)
+void bind_registry(py::module_& m); // registries, plug-ins, selector (registry.cpp)
+void bind_metadata(py::module_& m); // metadata builder and views (metadata.cpp)
+void bind_cache_ops(py::module_& m);  // LatentCache and the cache/attention-state ops (cache_ops.cpp)
+void bind_attention(py::module_& m);  // MlaAttention (attention.cpp)
+
+// "fp8_e4m3_static_per_tensor" -> QuantKey (config.cpp); ValueError otherwise.
+QuantKey quant_key_arg(const std::string& name);
+
+}  // namespace lattn::python

@@ -1,0 +1,135 @@
+// The paged latent cache and its ops (lattn/cache.h, lattn/ops.h), with the
+// seeds' names: concat_and_cache_mla, gather_cache, merge_attn_states,
+// copy_blocks (the seeds' copy_blocks_mla), swap_blocks.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "arrays.h"
+#include "bind.h"
+#include "cache_ops.h"
+#include "convert.h"
+#include "lattn/cache.h"
+#include "lattn/ops.h"
+
+namespace lattn::python {
+
+void bind_cache_ops(py::module_& m) {
+  py::class_<PyLatentCache>(m, "LatentCache", R"doc(
+One layer's paged latent KV cache: data [num_blocks, block_size, L + R]
+(entries [kv_c | k_pe]) of f16, bf16 or fp8_e4m3 (stored = fp8(x / scale)).
+LatentCache(data, ...) views any DLPack array (torch.uint8 or
+torch.float8_e4m3fn memory for fp8 is read as fp8_e4m3 when dtype='fp8_e4m3');
+LatentCache.empty(...) allocates one.)doc")
+      .def(py::init([](py::object data, int kv_lora_rank, int qk_rope_head_dim, float scale, py::object dtype) {
+             ArrayArgs args("LatentCache", py::none());
+             PyTensor t = args.get_with_owner(data, "data");
+             if (!dtype.is_none()) t.view = t.view.reinterpret(dtype_arg(dtype));
+             PyLatentCache c{LatentCache{t.view, kv_lora_rank, qk_rope_head_dim, scale}, t.owner, data};
+             c.cache.validate("LatentCache");
+             return c;
+           }),
+           py::arg("data"), py::arg("kv_lora_rank"), py::arg("qk_rope_head_dim"), py::arg("scale") = 1.0f,
+           py::arg("dtype") = py::none(),
+           "dtype: read the memory as this dtype of the same size (e.g. 'fp8_e4m3' for uint8 memory).")
+      .def_static("empty",
+                  [](int64_t num_blocks, int64_t block_size, int kv_lora_rank, int qk_rope_head_dim, py::handle dtype,
+                     py::handle device, float scale) {
+                    auto owned = std::make_shared<OwnedLatentCache>(
+                        num_blocks, block_size, MlaDims{1, kv_lora_rank, 1, qk_rope_head_dim, 1}, dtype_arg(dtype),
+                        device_arg(device), scale);
+                    return PyLatentCache{owned->cache(), owned, py::none()};
+                  },
+                  py::arg("num_blocks"), py::arg("block_size"), py::arg("kv_lora_rank"), py::arg("qk_rope_head_dim"),
+                  py::arg("dtype") = "bf16", py::arg("device") = "cpu", py::arg("scale") = 1.0f)
+      .def_property_readonly("data", [](const PyLatentCache& c) { return PyTensor{c.cache.data, c.owner}; })
+      .def_property_readonly("num_blocks", [](const PyLatentCache& c) { return c.cache.num_blocks(); })
+      .def_property_readonly("block_size", [](const PyLatentCache& c) { return c.cache.block_size(); })
+      .def_property_readonly("kv_lora_rank", [](const PyLatentCache& c) { return c.cache.kv_lora_rank; })
+      .def_property_readonly("qk_rope_head_dim", [](const PyLatentCache& c) { return c.cache.qk_rope_head_dim; })
+      .def_property_readonly("scale", [](const PyLatentCache& c) { return c.cache.scale; })
+      .def_property_readonly("dtype", [](const PyLatentCache& c) { return std::string(dtype_name(c.cache.dtype())); })
+      .def_property_readonly("device", [](const PyLatentCache& c) { return device_name(c.cache.device()); })
+      .def("__repr__", [](const PyLatentCache& c) { return "LatentCache(" + c.cache.data.describe() + ")"; });
+
+  m.def("get_kv_cache_shape",
+        [](int64_t nb, int64_t bs, int64_t nkv, int64_t hs) {
+          const KvCacheShape s = get_kv_cache_shape(nb, bs, nkv, hs);
+          return py::make_tuple(s.num_blocks, s.block_size, s.head_size);
+        },
+        py::arg("num_blocks"), py::arg("block_size"), py::arg("num_kv_heads"), py::arg("head_size"),
+        "(num_blocks, block_size, head_size): MLA caches one latent vector per token.");
+
+  m.def("concat_and_cache_mla",
+        [](py::object kv_c, py::object k_pe, const PyLatentCache& cache, py::object slot_mapping, py::object stream) {
+          ArrayArgs args("concat_and_cache_mla", stream);
+          const Tensor tk = args.get(kv_c, "kv_c"), tp = args.get(k_pe, "k_pe"), ts = args.get(slot_mapping, "slot_mapping");
+          args.note(cache.source);
+          py::gil_scoped_release release;
+          concat_and_cache_mla(tk, tp, cache.cache, ts, args.stream());
+        },
+        py::arg("kv_c"), py::arg("k_pe"), py::arg("cache"), py::arg("slot_mapping"), py::arg("stream") = py::none(),
+        "Writes token t's [kv_c[t] | k_pe[t]] to slot slot_mapping[t] (int64; -1 = skip). kv_c [T, L], k_pe [T, R] "
+        "or [T, 1, R].");
+
+  m.def("gather_cache",
+        [](const PyLatentCache& cache, py::object dst, py::object block_table, py::object cu_seq_lens, int batch_size,
+           py::object seq_starts, py::object stream) {
+          ArrayArgs args("gather_cache", stream);
+          const Tensor td = args.get(dst, "dst"), tb = args.get(block_table, "block_table"),
+                       tc = args.get(cu_seq_lens, "cu_seq_lens"), tss = args.get_optional(seq_starts, "seq_starts");
+          args.note(cache.source);
+          py::gil_scoped_release release;
+          gather_cache(cache.cache, td, tb, tc, batch_size, tss, args.stream());
+        },
+        py::arg("cache"), py::arg("dst"), py::arg("block_table"), py::arg("cu_seq_lens"), py::arg("batch_size"),
+        py::arg("seq_starts") = py::none(), py::arg("stream") = py::none(),
+        "Gathers request b's context tokens [seq_starts[b], ...) into dst rows [cu_seq_lens[b], cu_seq_lens[b+1]) "
+        "(fp8 entries dequantized). block_table int32 [B, max_blocks], cu_seq_lens int32 [B+1], seq_starts int32 [B].");
+
+  m.def("merge_attn_states",
+        [](py::object output, py::object prefix_output, py::object prefix_lse, py::object suffix_output,
+           py::object suffix_lse, py::object output_lse, py::object stream) {
+          ArrayArgs args("merge_attn_states", stream);
+          const Tensor o = args.get(output, "output"), po = args.get(prefix_output, "prefix_output"),
+                       pl = args.get(prefix_lse, "prefix_lse"), so = args.get(suffix_output, "suffix_output"),
+                       sl = args.get(suffix_lse, "suffix_lse"), ol = args.get_optional(output_lse, "output_lse");
+          py::gil_scoped_release release;
+          merge_attn_states(o, ol, po, pl, so, sl, args.stream());
+        },
+        py::arg("output"), py::arg("prefix_output"), py::arg("prefix_lse"), py::arg("suffix_output"),
+        py::arg("suffix_lse"), py::arg("output_lse") = py::none(), py::arg("stream") = py::none(),
+        "vLLM's merge_attn_states: outputs [T, N, D], LSE [N, T] float32 natural log; +inf reads as -inf, both "
+        "-inf give 0 and -inf.");
+
+  m.def("copy_blocks",
+        [](const std::vector<PyLatentCache>& caches, py::object block_mapping, py::object stream) {
+          ArrayArgs args("copy_blocks", stream);
+          const Tensor map = args.get(block_mapping, "block_mapping");
+          std::vector<LatentCache> views;
+          for (const PyLatentCache& c : caches) {
+            args.note(c.source);
+            views.push_back(c.cache);
+          }
+          py::gil_scoped_release release;
+          copy_blocks(views, map, args.stream());
+        },
+        py::arg("caches"), py::arg("block_mapping"), py::arg("stream") = py::none(),
+        "The seeds' copy_blocks_mla: in every cache, block dst = block src for each row (src, dst) of block_mapping "
+        "(int64 [n, 2], host).");
+
+  m.def("swap_blocks",
+        [](const PyLatentCache& src, const PyLatentCache& dst, py::object block_mapping, py::object stream) {
+          ArrayArgs args("swap_blocks", stream);
+          const Tensor map = args.get(block_mapping, "block_mapping");
+          args.note(src.source);
+          args.note(dst.source);
+          py::gil_scoped_release release;
+          swap_blocks(src.cache, dst.cache, map, args.stream());
+        },
+        py::arg("src"), py::arg("dst"), py::arg("block_mapping"), py::arg("stream") = py::none(),
+        "Copies whole blocks src -> dst (host<->host, host<->device, device<->device), block_mapping int64 [n, 2] "
+        "on the host.");
+}
+
+}  // namespace lattn::python

@@ -1,0 +1,108 @@
+// MLA dimensions, the selector config and the quantization key.
+#include <optional>
+#include <string>
+
+#include "bind.h"
+#include "convert.h"
+#include "lattn/backend.h"
+#include "lattn/config.h"
+#include "lattn/errors.h"
+
+namespace lattn::python {
+
+QuantKey quant_key_arg(const std::string& name) {
+  if (name == "fp8_e4m3_static_per_tensor") return QuantKey::fp8_e4m3_static_per_tensor;
+  throw ValueError("unknown quant key '" + name + "'; expected fp8_e4m3_static_per_tensor");
+}
+
+void bind_config(py::module_& m) {
+  py::class_<MlaDims>(m, "MlaDims", "One MLA layer's dimensions: N heads, L, P, R, V (seed 002's notation).")
+      .def(py::init([](int num_heads, int kv_lora_rank, int qk_nope_head_dim, int qk_rope_head_dim, int v_head_dim) {
+             MlaDims d{num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim};
+             d.validate();
+             return d;
+           }),
+           py::arg("num_heads"), py::arg("kv_lora_rank"), py::arg("qk_nope_head_dim"), py::arg("qk_rope_head_dim"),
+           py::arg("v_head_dim"))
+      .def_readonly("num_heads", &MlaDims::num_heads)
+      .def_readonly("kv_lora_rank", &MlaDims::kv_lora_rank)
+      .def_readonly("qk_nope_head_dim", &MlaDims::qk_nope_head_dim)
+      .def_readonly("qk_rope_head_dim", &MlaDims::qk_rope_head_dim)
+      .def_readonly("v_head_dim", &MlaDims::v_head_dim)
+      .def_property_readonly("qk_head_dim", &MlaDims::qk_head_dim)
+      .def_property_readonly("cache_entry_dim", &MlaDims::cache_entry_dim)
+      .def_static("deepseek_v3", &MlaDims::deepseek_v3, py::arg("num_heads") = 128)
+      .def("__eq__", [](const MlaDims& a, const MlaDims& b) { return a == b; })
+      .def("__repr__", [](const MlaDims& d) { return "MlaDims(" + d.str() + ")"; });
+
+  py::class_<MLADimensions>(m, "MLADimensions", "The seeds' MLADimensions (per-head dims a prefill backend checks).")
+      .def(py::init([](int nope, int rope, int v) { return MLADimensions{nope, rope, v}; }),
+           py::arg("qk_nope_head_dim"), py::arg("qk_rope_head_dim"), py::arg("v_head_dim"))
+      .def_readonly("qk_nope_head_dim", &MLADimensions::qk_nope_head_dim)
+      .def_readonly("qk_rope_head_dim", &MLADimensions::qk_rope_head_dim)
+      .def_readonly("v_head_dim", &MLADimensions::v_head_dim)
+      .def("__eq__", [](const MLADimensions& a, const MLADimensions& b) { return a == b; })
+      .def("__hash__", [](const MLADimensions& d) {
+        return py::hash(py::make_tuple(d.qk_nope_head_dim, d.qk_rope_head_dim, d.v_head_dim));
+      })
+      .def("__str__", &MLADimensions::str)
+      .def("__repr__", [](const MLADimensions& d) { return "MLADimensions" + d.str(); });
+  m.attr("DEEPSEEK_R1_MLA_DIMENSIONS") = kDeepSeekR1MlaDimensions;
+  m.def("is_deepseek_r1_mla_compatible", &is_deepseek_r1_mla_compatible, py::arg("dims"));
+
+  py::class_<SelectorConfig>(m, "SelectorConfig", R"doc(
+What the selector knows about a layer (the seeds' MLAPrefillSelectorConfig,
+with the decode-side facts). is_r1_compatible defaults to
+mla_dimensions == (128, 64, 128).)doc")
+      .def(py::init([](py::handle dtype, std::optional<MLADimensions> dims, std::optional<bool> is_r1,
+                       py::handle device, int num_heads, int kv_lora_rank, int qk_rope_head_dim,
+                       py::handle kv_cache_dtype, int block_size, int max_query_tokens_per_request,
+                       std::string prefill_backend, std::string decode_backend) {
+             SelectorConfig c;
+             c.dtype = dtype_arg(dtype);
+             c.mla_dimensions = dims.value_or(MLADimensions{});
+             c.is_r1_compatible = is_r1.value_or(is_deepseek_r1_mla_compatible(c.mla_dimensions));
+             c.device = device_arg(device);
+             c.num_heads = num_heads;
+             c.kv_lora_rank = kv_lora_rank;
+             c.qk_rope_head_dim = qk_rope_head_dim;
+             c.kv_cache_dtype = dtype_arg(kv_cache_dtype);
+             c.block_size = block_size;
+             c.max_query_tokens_per_request = max_query_tokens_per_request;
+             c.prefill_backend = std::move(prefill_backend);
+             c.decode_backend = std::move(decode_backend);
+             return c;
+           }),
+           py::arg("dtype") = "bf16", py::arg("mla_dimensions") = py::none(), py::arg("is_r1_compatible") = py::none(),
+           py::arg("device") = "cpu", py::arg("num_heads") = 0, py::arg("kv_lora_rank") = 0,
+           py::arg("qk_rope_head_dim") = 0, py::arg("kv_cache_dtype") = "bf16", py::arg("block_size") = 16,
+           py::arg("max_query_tokens_per_request") = 1, py::arg("prefill_backend") = "",
+           py::arg("decode_backend") = "")
+      .def_static("for_dims",
+                  [](const MlaDims& dims, py::handle dtype, py::handle kv_cache_dtype, py::handle device,
+                     int block_size, int max_query_tokens_per_request) {
+                    return SelectorConfig::for_dims(dims, dtype_arg(dtype), dtype_arg(kv_cache_dtype),
+                                                    device_arg(device), block_size, max_query_tokens_per_request);
+                  },
+                  py::arg("dims"), py::arg("dtype") = "bf16", py::arg("kv_cache_dtype") = "bf16",
+                  py::arg("device") = "cpu", py::arg("block_size") = 16, py::arg("max_query_tokens_per_request") = 1)
+      .def_property_readonly("dtype", [](const SelectorConfig& c) { return std::string(dtype_name(c.dtype)); })
+      .def_readonly("mla_dimensions", &SelectorConfig::mla_dimensions)
+      .def_readonly("is_r1_compatible", &SelectorConfig::is_r1_compatible)
+      .def_property_readonly("device", [](const SelectorConfig& c) { return device_name(c.device); })
+      .def_readonly("num_heads", &SelectorConfig::num_heads)
+      .def_readonly("kv_lora_rank", &SelectorConfig::kv_lora_rank)
+      .def_readonly("qk_rope_head_dim", &SelectorConfig::qk_rope_head_dim)
+      .def_property_readonly("kv_cache_dtype",
+                             [](const SelectorConfig& c) { return std::string(dtype_name(c.kv_cache_dtype)); })
+      .def_readonly("block_size", &SelectorConfig::block_size)
+      .def_readonly("max_query_tokens_per_request", &SelectorConfig::max_query_tokens_per_request)
+      .def_readwrite("prefill_backend", &SelectorConfig::prefill_backend,
+                     "Explicit prefill backend name; '' = LATTN_MLA_PREFILL_BACKEND, else automatic.")
+      .def_readwrite("decode_backend", &SelectorConfig::decode_backend)
+      .def("decode_repr", &SelectorConfig::decode_repr)
+      .def("__eq__", [](const SelectorConfig& a, const SelectorConfig& b) { return a == b; })
+      .def("__repr__", &SelectorConfig::repr);
+}
+
+}  // namespace lattn::python

@@ -1,0 +1,216 @@
+// The metadata builder and its views (lattn/metadata.h): the per-step plan.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arrays.h"
+#include "bind.h"
+#include "convert.h"
+#include "lattn/common_metadata.h"
+#include "lattn/metadata.h"
+#include "mla_metadata.h"
+#include "prefill_metadata.h"
+
+namespace lattn::python {
+namespace {
+
+struct PyDecodeMetadata {
+  DecodeMetadata view;
+  std::shared_ptr<void> owner;
+};
+
+// A CommonAttentionMetadata viewing the caller's arrays, kept alive with it.
+struct PyCommonAttentionMetadata {
+  CommonAttentionMetadata view;
+  std::vector<std::shared_ptr<void>> keep_alive;
+};
+
+PyTensor array(const Tensor& t, std::shared_ptr<void> owner) { return PyTensor{t, std::move(owner)}; }
+
+std::vector<RequestSpec> requests_arg(py::handle requests) {
+  std::vector<RequestSpec> specs;
+  for (py::handle r : requests) {
+    if (py::isinstance<RequestSpec>(r)) {
+      specs.push_back(r.cast<RequestSpec>());
+    } else {
+      py::tuple t = py::tuple(py::reinterpret_borrow<py::object>(r));
+      specs.push_back(RequestSpec{t[0].cast<int32_t>(), t[1].cast<int32_t>(), t[2].cast<std::vector<int32_t>>()});
+    }
+  }
+  return specs;
+}
+
+}  // namespace
+
+void bind_metadata(py::module_& m) {
+  m.attr("PAD_SLOT_ID") = PAD_SLOT_ID;
+  m.def("mla_context_chunk_workspace_size", &mla_context_chunk_workspace_size, py::arg("max_model_len"),
+        py::arg("max_num_seqs"), py::arg("block_size"),
+        "The seeds' workspace rows: min(max(8*max_model_len, 4*max_num_seqs*block_size), 128*1024).");
+  m.def("mla_supported_head_sizes", &mla_supported_head_sizes);
+
+  py::class_<RequestSpec>(m, "RequestSpec", "One request of a batch (decodes first).")
+      .def(py::init([](int32_t q, int32_t c, std::vector<int32_t> table) { return RequestSpec{q, c, std::move(table)}; }),
+           py::arg("query_len"), py::arg("num_computed_tokens") = 0, py::arg("block_table") = std::vector<int32_t>{})
+      .def_readwrite("query_len", &RequestSpec::query_len)
+      .def_readwrite("num_computed_tokens", &RequestSpec::num_computed_tokens)
+      .def_readwrite("block_table", &RequestSpec::block_table);
+
+  py::class_<CudaGraphConfig>(m, "CudaGraphConfig", "Capacities of the builder's CUDA-graph buffers.")
+      .def(py::init([](int max_batch_size, int max_seq_len_to_capture, int max_blocks_per_seq, std::vector<int> sizes) {
+             return CudaGraphConfig{max_batch_size, max_seq_len_to_capture, max_blocks_per_seq, std::move(sizes)};
+           }),
+           py::arg("max_batch_size"), py::arg("max_seq_len_to_capture"), py::arg("max_blocks_per_seq") = 0,
+           py::arg("capture_sizes") = std::vector<int>{})
+      .def_readonly("max_batch_size", &CudaGraphConfig::max_batch_size)
+      .def_readonly("max_seq_len_to_capture", &CudaGraphConfig::max_seq_len_to_capture)
+      .def_readonly("capture_sizes", &CudaGraphConfig::capture_sizes);
+
+  py::class_<PyCommonAttentionMetadata>(m, "CommonAttentionMetadata", R"doc(
+vLLM v1's CommonAttentionMetadata viewing the caller's arrays (the seed's
+constructor, argument order included; like the seed it writes PAD_SLOT_ID
+into slot_mapping[num_actual_tokens:] of the caller's array).)doc")
+      .def(py::init([](py::object qsl, py::object qsl_cpu, py::object seq_lens, py::object seq_lens_cpu,
+                       py::object num_computed_tokens_cpu, int num_reqs, int num_actual_tokens, int max_query_len,
+                       py::object block_table_tensor, py::object slot_mapping) {
+             ArrayArgs args("CommonAttentionMetadata", py::none());
+             PyCommonAttentionMetadata c;
+             auto take = [&](py::handle obj, const char* arg) {
+               if (obj.is_none()) return Tensor();
+               PyTensor t = args.get_with_owner(obj, arg);
+               c.keep_alive.push_back(t.owner);
+               return t.view;
+             };
+             c.view = CommonAttentionMetadata(take(qsl, "query_start_loc"), take(qsl_cpu, "query_start_loc_cpu"),
+                                              take(seq_lens, "seq_lens"), take(seq_lens_cpu, "seq_lens_cpu"),
+                                              take(num_computed_tokens_cpu, "num_computed_tokens_cpu"), num_reqs,
+                                              num_actual_tokens, max_query_len,
+                                              take(block_table_tensor, "block_table_tensor"),
+                                              take(slot_mapping, "slot_mapping"));
+             return c;
+           }),
+           py::arg("query_start_loc"), py::arg("query_start_loc_cpu"), py::arg("seq_lens"), py::arg("seq_lens_cpu"),
+           py::arg("num_computed_tokens_cpu"), py::arg("num_reqs"), py::arg("num_actual_tokens"),
+           py::arg("max_query_len"), py::arg("block_table_tensor"), py::arg("slot_mapping"))
+      .def_property_readonly("num_reqs", [](const PyCommonAttentionMetadata& c) { return c.view.num_reqs; })
+      .def_property_readonly("num_actual_tokens",
+                             [](const PyCommonAttentionMetadata& c) { return c.view.num_actual_tokens; });
+
+  py::class_<PyMlaMetadata> md(m, "MlaMetadata", R"doc(
+The attention metadata of one step (decodes first, then prefills). Arrays
+are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
+.prefill / .decode after to_device() to get the device views.)doc");
+  md.def_property_readonly("num_reqs", [](const PyMlaMetadata& s) { return s.md->num_reqs; })
+      .def_property_readonly("num_actual_tokens", [](const PyMlaMetadata& s) { return s.md->num_actual_tokens; })
+      .def_property_readonly("num_decodes", [](const PyMlaMetadata& s) { return s.md->num_decodes; })
+      .def_property_readonly("num_prefills", [](const PyMlaMetadata& s) { return s.md->num_prefills; })
+      .def_property_readonly("num_decode_tokens", [](const PyMlaMetadata& s) { return s.md->num_decode_tokens; })
+      .def_property_readonly("num_prefill_tokens", [](const PyMlaMetadata& s) { return s.md->num_prefill_tokens; })
+      .def_property_readonly("max_query_len", [](const PyMlaMetadata& s) { return s.md->max_query_len; })
+      .def_property_readonly("max_decode_query_len", [](const PyMlaMetadata& s) { return s.md->max_decode_query_len; })
+      .def_property_readonly("max_prefill_seq_len", [](const PyMlaMetadata& s) { return s.md->max_prefill_seq_len; })
+      .def_property_readonly("max_decode_seq_len", [](const PyMlaMetadata& s) { return s.md->max_decode_seq_len; })
+      .def_property_readonly("block_size", [](const PyMlaMetadata& s) { return s.md->block_size; })
+      .def_property_readonly("use_cuda_graph", [](const PyMlaMetadata& s) { return s.md->use_cuda_graph; })
+      .def_property_readonly("is_profile_run", [](const PyMlaMetadata& s) { return s.md->is_profile_run; })
+      .def_property_readonly("context_chunk_workspace_size",
+                             [](const PyMlaMetadata& s) { return s.md->context_chunk_workspace_size; })
+      .def_property_readonly("device", [](const PyMlaMetadata& s) { return device_name(s.md->device); })
+      .def_property_readonly("prefill", [](const PyMlaMetadata& s) -> py::object {
+        if (!s.md->prefill) return py::none();
+        PyPrefillMetadata p{*s.md->prefill, {s.md}};
+        return py::cast(std::move(p));
+      }, "The prefill view (None without prefills): what a prefill backend's prepare_metadata takes.")
+      .def_property_readonly("decode", [](const PyMlaMetadata& s) -> py::object {
+        if (!s.md->decode) return py::none();
+        return py::cast(PyDecodeMetadata{*s.md->decode, s.md});
+      }, "The decode view (None without decodes).")
+      .def("to_device",
+           [](PyMlaMetadata& s, py::handle device, py::object stream) {
+             const Stream st = stream.is_none() ? nullptr : reinterpret_cast<Stream>(stream.cast<intptr_t>());
+             s.md->to_device(device_arg(device), st);
+           },
+           py::arg("device"), py::arg("stream") = py::none(),
+           "Copies every index array to device (asynchronously on stream, an int cudaStream_t; None = the default).")
+      .def("__repr__", [](const PyMlaMetadata& s) {
+        return "MlaMetadata(num_decodes=" + std::to_string(s.md->num_decodes) + ", num_prefills=" +
+               std::to_string(s.md->num_prefills) + ", num_actual_tokens=" + std::to_string(s.md->num_actual_tokens) +
+               ", device=" + device_name(s.md->device) + ")";
+      });
+  auto md_pair = [&md](const char* name, Tensor MlaMetadata::*dev, Tensor MlaMetadata::*host) {
+    md.def_property_readonly(name, [dev](const PyMlaMetadata& s) { return array((*s.md).*dev, s.md); });
+    md.def_property_readonly((std::string(name) + "_cpu").c_str(),
+                             [host](const PyMlaMetadata& s) { return array((*s.md).*host, s.md); });
+  };
+  md_pair("query_start_loc", &MlaMetadata::query_start_loc, &MlaMetadata::query_start_loc_cpu);
+  md_pair("seq_start_loc", &MlaMetadata::seq_start_loc, &MlaMetadata::seq_start_loc_cpu);
+  md_pair("seq_lens", &MlaMetadata::seq_lens, &MlaMetadata::seq_lens_cpu);
+  md_pair("context_lens", &MlaMetadata::context_lens, &MlaMetadata::context_lens_cpu);
+  md_pair("block_table", &MlaMetadata::block_table, &MlaMetadata::block_table_cpu);
+  md_pair("slot_mapping", &MlaMetadata::slot_mapping, &MlaMetadata::slot_mapping_cpu);
+
+  py::class_<PyDecodeMetadata> dec(m, "DecodeMetadata", "The decode rows of a step (requests [0, num_decodes)).");
+  dec.def_property_readonly("num_decodes", [](const PyDecodeMetadata& s) { return s.view.num_decodes; })
+      .def_property_readonly("num_decode_tokens", [](const PyDecodeMetadata& s) { return s.view.num_decode_tokens; })
+      .def_property_readonly("max_decode_query_len", [](const PyDecodeMetadata& s) { return s.view.max_decode_query_len; })
+      .def_property_readonly("max_decode_seq_len", [](const PyDecodeMetadata& s) { return s.view.max_decode_seq_len; });
+  auto dec_pair = [&dec](const char* name, Tensor DecodeMetadata::*dev, Tensor DecodeMetadata::*host) {
+    dec.def_property_readonly(name, [dev](const PyDecodeMetadata& s) { return array(s.view.*dev, s.owner); });
+    dec.def_property_readonly((std::string(name) + "_cpu").c_str(),
+                              [host](const PyDecodeMetadata& s) { return array(s.view.*host, s.owner); });
+  };
+  dec_pair("query_start_loc", &DecodeMetadata::query_start_loc, &DecodeMetadata::query_start_loc_cpu);
+  dec_pair("seq_lens", &DecodeMetadata::seq_lens, &DecodeMetadata::seq_lens_cpu);
+  dec_pair("block_table", &DecodeMetadata::block_table, &DecodeMetadata::block_table_cpu);
+  dec_pair("slot_mapping", &DecodeMetadata::slot_mapping, &DecodeMetadata::slot_mapping_cpu);
+
+  py::class_<MlaMetadataBuilder>(m, "MlaMetadataBuilder", "Builds a step's MlaMetadata from a batch description.")
+      .def(py::init([](int block_size, bool chunked_prefill_enabled, bool enable_prefix_caching,
+                       int64_t context_chunk_workspace_size, int reorder_batch_threshold,
+                       std::optional<int> sliding_window, int64_t num_cache_blocks, std::optional<int> head_dim,
+                       std::optional<CudaGraphConfig> cudagraph) {
+             MetadataBuilderConfig c;
+             c.block_size = block_size;
+             c.chunked_prefill_enabled = chunked_prefill_enabled;
+             c.enable_prefix_caching = enable_prefix_caching;
+             c.context_chunk_workspace_size = context_chunk_workspace_size;
+             c.reorder_batch_threshold = reorder_batch_threshold;
+             c.sliding_window = sliding_window;
+             c.num_cache_blocks = num_cache_blocks;
+             c.head_dim = head_dim;
+             c.cudagraph = std::move(cudagraph);
+             return MlaMetadataBuilder(std::move(c));
+           }),
+           py::arg("block_size") = 16, py::arg("chunked_prefill_enabled") = true,
+           py::arg("enable_prefix_caching") = false, py::arg("context_chunk_workspace_size") = 0,
+           py::arg("reorder_batch_threshold") = 1, py::arg("sliding_window") = py::none(),
+           py::arg("num_cache_blocks") = 0, py::arg("head_dim") = py::none(), py::arg("cudagraph") = py::none())
+      .def("build",
+           [](const MlaMetadataBuilder& b, py::handle requests, bool is_profile_run,
+              std::optional<int> cudagraph_batch_size) {
+             const std::vector<RequestSpec> specs = requests_arg(requests);
+             BuildOptions options;
+             options.is_profile_run = is_profile_run;
+             options.cudagraph_batch_size = cudagraph_batch_size;
+             py::gil_scoped_release release;
+             return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build(specs, options))};
+           },
+           py::arg("requests"), py::arg("is_profile_run") = false, py::arg("cudagraph_batch_size") = py::none(),
+           "requests: RequestSpec objects or (query_len, num_computed_tokens, block_table) tuples, decodes first.")
+      .def("build_common",
+           [](const MlaMetadataBuilder& b, const PyCommonAttentionMetadata& common, int common_prefix_len,
+              bool fast_build) {
+             return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build(common.view, common_prefix_len, fast_build))};
+           },
+           py::arg("common"), py::arg("common_prefix_len") = 0, py::arg("fast_build") = false,
+           "The v1 entry point: build(common_prefix_len, common_attn_metadata, fast_build).")
+      .def("padded_batch_size", &MlaMetadataBuilder::padded_batch_size, py::arg("num_reqs"))
+      .def("build_for_cudagraph",
+           [](const MlaMetadataBuilder& b, py::handle requests, std::optional<int> batch_size) {
+             return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build_for_cudagraph(requests_arg(requests), batch_size))};
+           },
+           py::arg("requests"), py::arg("batch_size") = py::none());
+}
+
+}  // namespace lattn::python

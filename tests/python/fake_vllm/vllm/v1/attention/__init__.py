@@ -1,0 +1,1 @@
+"""Stand-in vLLM package for lattn's tests (see fake_vllm/README.md)."""
