@@ -1,20 +1,24 @@
 // src/cpu/attention_kernels_impl.h — the flash-attention kernels of the
-// `cpu` backend, written once over an instruction-set policy `I` (internal).
+// `cpu` backend (f32 FMA path), written once over an instruction-set policy
+// `I` (internal). The bf16 dot-product path is attention_bf16_impl.h.
 //
 // Include only from kernels_<isa>.cpp files. Everything here has internal
 // linkage (anonymous namespace): each of those files is compiled with its
-// own ISA flags, and internal linkage keeps
-// the linker from merging, say, an AVX-512 copy of a helper into baseline
-// code (the usual ODR trap of per-file ISA flags). For the same reason this
-// file calls no inline function of other headers (dtype.h conversions,
-// std::min): the policy brings its own.
+// own ISA flags, and internal linkage keeps the linker from merging, say, an
+// AVX-512 copy of a helper into baseline code (the usual ODR trap of
+// per-file ISA flags; ctest cpu_isa_objects_have_no_weak_symbols guards it).
+// For the same reason this file calls no inline function of other headers
+// (dtype.h conversions, std::min): the policy brings its own.
 //
 // The policy I provides (F = one vector of W f32 lanes):
-//   W, F, zero(), set1(x), load(p), store(p, v), bcast(p) (*p in every lane),
-//   fma(a, b, c) = a*b + c, mul, add, sub, max,
-//   exp2(x): 2^x, exactly 0 for x = -inf (and x <= -150),
+//   W, F; register-block sizes kQkKeys1/2 (keys per score block for one/two
+//   groups) and kPvDims1/2 (output dims per block);
+//   zero(), set1(x), load(p), store(p, v), bcast(p) (*p in every lane),
+//   fma(a, b, c) = a*b + c, mul, add, sub, max (b when either is NaN),
+//   exp2(x): 2^x, exactly 0 for x = -inf,
 //   mask_keys(x, lane_end, key): x where key < lane_end[lane], else -inf,
-//   neg_inf_to_zero(x), to_f32(src, dtype, n, dst), from_f32(src, n, dtype, dst),
+//   neg_inf_to_zero(x), transpose(src, src_stride, dst, dst_stride) (W x W),
+//   to_f32(src, dtype, n, dst), from_f32(src, n, dtype, dst),
 //   pack_value_pairs(even, odd, n, dst).
 //
 // Algorithm (FlashAttention-2's online softmax, transposed for a CPU): a

@@ -14,8 +14,9 @@ namespace {  // internal linkage: see attention_kernels_impl.h
 
 struct Avx512 {
   static constexpr int W = 16;
-  // Register blocks (32 zmm registers): scores 2 groups x 8 keys or 1 x 16,
-  // outputs 2 groups x 8 dims or 1 x 16 — 16 accumulators either way.
+  // Register blocks of the f32 path (32 zmm registers): scores 2 groups x 8
+  // keys or 1 x 8 (more keys' row pointers would not fit in the general
+  // registers), outputs 2 groups x 8 dims or 1 x 16.
   static constexpr int kQkKeys2 = 8, kQkKeys1 = 8, kPvDims2 = 8, kPvDims1 = 16;
   using F = __m512;
 
