@@ -157,34 +157,21 @@ void CpuPrefillBackend::attend(const PrefillProblem& pb) {
   for (int r = 0; r < requests; ++r) pair_begin[r + 1] = pair_begin[r] + (pb.k_begin[r + 1] - pb.k_begin[r] + 1) / 2;
   const int64_t total_pairs = pair_begin.back();
 
+  // Where the packed keys and values go (filled in the parallel region below).
+  const char* const k_src = k_base;
+  const char* const v_src = v_base;
+  const int64_t k_src_token = k_token_stride, k_src_head = k_head_stride;
+  const int64_t v_src_token = v_token_stride, v_src_head = v_head_stride;
+  uint32_t* pairs = nullptr;  // bf16_dot: [N][total_pairs][dv]
+  float *kf = nullptr, *vf = nullptr;  // f32_fma from f16/bf16: [Tk][N][dqk], [Tk][N][dv]
   if (path == MathPath::bf16_dot) {
-    uint32_t* pairs = static_cast<uint32_t*>(packed_.reserve(size_t(heads) * total_pairs * dv * 4));
-#pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
-    for (int r = 0; r < requests; ++r) {
-      for (int h = 0; h < heads; ++h) {
-        const int64_t len = pb.k_begin[r + 1] - pb.k_begin[r];
-        for (int64_t i = 0; 2 * i < len; ++i) {
-          const auto row = [&](int64_t key) {
-            return reinterpret_cast<const uint16_t*>(v_base) + (pb.k_begin[r] + key) * v_token_stride + h * v_head_stride;
-          };
-          kt.pack_value_pairs(row(2 * i), 2 * i + 1 < len ? row(2 * i + 1) : nullptr, dv,
-                              pairs + (size_t(h) * total_pairs + pair_begin[r] + i) * dv);
-        }
-      }
-    }
+    pairs = static_cast<uint32_t*>(packed_.reserve(size_t(heads) * total_pairs * dv * 4));
     v_base = reinterpret_cast<const char*>(pairs);
     v_head_stride = total_pairs * dv;  // in uint32 elements; v_token_stride unused
     v_elem = 4;
   } else if (dt != DType::f32) {
-    float* kf = static_cast<float*>(packed_.reserve(size_t(tk) * heads * (dqk + dv) * 4));
-    float* vf = kf + size_t(tk) * heads * dqk;
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t t = 0; t < tk; ++t) {
-      for (int h = 0; h < heads; ++h) {
-        kt.to_f32(k_base + (t * k_token_stride + h * k_head_stride) * esize, dt, dqk, kf + (t * heads + h) * dqk);
-        kt.to_f32(v_base + (t * v_token_stride + h * v_head_stride) * esize, dt, dv, vf + (t * heads + h) * dv);
-      }
-    }
+    kf = static_cast<float*>(packed_.reserve(size_t(tk) * heads * (dqk + dv) * 4));
+    vf = kf + size_t(tk) * heads * dqk;
     k_base = reinterpret_cast<const char*>(kf);
     v_base = reinterpret_cast<const char*>(vf);
     k_token_stride = int64_t(heads) * dqk, k_head_stride = dqk;
@@ -264,8 +251,33 @@ void CpuPrefillBackend::attend(const PrefillProblem& pb) {
   });
   const size_t query_bytes = round_up(kt.prefill_query_bytes(dqk), 64);
   char* queries = static_cast<char*>(queries_.reserve(query_bytes * tasks.size()));
+  // One parallel region, three passes (keys/values, queries, tiles) with
+  // the implicit barriers between them as the only waits.
 #pragma omp parallel num_threads(threads)
   {
+    if (pairs) {
+#pragma omp for collapse(2) schedule(static)
+      for (int r = 0; r < requests; ++r) {
+        for (int h = 0; h < heads; ++h) {
+          const int64_t len = pb.k_begin[r + 1] - pb.k_begin[r];
+          const auto row = [&](int64_t key) {
+            return reinterpret_cast<const uint16_t*>(v_src) + (pb.k_begin[r] + key) * v_src_token + h * v_src_head;
+          };
+          for (int64_t i = 0; 2 * i < len; ++i) {
+            kt.pack_value_pairs(row(2 * i), 2 * i + 1 < len ? row(2 * i + 1) : nullptr, dv,
+                                pairs + (size_t(h) * total_pairs + pair_begin[r] + i) * dv);
+          }
+        }
+      }
+    } else if (kf) {
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < tk; ++t) {
+        for (int h = 0; h < heads; ++h) {
+          kt.to_f32(k_src + (t * k_src_token + h * k_src_head) * esize, dt, dqk, kf + (t * heads + h) * dqk);
+          kt.to_f32(v_src + (t * v_src_token + h * v_src_head) * esize, dt, dv, vf + (t * heads + h) * dv);
+        }
+      }
+    }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < task_count; ++i) {
       const int64_t t = pack_order[size_t(i)];
