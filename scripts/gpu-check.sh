@@ -42,18 +42,23 @@ elif ! ls /usr/include/cblas.h /usr/include/x86_64-linux-gnu/cblas.h /usr/includ
   [[ -n "$c" ]] && extra+=("-DLATTN_CBLAS_INCLUDE=$(dirname "$c")")
 fi
 CUDA_TESTS=$(ls tests/cpp/cuda_*_test.cpp tests/cpp/*_cuda_test.cpp 2>/dev/null | sort -u | tr '\n' ' ')
+# The Python module too, when this machine's python3 can build and test it
+# (pybind11 + pytest + numpy; torch makes tests/python/test_cuda.py run).
+py=()
+if python3 -c "import pybind11, pytest, numpy" >/dev/null 2>&1; then
+  py=(-DLATTN_PYTHON=ON "-DLATTN_PYTHON_EXECUTABLE=$(command -v python3)")
+else
+  py=(-DLATTN_PYTHON=OFF)
+fi
 gen=()
 [[ ! -f "$BUILD/CMakeCache.txt" ]] && command -v ninja >/dev/null && gen=(-G Ninja)
 {
   cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLATTN_CUDA=ON "-DLATTN_CUDA_ARCHS=$ARCHS" \
-    -DLATTN_TESTS=ON -DLATTN_BENCH=ON -DLATTN_PYTHON=OFF "${extra[@]}" &&
-  # Every CUDA test and benchmark (tests/cpp/cuda_*_test.cpp, *_cuda_test.cpp, bench/cuda_*_bench.cpp).
-  targets=(lattn $(ls $CUDA_TESTS bench/cuda_*_bench.cpp 2>/dev/null | xargs -n1 basename | sed 's/\.cpp$//')) &&
-  echo "targets: ${targets[*]}" &&
-  cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"
+    -DLATTN_TESTS=ON -DLATTN_BENCH=ON "${py[@]}" "${extra[@]}" &&
+  cmake --build "$BUILD" -j "$JOBS"
 } > "$OUT/build.log" 2>&1
 build_rc=$?
-note "build ($ARCHS): rc=$build_rc at $(stamp); spill warnings: $(grep -c 'spilled to local memory' "$OUT/build.log")"
+note "build ($ARCHS, ${py[0]}): rc=$build_rc at $(stamp); spill warnings: $(grep -c 'spilled to local memory' "$OUT/build.log")"
 if [[ $build_rc -ne 0 ]]; then
   tail -40 "$OUT/build.log"
   exit 1
@@ -62,13 +67,14 @@ fi
 # ---- tests ------------------------------------------------------------------------
 : > "$OUT/tests.log"
 tests_rc=0
-for src in $CUDA_TESTS; do
-  t=$(basename "$src" .cpp)
-  timeout 600 "$BUILD/tests/$t" --gtest_color=no >> "$OUT/tests.log" 2>&1
-  rc=$?
-  [[ $rc -ne 0 ]] && tests_rc=1
-  note "test $t: rc=$rc at $(stamp)"
-done
+# Every test of the suite: the CUDA ones (cuda_*_test, *_cuda_test and the GPU
+# cases inside the metadata, forward and Python tests) and the CPU ones, which
+# must pass on this machine too. Skips print their one-line reason.
+(cd "$BUILD" && timeout 900 ctest -j "$JOBS" --output-on-failure --timeout 600) >> "$OUT/tests.log" 2>&1
+rc=$?
+[[ $rc -ne 0 ]] && tests_rc=1
+note "ctest (all tests): rc=$rc at $(stamp); $(grep -E 'tests passed' "$OUT/tests.log" | tail -1)"
+note "skipped on this GPU machine: $(grep -c -- '\*\*\*Skipped' "$OUT/tests.log")"
 # The decode tests once more with every instantiated tile configuration forced
 # (the default run covers only the configurations this GPU picks).
 for cfg in $(grep -oE 'X\([0-9]+, [0-9]+, [0-9]+, [0-9]+\)' src/cuda/sm80/decode_config.h | tr -d 'X( )' |
@@ -137,10 +143,12 @@ note "SASS: decode kernels with HMMA: $(echo "$decode_lines" | grep -c -v 'HMMA=
 
 # ---- benchmarks -------------------------------------------------------------------------
 bench_rc=0
+: > "$OUT/bench.log"
 for src in bench/cuda_*_bench.cpp; do
   b=$(basename "$src" .cpp)
+  echo "### $b" >> "$OUT/bench.log"
   timeout 600 "$BUILD/bench/$b" --benchmark_out="$OUT/$b.json" --benchmark_out_format=json --benchmark_counters_tabular=true \
-    > "$OUT/$b.log" 2>&1
+    >> "$OUT/bench.log" 2>&1
   rc=$?
   [[ $rc -ne 0 ]] && bench_rc=1
   note "bench $b: rc=$rc at $(stamp)"
@@ -166,9 +174,7 @@ echo
 echo "================ summary ================"
 cat "$SUMMARY"
 grep -h '^\[  FAILED  \]' "$OUT/tests.log" | sort -u | head -30
-for log in "$OUT"/cuda_*_bench.log; do
-  [[ -f "$log" ]] && sed -n '/^ceilings (this run)/,$p' "$log"
-done
+grep -E '^### |ceiling|^(decode|prefill|chunked)' "$OUT/bench.log" | cut -c1-200 | head -60
 if [[ -f "$OUT/variants.log" ]]; then
   echo "---- variants"
   grep -E '^### |^decode/' "$OUT/variants.log"
