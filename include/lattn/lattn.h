@@ -25,5 +25,6 @@
 #include "lattn/backend.h"
 #include "lattn/registry.h"
 #include "lattn/selector.h"
+#include "lattn/cpu.h"
 #include "lattn/plugin.h"
 #include "lattn/attention.h"

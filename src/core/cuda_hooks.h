@@ -40,6 +40,13 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
 void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& prefix_out, const Tensor& prefix_lse,
                        const Tensor& suffix_out, const Tensor& suffix_lse, Stream stream);
 void copy_blocks(std::span<const LatentCache> caches, const Tensor& block_mapping, Stream stream);
+// vLLM's advance_step_flashattn (SPEC §3.5) on device tensors:
+//   input_tokens, input_positions, slot_mapping [num_seqs] int32/int64,
+//   sampled_token_ids [num_queries(, 1)] int32/int64, seq_lens [num_seqs] int32/int64,
+//   block_tables [num_seqs, max_blocks] int32.
+void advance_step(int num_seqs, int num_queries, int block_size, const Tensor& input_tokens,
+                  const Tensor& sampled_token_ids, const Tensor& input_positions, const Tensor& seq_lens,
+                  const Tensor& slot_mapping, const Tensor& block_tables, Stream stream);
 // Output quantization of MlaAttention::forward (arguments validated by the core):
 //   src   [rows, cols] f16/bf16/f32, last dim contiguous (rows may be strided)
 //   dst   [rows, cols] fp8_e4m3, last dim contiguous;  dst = fp8(src / scale[0])

@@ -32,6 +32,10 @@ void merge_attn_states(const Tensor&, const Tensor&, const Tensor&, const Tensor
   no_cuda("merge_attn_states");
 }
 void copy_blocks(std::span<const LatentCache>, const Tensor&, Stream) { no_cuda("copy_blocks"); }
+void advance_step(int, int, int, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                  const Tensor&, Stream) {
+  no_cuda("advance_step");
+}
 void quantize_fp8(const Tensor&, const Tensor&, const Tensor&, Stream) { no_cuda("quantize_fp8"); }
 
 }  // namespace lattn::cuda_hooks

@@ -1,39 +1,50 @@
-// Plain CPU GEMM (see core/gemm.h): f32 accumulation, parallel over
-// (batch, row). Correct for every dtype and stride combination; the fast
-// path for large shapes is the CPU backend's concern.
-#include <omp.h>
-
-#include <vector>
+// detail::cpu_gemm: picks the OpenBLAS or the bf16-dot implementation (see
+// gemm_paths.h; the measurements behind the choice are in docs/cpu.md).
+#include <atomic>
 
 #include "core/gemm.h"
+#include "cpu/cpu_backend_common.h"
+#include "cpu/gemm_paths.h"
+#include "cpu/host_workspace.h"
+#include "lattn/cpu.h"
 
-namespace lattn::detail {
+namespace lattn {
+namespace cpu {
+namespace {
+
+std::atomic<GemmPath> g_path{GemmPath::automatic};
+
+}  // namespace
+
+void set_gemm_path(GemmPath path) { g_path.store(path, std::memory_order_relaxed); }
+GemmPath gemm_path() { return g_path.load(std::memory_order_relaxed); }
+
+bool bf16_gemm_applies(const detail::GemmProblem& p) {
+  return cpu_isa() == CpuIsa::avx512_bf16 && p.a_dtype == DType::bf16 && p.b_dtype == DType::bf16 &&
+         (p.c_dtype == DType::f32 || p.c_dtype == DType::bf16 || p.c_dtype == DType::f16);
+}
+
+size_t gemm_bf16_workspace_bytes(const detail::GemmProblem& p) {
+  const int64_t npad = (p.n + 15) / 16 * 16, pairs = (p.k + 1) / 2;
+  return size_t(p.batch * (pairs > 0 ? pairs : 1) * npad) * 4;
+}
+
+}  // namespace cpu
+
+namespace detail {
 
 void cpu_gemm(const GemmProblem& p, const RunContext& ctx) {
-  const int threads = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
-#pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
-  for (int64_t bt = 0; bt < p.batch; ++bt) {
-    for (int64_t i = 0; i < p.m; ++i) {
-      std::vector<float> arow(size_t(p.k));
-      std::vector<float> acc(size_t(p.n), 0.f);
-      const int64_t a_off = bt * p.batch_stride_a + i * p.lda;
-      for (int64_t kk = 0; kk < p.k; ++kk) arow[size_t(kk)] = load_as_f32(p.a, p.a_dtype, a_off + kk);
-      for (int64_t kk = 0; kk < p.k; ++kk) {
-        const float av = arow[size_t(kk)];
-        if (av == 0.f) continue;
-        for (int64_t j = 0; j < p.n; ++j) {
-          const int64_t b_off = bt * p.batch_stride_b + (p.trans_b ? j * p.ldb + kk : kk * p.ldb + j);
-          acc[size_t(j)] += av * load_as_f32(p.b, p.b_dtype, b_off);
-        }
-      }
-      const int64_t c_off = bt * p.batch_stride_c + i * p.ldc;
-      for (int64_t j = 0; j < p.n; ++j) {
-        float v = p.alpha * acc[size_t(j)];
-        if (p.beta != 0.f) v += p.beta * load_as_f32(p.c, p.c_dtype, c_off + j);
-        store_from_f32(p.c, p.c_dtype, c_off + j, v);
-      }
-    }
+  const int threads = cpu::thread_count(ctx);
+  const cpu::GemmPath forced = cpu::gemm_path();
+  const bool bf16 = forced != cpu::GemmPath::openblas && cpu::bf16_gemm_applies(p);
+  if (bf16) {
+    // B's packed panels, kept per calling thread between calls.
+    thread_local cpu::HostWorkspace packed;
+    cpu::gemm_bf16_dot(p, threads, static_cast<uint32_t*>(packed.reserve(cpu::gemm_bf16_workspace_bytes(p))));
+  } else {
+    cpu::gemm_openblas(p, threads);
   }
 }
 
-}  // namespace lattn::detail
+}  // namespace detail
+}  // namespace lattn

@@ -3,9 +3,14 @@
 // validated arguments, so every index they compute is in bounds.
 #include "cpu/ops_cpu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
+
+#include "cpu/attention_kernels.h"
+#include "lattn/cpu.h"
 
 namespace lattn::cpu {
 namespace {
@@ -81,36 +86,48 @@ void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& p
                        const Tensor& suffix_out, const Tensor& suffix_lse) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const int64_t num_tokens = out.size(0), num_heads = out.size(1), head_dim = out.size(2);
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    for (int64_t h = 0; h < num_heads; ++h) {
-      float p = prefix_lse.data_as<const float>()[h * prefix_lse.stride(0) + t * prefix_lse.stride(1)];
-      float s = suffix_lse.data_as<const float>()[h * suffix_lse.stride(0) + t * suffix_lse.stride(1)];
-      // FA2 reports an empty row as +inf, FA3 as -inf: both mean "attended to nothing".
-      if (p == kInf) p = -kInf;
-      if (s == kInf) s = -kInf;
-      const int64_t o_off = t * out.stride(0) + h * out.stride(1);
-      const int64_t p_off = t * prefix_out.stride(0) + h * prefix_out.stride(1);
-      const int64_t s_off = t * suffix_out.stride(0) + h * suffix_out.stride(1);
-      float lse = -kInf;
-      if (p == -kInf && s == -kInf) {
-        // Both sides empty: the seed-era formula gives NaN here (SPEC §6.6); define it as 0 / -inf.
-        for (int64_t d = 0; d < head_dim; ++d) store_from_f32(out.data(), out.dtype(), o_off + d, 0.f);
-      } else {
-        // Scales first, then one multiply-add per element (arXiv:2501.01005 §2.2).
-        const float m = std::max(p, s);
-        const float pe = std::exp(p - m), se = std::exp(s - m);
-        const float total = pe + se;
-        const float p_scale = pe / total, s_scale = se / total;
-        for (int64_t d = 0; d < head_dim; ++d) {
+  // Rows are converted with the CPU backend's vector kernels and tokens run
+  // in parallel: a chunked prefill merges once per chunk, [T, N, V] each time.
+  const KernelTable& kt = kernel_table(cpu_isa());
+  const auto row = [](const Tensor& t, int64_t tok, int64_t h) {
+    return static_cast<const char*>(t.data()) + (tok * t.stride(0) + h * t.stride(1)) * t.element_size();
+  };
+#pragma omp parallel
+  {
+    std::vector<float> pv(static_cast<size_t>(head_dim)), sv(static_cast<size_t>(head_dim));
+    std::vector<float> ov(static_cast<size_t>(head_dim));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      for (int64_t h = 0; h < num_heads; ++h) {
+        float p = prefix_lse.data_as<const float>()[h * prefix_lse.stride(0) + t * prefix_lse.stride(1)];
+        float s = suffix_lse.data_as<const float>()[h * suffix_lse.stride(0) + t * suffix_lse.stride(1)];
+        // FA2 reports an empty row as +inf, FA3 as -inf: both mean "attended to nothing".
+        if (p == kInf) p = -kInf;
+        if (s == kInf) s = -kInf;
+        float lse = -kInf;
+        std::fill(ov.begin(), ov.end(), 0.f);
+        if (!(p == -kInf && s == -kInf)) {
+          // Scales first, then one multiply-add per element (arXiv:2501.01005 §2.2).
+          // Both sides empty: the seed-era formula gives NaN (SPEC §6.6); it stays 0 / -inf.
+          const float m = std::max(p, s);
+          const float pe = std::exp(p - m), se = std::exp(s - m);
+          const float total = pe + se;
+          const float p_scale = pe / total, s_scale = se / total;
           // A side with weight 0 is not read at all, so whatever it holds cannot leak.
-          float v = 0.f;
-          if (p_scale != 0.f) v += load_as_f32(prefix_out.data(), prefix_out.dtype(), p_off + d) * p_scale;
-          if (s_scale != 0.f) v += load_as_f32(suffix_out.data(), suffix_out.dtype(), s_off + d) * s_scale;
-          store_from_f32(out.data(), out.dtype(), o_off + d, v);
+          if (p_scale != 0.f) {
+            kt.to_f32(row(prefix_out, t, h), prefix_out.dtype(), head_dim, pv.data());
+            for (int64_t d = 0; d < head_dim; ++d) ov[size_t(d)] += pv[size_t(d)] * p_scale;
+          }
+          if (s_scale != 0.f) {
+            kt.to_f32(row(suffix_out, t, h), suffix_out.dtype(), head_dim, sv.data());
+            for (int64_t d = 0; d < head_dim; ++d) ov[size_t(d)] += sv[size_t(d)] * s_scale;
+          }
+          lse = std::log(total) + m;
         }
-        lse = std::log(total) + m;
+        kt.from_f32(ov.data(), head_dim, out.dtype(),
+                    static_cast<char*>(out.data()) + (t * out.stride(0) + h * out.stride(1)) * out.element_size());
+        if (out_lse.defined()) out_lse.data_as<float>()[h * out_lse.stride(0) + t * out_lse.stride(1)] = lse;
       }
-      if (out_lse.defined()) out_lse.data_as<float>()[h * out_lse.stride(0) + t * out_lse.stride(1)] = lse;
     }
   }
 }

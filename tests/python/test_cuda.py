@@ -39,7 +39,9 @@ def test_calls_run_on_the_callers_current_stream():
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         assert _testing.call_stream(x) == side.cuda_stream
-    assert _testing.call_stream(x, stream=1234) == 1234  # an explicit stream= wins
+    other = torch.cuda.Stream()  # an explicit stream= wins (it must be a real stream:
+    # the producer makes it wait on its own work through it)
+    assert _testing.call_stream(x, stream=other.cuda_stream) == other.cuda_stream
     assert _testing.call_stream(torch.zeros(4)) == 0  # host arrays: no stream
 
 

@@ -1,0 +1,287 @@
+// CUDA benchmarks: the same-run ceilings (device-to-device copy of 2 GiB,
+// cuBLAS bf16 8192^3 GEMM), then the `cuda` decode backend on TARGETS.md's
+// shapes. Every number is a median of CUDA-event timings after warm-up, each
+// sample after an L2 flush (256 MiB written), so no input is served from L2.
+// Decode rows report eager runs (attention + combine launches) and CUDA-graph
+// replays of the same step, and the plan kernel on its own.
+//
+// Vocabulary (shared with bench/harness): us = median microseconds; TFLOP/s and
+// GB/s from TARGETS.md's counts; frac_copy / frac_gemm = fraction of the
+// ceiling measured in this run. Output: Google Benchmark's console/JSON
+// (--benchmark_out=FILE --benchmark_out_format=json), then a summary table.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda_hooks.h"
+#include "core/gemm.h"
+#include "cuda/common/runtime_utils.h"
+#include "cuda/cuda_decode_backend.h"
+#include "lattn/backend.h"
+#include "lattn/cache.h"
+#include "lattn/device.h"
+#include "lattn/tensor.h"
+
+namespace lattn {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// Median device time (µs) of `issue` on `stream`, each sample preceded by an
+// L2 flush outside the timed region.
+double median_us(Stream stream, int warmup, int samples, const std::function<void()>& issue) {
+  static OwnedTensor flush = OwnedTensor::empty({int64_t(256) << 20}, DType::u8, kGpu);
+  for (int i = 0; i < warmup; ++i) issue();
+  cuda::EventTimer timer;
+  std::vector<double> us;
+  for (int i = 0; i < samples; ++i) {
+    cuda_hooks::memset_device(flush.data(), i & 0xff, flush.tensor().nbytes(), kGpu.index, stream);
+    timer.start(stream);
+    issue();
+    timer.stop(stream);
+    us.push_back(double(timer.elapsed_ms()) * 1e3);
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+struct Ceilings {
+  double copy_gbps = 0, copy_us = 0;
+  double gemm_tflops = 0, gemm_us = 0;
+};
+
+const Ceilings& ceilings() {
+  static const Ceilings c = [] {
+    Ceilings r;
+    cuda::StreamHandle stream(0);
+    {
+      const int64_t bytes = int64_t(2) << 30;  // 2 GiB each way
+      OwnedTensor src = OwnedTensor::empty({bytes}, DType::u8, kGpu), dst = OwnedTensor::empty({bytes}, DType::u8, kGpu);
+      cuda_hooks::memset_device(src.data(), 0x5a, size_t(bytes), kGpu.index, stream.get());
+      r.copy_us = median_us(stream.get(), 3, 15, [&] {
+        cuda_hooks::memcpy_any(dst.data(), kGpu, src.data(), kGpu, size_t(bytes), stream.get());
+      });
+      r.copy_gbps = 2.0 * double(bytes) / (r.copy_us * 1e-6) / 1e9;  // bytes read + written
+    }
+    {
+      const int64_t n = 8192;
+      OwnedTensor a = OwnedTensor::empty({n, n}, DType::bf16, kGpu), b = OwnedTensor::empty({n, n}, DType::bf16, kGpu);
+      OwnedTensor c = OwnedTensor::empty({n, n}, DType::bf16, kGpu);
+      cuda::fill_random_device(a.data(), DType::bf16, n * n, 11, 1.f, stream.get());
+      cuda::fill_random_device(b.data(), DType::bf16, n * n, 12, 1.f, stream.get());
+      detail::GemmProblem p;
+      p.m = p.n = p.k = n;
+      p.a = a.data(), p.a_dtype = DType::bf16, p.lda = n;
+      p.b = b.data(), p.b_dtype = DType::bf16, p.ldb = n;
+      p.c = c.data(), p.c_dtype = DType::bf16, p.ldc = n;
+      const RunContext ctx{kGpu, stream.get(), 0};
+      r.gemm_us = median_us(stream.get(), 3, 15, [&] { detail::gemm(p, ctx); });
+      r.gemm_tflops = 2.0 * double(n) * n * n / (r.gemm_us * 1e-6) / 1e12;
+    }
+    return r;
+  }();
+  return c;
+}
+
+// One decode shape of TARGETS.md.
+struct DecodeShape {
+  std::string name;
+  int heads;
+  std::vector<int> seq_lens;
+  int s_q;
+  DType cache_dtype;
+  const char* judged_by;  // "copy" or "gemm"
+  double target;          // issue 7's goal for the portable backend (0: none)
+};
+
+struct Row {
+  std::string name;
+  double us, graph_us, plan_us, tflops, gbps, frac, target;
+  const char* judged_by;
+  std::string config;
+};
+std::vector<Row>& rows() {
+  static std::vector<Row> r;
+  return r;
+}
+
+void bench_decode(benchmark::State& state, const DecodeShape& shape) {
+  const Ceilings& ceil = ceilings();
+  const int H = shape.heads, L = 512, R = 64, page = 64, D = L + R;
+  const int B = int(shape.seq_lens.size());
+  const int T = B * shape.s_q;
+  cuda::StreamHandle stream(0);
+  // Paged cache: every request's pages drawn from one random permutation.
+  int64_t num_blocks = 0, max_blocks = 0;
+  for (int s : shape.seq_lens) {
+    num_blocks += (s + page - 1) / page;
+    max_blocks = std::max<int64_t>(max_blocks, (s + page - 1) / page);
+  }
+  OwnedTensor cache_t = OwnedTensor::empty({num_blocks, page, D}, shape.cache_dtype, kGpu);
+  const float cache_scale = shape.cache_dtype == DType::fp8_e4m3 ? 1.f / 64 : 1.f;
+  cuda::fill_random_device(cache_t.data(), shape.cache_dtype, cache_t.tensor().numel(), 3, 1.f / cache_scale,
+                           stream.get());
+  const LatentCache cache{cache_t.tensor(), L, R, cache_scale};
+  std::mt19937_64 rng(5);
+  std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  OwnedTensor table = OwnedTensor::empty({B, max_blocks}, DType::i32), lens = OwnedTensor::empty({B}, DType::i32);
+  OwnedTensor qsl = OwnedTensor::empty({B + 1}, DType::i32);
+  size_t next = 0;
+  for (int r = 0; r < B; ++r) {
+    const int s = shape.seq_lens[size_t(r)];
+    lens.data_as<int32_t>()[r] = s;
+    qsl.data_as<int32_t>()[r] = r * shape.s_q;
+    for (int64_t i = 0; i < max_blocks; ++i) {
+      table.data_as<int32_t>()[r * max_blocks + i] = i < (s + page - 1) / page ? perm[next++] : 0;
+    }
+  }
+  qsl.data_as<int32_t>()[B] = T;
+  OwnedTensor table_d = OwnedTensor::empty({B, max_blocks}, DType::i32, kGpu);
+  OwnedTensor lens_d = OwnedTensor::empty({B}, DType::i32, kGpu), qsl_d = OwnedTensor::empty({B + 1}, DType::i32, kGpu);
+  copy_tensor(table.tensor(), table_d.tensor());
+  copy_tensor(lens.tensor(), lens_d.tensor());
+  copy_tensor(qsl.tensor(), qsl_d.tensor());
+  DecodeMetadata md;
+  md.num_decodes = B;
+  md.num_decode_tokens = T;
+  md.max_decode_query_len = shape.s_q;
+  md.max_decode_seq_len = *std::max_element(shape.seq_lens.begin(), shape.seq_lens.end());
+  md.block_size = page;
+  md.seq_lens_cpu = lens.tensor(), md.seq_lens = lens_d.tensor();
+  md.query_start_loc_cpu = qsl.tensor(), md.query_start_loc = qsl_d.tensor();
+  md.block_table_cpu = table.tensor(), md.block_table = table_d.tensor();
+
+  OwnedTensor q_nope = OwnedTensor::empty({T, H, L}, DType::bf16, kGpu), q_pe = OwnedTensor::empty({T, H, R}, DType::bf16, kGpu);
+  OwnedTensor out = OwnedTensor::empty({T, H, L}, DType::bf16, kGpu), lse = OwnedTensor::empty({H, T}, DType::f32, kGpu);
+  cuda::fill_random_device(q_nope.data(), DType::bf16, q_nope.tensor().numel(), 7, 1.f, stream.get());
+  cuda::fill_random_device(q_pe.data(), DType::bf16, q_pe.tensor().numel(), 8, 1.f, stream.get());
+
+  DecodeBackendParams params;
+  params.num_heads = H;
+  params.scale = 1.f / std::sqrt(192.f);
+  params.kv_lora_rank = L;
+  params.qk_rope_head_dim = R;
+  params.dtype = DType::bf16;
+  params.kv_cache_dtype = shape.cache_dtype;
+  params.context = RunContext{kGpu, stream.get(), 0};
+  cuda::CudaDecodeBackend backend(params);
+  backend.prepare_metadata(md);
+  auto run = [&] { backend.run(q_nope.tensor(), q_pe.tensor(), cache, md, out.tensor(), lse.tensor()); };
+  const int samples = 30;
+  Row row;
+  row.plan_us = median_us(stream.get(), 3, samples, [&] { backend.prepare_metadata(md); });
+  row.us = median_us(stream.get(), 3, samples, run);
+  cuda::CapturedGraph graph;
+  graph.begin(stream.get());
+  run();
+  graph.end();
+  row.graph_us = median_us(stream.get(), 3, samples, [&] { graph.replay(stream.get()); });
+  stream.synchronize();
+
+  double keys = 0;
+  for (int s : shape.seq_lens) keys += s;
+  const double flops = 2.0 * H * shape.s_q * keys * (L + R + L);
+  const double bytes = keys * D * dtype_size(shape.cache_dtype);
+  const double best_us = std::min(row.us, row.graph_us);
+  row.name = shape.name;
+  row.tflops = flops / (best_us * 1e-6) / 1e12;
+  row.gbps = bytes / (best_us * 1e-6) / 1e9;
+  row.judged_by = shape.judged_by;
+  row.frac = std::string(shape.judged_by) == "gemm" ? row.tflops / ceil.gemm_tflops : row.gbps / ceil.copy_gbps;
+  row.target = shape.target;
+  row.config = backend.uses_tensor_cores() ? backend.tile_config().str() + " parts " + std::to_string(backend.num_parts())
+                                           : "generic";
+  rows().push_back(row);
+  for (auto _ : state) state.SetIterationTime(best_us * 1e-6);
+  state.counters["us_eager"] = row.us;
+  state.counters["us_graph"] = row.graph_us;
+  state.counters["us_plan"] = row.plan_us;
+  state.counters["TFLOPs"] = row.tflops;
+  state.counters["GBps"] = row.gbps;
+  state.counters["frac_copy"] = row.gbps / ceil.copy_gbps;
+  state.counters["frac_gemm"] = row.tflops / ceil.gemm_tflops;
+  state.counters["target_frac"] = row.target;
+  state.SetLabel(row.config);
+}
+
+void bench_ceilings(benchmark::State& state) {
+  const Ceilings& c = ceilings();
+  for (auto _ : state) state.SetIterationTime(c.copy_us * 1e-6);
+  state.counters["copy_GBps"] = c.copy_gbps;
+  state.counters["copy_us"] = c.copy_us;
+  state.counters["gemm_TFLOPs"] = c.gemm_tflops;
+  state.counters["gemm_us"] = c.gemm_us;
+}
+
+std::vector<int> same(int b, int s) { return std::vector<int>(size_t(b), s); }
+std::vector<int> mixed(int b) {  // 128 .. 32768 keys, log-uniform
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> d(std::log(128.0), std::log(32768.0));
+  std::vector<int> v(static_cast<size_t>(b));
+  for (int& x : v) x = int(std::exp(d(rng)));
+  return v;
+}
+
+void register_all() {
+  benchmark::RegisterBenchmark("ceilings", bench_ceilings)->Iterations(1)->UseManualTime();
+  const std::vector<DecodeShape> shapes = {
+      {"decode/H16_B128_S16384_p64_bf16", 16, same(128, 16384), 1, DType::bf16, "copy", 0.75},
+      {"decode/H128_B128_S4096_p64_bf16", 128, same(128, 4096), 1, DType::bf16, "gemm", 0.30},
+      {"decode/H16_B1_S16384_p64_bf16", 16, same(1, 16384), 1, DType::bf16, "copy", 0.50},
+      {"decode/H128_B128_S16384_p64_bf16", 128, same(128, 16384), 1, DType::bf16, "gemm", 0},
+      {"decode/H128_B64_S8192_p64_bf16", 128, same(64, 8192), 1, DType::bf16, "gemm", 0},
+      {"decode/H16_B1_S65536_p64_bf16", 16, same(1, 65536), 1, DType::bf16, "copy", 0},
+      {"decode/H16_B64_mixed128-32k_p64_bf16", 16, mixed(64), 1, DType::bf16, "copy", 0},
+      {"decode/H16_B128_S16384_p64_fp8", 16, same(128, 16384), 1, DType::fp8_e4m3, "copy", 0},
+      {"decode/H128_B128_S4096_p64_fp8", 128, same(128, 4096), 1, DType::fp8_e4m3, "gemm", 0},
+      {"decode/H16_B128_S4096_sq2_p64_bf16", 16, same(128, 4096), 2, DType::bf16, "copy", 0},
+  };
+  for (const DecodeShape& s : shapes) {
+    benchmark::RegisterBenchmark(s.name.c_str(), [s](benchmark::State& st) { bench_decode(st, s); })
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
+void print_summary() {
+  const Ceilings& c = ceilings();
+  std::printf("\nceilings (this run): copy %.0f GB/s (%.0f us for 2 GiB), bf16 GEMM %.0f TFLOP/s (%.0f us)\n",
+              c.copy_gbps, c.copy_us, c.gemm_tflops, c.gemm_us);
+  std::printf("%-40s %9s %9s %7s %8s %8s %6s %6s %s\n", "case", "eager_us", "graph_us", "plan_us", "TFLOP/s", "GB/s",
+              "frac", "target", "config");
+  for (const Row& r : rows()) {
+    std::printf("%-40s %9.1f %9.1f %7.1f %8.1f %8.0f %6.3f %6s %s (%s)%s\n", r.name.c_str(), r.us, r.graph_us,
+                r.plan_us, r.tflops, r.gbps, r.frac, r.target > 0 ? std::to_string(r.target).substr(0, 4).c_str() : "-",
+                r.config.c_str(), r.judged_by, r.target > 0 ? (r.frac >= r.target ? "  MEETS" : "  MISSES") : "");
+  }
+}
+
+}  // namespace
+}  // namespace lattn
+
+int main(int argc, char** argv) {
+  const lattn::CudaDeviceQuery q = lattn::query_cuda_devices();
+  if (q.devices.empty()) {
+    std::printf("cuda_decode_bench: skipped (%s)\n", q.unavailable_reason.c_str());
+    return 0;
+  }
+  std::printf("device: %s, %d SMs, capability %d.%d\n", q.devices[0].name.c_str(), q.devices[0].sm_count,
+              q.devices[0].capability.major, q.devices[0].capability.minor);
+  benchmark::Initialize(&argc, argv);
+  lattn::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  lattn::print_summary();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh OUT_DIR — everything lattn's CUDA backend promises, in
+# one command on a GPU machine: build for sm_90a, run every CUDA test, the
+# compute-sanitizer checks (memcheck, racecheck) on small cases, the CUDA
+# benchmarks, and the SASS / resource checks of the kernels. Logs and JSON go
+# to OUT_DIR (at most 8 files); a summary table is printed last.
+#
+# Environment: LATTN_GPU_ARCHS (default 90a), JOBS (default nproc),
+# LATTN_DLPACK_INCLUDE / LATTN_CBLAS_INCLUDE when those headers are not in
+# the default places, BUILD_DIR (default build-gpu).
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu-check.sh OUT_DIR}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+ARCHS=${LATTN_GPU_ARCHS:-90a}
+JOBS=${JOBS:-$(nproc)}
+BUILD=${BUILD_DIR:-build-gpu}
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+t0=$(date +%s)
+stamp() { echo "$(( $(date +%s) - t0 ))s"; }
+
+# .git-commit: written when the tree is copied without its .git (device runs).
+commit=$(cat .git-commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
+note "== lattn gpu-check $(date -u +%FT%TZ) commit $commit"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
+
+# ---- configure + build --------------------------------------------------------
+extra=()
+if [[ -n "${LATTN_DLPACK_INCLUDE:-}" ]]; then
+  extra+=("-DLATTN_DLPACK_INCLUDE=$LATTN_DLPACK_INCLUDE")
+elif [[ ! -f /usr/include/dlpack/dlpack.h && -f "$REPO/../include/dlpack/dlpack.h" ]]; then
+  extra+=("-DLATTN_DLPACK_INCLUDE=$(cd "$REPO/../include" && pwd)")
+fi
+if [[ -n "${LATTN_CBLAS_INCLUDE:-}" ]]; then
+  extra+=("-DLATTN_CBLAS_INCLUDE=$LATTN_CBLAS_INCLUDE")
+elif ! ls /usr/include/cblas.h /usr/include/x86_64-linux-gnu/cblas.h /usr/include/openblas/cblas.h >/dev/null 2>&1; then
+  c=$(find / -name cblas.h -not -path '*/proc/*' 2>/dev/null | head -1)
+  [[ -n "$c" ]] && extra+=("-DLATTN_CBLAS_INCLUDE=$(dirname "$c")")
+fi
+CUDA_TESTS=$(ls tests/cpp/cuda_*_test.cpp tests/cpp/*_cuda_test.cpp 2>/dev/null | sort -u | tr '\n' ' ')
+# The Python module too, when this machine's python3 can build and test it
+# (pybind11 + pytest + numpy; torch makes tests/python/test_cuda.py run).
+py=()
+if python3 -c "import pybind11, pytest, numpy" >/dev/null 2>&1; then
+  py=(-DLATTN_PYTHON=ON "-DLATTN_PYTHON_EXECUTABLE=$(command -v python3)")
+else
+  py=(-DLATTN_PYTHON=OFF)
+fi
+gen=()
+[[ ! -f "$BUILD/CMakeCache.txt" ]] && command -v ninja >/dev/null && gen=(-G Ninja)
+{
+  cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLATTN_CUDA=ON "-DLATTN_CUDA_ARCHS=$ARCHS" \
+    -DLATTN_TESTS=ON -DLATTN_BENCH=ON "${py[@]}" "${extra[@]}" &&
+  cmake --build "$BUILD" -j "$JOBS"
+} > "$OUT/build.log" 2>&1
+build_rc=$?
+note "build ($ARCHS, ${py[0]}): rc=$build_rc at $(stamp); spill warnings: $(grep -c 'spilled to local memory' "$OUT/build.log")"
+if [[ $build_rc -ne 0 ]]; then
+  tail -40 "$OUT/build.log"
+  exit 1
+fi
+
+# ---- tests ------------------------------------------------------------------------
+: > "$OUT/tests.log"
+tests_rc=0
+# Every test of the suite: the CUDA ones (cuda_*_test, *_cuda_test and the GPU
+# cases inside the metadata, forward and Python tests) and the CPU ones, which
+# must pass on this machine too. Skips print their one-line reason.
+(cd "$BUILD" && timeout 900 ctest -j "$JOBS" --output-on-failure --timeout 600) >> "$OUT/tests.log" 2>&1
+rc=$?
+[[ $rc -ne 0 ]] && tests_rc=1
+note "ctest (all tests): rc=$rc at $(stamp); $(grep -E 'tests passed' "$OUT/tests.log" | tail -1)"
+note "skipped on this GPU machine: $(grep -c -- '\*\*\*Skipped' "$OUT/tests.log")"
+# The decode tests once more with every instantiated tile configuration forced
+# (the default run covers only the configurations this GPU picks).
+for cfg in $(grep -oE 'X\([0-9]+, [0-9]+, [0-9]+, [0-9]+\)' src/cuda/sm80/decode_config.h | tr -d 'X( )' |
+             awk -F, '{ printf "m%sn%sw%ss%s\n", $1, $2, $3, $4 }'); do
+  echo "### LATTN_DECODE_TILES=$cfg" >> "$OUT/tests.log"
+  LATTN_DECODE_TILES=$cfg timeout 300 "$BUILD/tests/cuda_decode_test" --gtest_color=no \
+    --gtest_filter='Cuda/CudaDecode.*:CudaDecodeSmall.*:CudaDecodeGraph.CapturedPlan*' >> "$OUT/tests.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && tests_rc=1
+  note "test cuda_decode_test with LATTN_DECODE_TILES=$cfg: rc=$rc at $(stamp)"
+done
+note "tests: $(grep -c '^\[       OK \]' "$OUT/tests.log") passed, $(grep -c '^\[  FAILED  \]' "$OUT/tests.log") failed lines, $(grep -c '^\[  SKIPPED \]' "$OUT/tests.log") skipped lines"
+
+# ---- compute-sanitizer on small cases ---------------------------------------------------
+: > "$OUT/sanitizer.log"
+san() {  # tool binary filter
+  local tool=$1 bin=$2 filter=$3
+  echo "### compute-sanitizer --tool $tool $bin --gtest_filter=$filter" >> "$OUT/sanitizer.log"
+  timeout 400 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/$bin" --gtest_filter="$filter" \
+    --gtest_color=no >> "$OUT/sanitizer.log" 2>&1
+  local rc=$?
+  note "sanitizer $tool $bin $filter: rc=$rc ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)) at $(stamp)"
+}
+if command -v compute-sanitizer >/dev/null; then
+  san memcheck cuda_ops_test '*'
+  san memcheck cuda_decode_test 'CudaDecodeSmall.*:CudaDecodeGraph.CapturedRunReplaysWithPlanOutside'
+  san memcheck cuda_gemm_test '*'
+  san memcheck cuda_backend_test '*tiny_mixed:*deepseek_mixed:*tiny_fp8_cache'
+  san racecheck cuda_decode_test 'CudaDecodeSmall.SanitizerCase:CudaDecodeSmall.LseIsOptional'
+  san racecheck cuda_ops_test '*Merge*:*Gather*'
+  # Other CUDA tests (other issues' work): their small/sanitizer cases, else the whole binary.
+  for extra_test in $(ls $CUDA_TESTS | xargs -n1 basename | sed 's/\.cpp$//' | grep -v -E '^cuda_(ops|decode|gemm|backend)_test$'); do
+    small='*Small*:*small*:*Sanitizer*'
+    if [[ -z "$("$BUILD/tests/$extra_test" --gtest_list_tests --gtest_filter="$small" 2>/dev/null | grep '^ ')" ]]; then
+      small='*'
+    fi
+    san memcheck "$extra_test" "$small"
+  done
+else
+  note "compute-sanitizer: not found"
+fi
+
+# ---- SASS and resources of the decode kernels ---------------------------------------------
+lib=$(ls "$BUILD"/src/liblattn.so* | head -1)
+{
+  echo "# cuobjdump -res-usage (registers, stack, shared memory) of lattn's kernels"
+  cuobjdump -res-usage "$lib" 2>&1 | grep -A1 -E 'Function' | grep -v '^--' | sed 's/^ *//' | paste - - |
+    sed -E 's/Function ([^ ]*):/\1/' | c++filt 2>/dev/null | cut -c1-400
+  echo
+  echo "# per-kernel SASS instruction counts (HMMA = tensor-core mma, LDSM = ldmatrix,"
+  echo "# LDGSTS = cp.async, LDL/STL = local memory: spills or stack arrays)"
+  cuobjdump -sass "$lib" 2>/dev/null | awk '
+    /Function :/ { if (name != "") print name, hmma, ldsm, ldgsts, ldl, stl; name=$3; hmma=ldsm=ldgsts=ldl=stl=0; next }
+    / HMMA/ { hmma++ } / LDSM/ { ldsm++ } / LDGSTS/ { ldgsts++ } / LDL/ { ldl++ } / STL/ { stl++ }
+    END { if (name != "") print name, hmma, ldsm, ldgsts, ldl, stl }' |
+    c++filt | awk '{ printf "HMMA=%-5s LDSM=%-5s LDGSTS=%-4s LDL=%-3s STL=%-3s %s\n", $(NF-4), $(NF-3), $(NF-2), $(NF-1), $NF, substr($0, 1, 160) }' |
+    sed -E 's/ [0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+$//'
+  echo
+  echo "# the decode kernel's hot loop (the 64x64-tile bf16 instantiation), first 60 HMMA/LDSM/LDGSTS lines"
+  cuobjdump -sass "$lib" 2>/dev/null |
+    awk '/Function :/ { on = ($3 ~ /mla_decode_kernel/ && $3 ~ /ILi64ELi64ELi8ELi2E13__nv_bfloat16S4_/) } on' |
+    grep -E 'HMMA|LDSM|LDGSTS' | head -60
+} > "$OUT/sass.txt" 2>&1
+decode_lines=$(grep -E 'mla_decode_kernel' "$OUT/sass.txt" | grep -E '^HMMA')
+note "SASS: decode kernels with HMMA: $(echo "$decode_lines" | grep -c -v 'HMMA=0 ') of $(echo "$decode_lines" | grep -c .); with LDL/STL: $(echo "$decode_lines" | grep -c -v -E 'LDL=0 +STL=0 ')"
+
+# ---- benchmarks -------------------------------------------------------------------------
+bench_rc=0
+: > "$OUT/bench.log"
+for src in bench/cuda_*_bench.cpp; do
+  b=$(basename "$src" .cpp)
+  echo "### $b" >> "$OUT/bench.log"
+  timeout 600 "$BUILD/bench/$b" --benchmark_out="$OUT/$b.json" --benchmark_out_format=json --benchmark_counters_tabular=true \
+    >> "$OUT/bench.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && bench_rc=1
+  note "bench $b: rc=$rc at $(stamp)"
+done
+
+# Optional tile-configuration comparisons on the same machine:
+# LATTN_BENCH_VARIANTS="m16n64w8s2=decode/H16_B128 m64n64w16s2=decode/H128" runs the
+# decode benchmark again with LATTN_DECODE_TILES forced, on the matching rows.
+if [[ -n "${LATTN_BENCH_VARIANTS:-}" && -x "$BUILD/bench/cuda_decode_bench" ]]; then
+  : > "$OUT/variants.log"
+  for v in $LATTN_BENCH_VARIANTS; do
+    cfg=${v%%=*}
+    filter=${v#*=}
+    echo "### LATTN_DECODE_TILES=$cfg --benchmark_filter=$filter" >> "$OUT/variants.log"
+    LATTN_DECODE_TILES=$cfg timeout 300 "$BUILD/bench/cuda_decode_bench" --benchmark_filter="$filter" \
+      >> "$OUT/variants.log" 2>&1
+  done
+  note "variants: done at $(stamp)"
+fi
+
+# ---- summary (last) -------------------------------------------------------------------------
+echo
+echo "================ summary ================"
+cat "$SUMMARY"
+grep -h '^\[  FAILED  \]' "$OUT/tests.log" | sort -u | head -30
+grep -E '^### |ceiling|^(decode|prefill|chunked)' "$OUT/bench.log" | cut -c1-200 | head -60
+if [[ -f "$OUT/variants.log" ]]; then
+  echo "---- variants"
+  grep -E '^### |^decode/' "$OUT/variants.log"
+fi
+[[ $tests_rc -eq 0 && $bench_rc -eq 0 ]]

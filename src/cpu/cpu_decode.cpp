@@ -1,0 +1,243 @@
+// The `cpu` decode backend: absorbed MLA (MQA over the paged latent cache,
+// QK dim L+R, V = the latent, dim L) for every decode token, several query
+// tokens per request allowed (causal), any block size, f16/bf16/fp8 caches
+// dequantized on the fly. Each request's key range is split when the batch
+// alone cannot keep every thread busy; splits are combined by their LSE.
+// docs/cpu.md explains the design.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cpu/attention_kernels.h"
+#include "cpu/cpu_backend_common.h"
+#include "cpu/decode_plan.h"
+#include "cpu/host_workspace.h"
+#include "lattn/check.h"
+#include "lattn/cpu.h"
+#include "lattn/errors.h"
+
+namespace lattn::cpu {
+namespace {
+
+constexpr const char* kRunOp = "cpu decode run";
+
+class CpuDecodeBackend final : public DecodeBackend {
+ public:
+  explicit CpuDecodeBackend(const DecodeBackendParams& params) : DecodeBackend(params) {}
+
+  std::string name() const override { return "cpu"; }
+
+  void prepare_metadata(const DecodeMetadata& metadata) override {
+    DecodeBackend::prepare_metadata(metadata);
+    plan_ = plan_for(metadata);
+  }
+
+  void run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& metadata,
+           const Tensor& out, const Tensor& lse) override {
+    validate(ql_nope, q_pe, cache, metadata, out, lse);
+    // The plan depends on the lengths and the thread count only; replan when
+    // run() is handed other metadata than prepare_metadata() saw.
+    DecodePlan plan = plan_for(metadata);
+    if (!(plan == plan_)) plan_ = std::move(plan);
+    execute(ql_nope, q_pe, cache, metadata, out, lse);
+  }
+
+ private:
+  DecodePlan plan_for(const DecodeMetadata& md) const {
+    const KernelTable& kt = kernel_table(cpu_isa());
+    const std::vector<int32_t> q_begin =
+        read_offsets(kRunOp, "metadata.query_start_loc_cpu", md.query_start_loc_cpu, md.num_decodes, md.num_decode_tokens);
+    const std::vector<int32_t> seq_lens = read_i32(kRunOp, "metadata.seq_lens_cpu", md.seq_lens_cpu, md.num_decodes);
+    return plan_decode(q_begin, seq_lens, params_.num_heads, kt.lanes_per_group, thread_count(params_.context));
+  }
+
+  // Checks every argument (shapes, dtypes, lengths, block ids) before anything is written.
+  void validate(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& md,
+                const Tensor& out, const Tensor& lse) const {
+    const int64_t t = md.num_decode_tokens, n = params_.num_heads;
+    const int64_t latent = params_.kv_lora_rank, rope = params_.qk_rope_head_dim;
+    const struct {
+      const char* name;
+      const Tensor& t;
+      int64_t width;
+    } args[] = {{"ql_nope", ql_nope, latent}, {"q_pe", q_pe, rope}, {"out", out, latent}};
+    for (const auto& a : args) {
+      check_device(kRunOp, a.name, a.t, Device::cpu());
+      check_dtype(kRunOp, a.name, a.t, params_.dtype);
+      check_shape(kRunOp, a.name, a.t, {t, n, a.width});
+      check_last_dim_contiguous(kRunOp, a.name, a.t);
+    }
+    if (lse.defined()) {
+      check_device(kRunOp, "lse", lse, Device::cpu());
+      check_dtype(kRunOp, "lse", lse, DType::f32);
+      check_shape(kRunOp, "lse", lse, {n, t});
+    }
+    cache.validate(kRunOp);
+    check_device(kRunOp, "cache.data", cache.data, Device::cpu());
+    check_arg(cache.dtype() == params_.kv_cache_dtype, kRunOp, "cache", std::string("have the backend's kv cache dtype ") +
+              dtype_name(params_.kv_cache_dtype), dtype_name(cache.dtype()));
+    check_arg(cache.kv_lora_rank == latent && cache.qk_rope_head_dim == rope, kRunOp, "cache",
+              "have latent dims (" + std::to_string(latent) + ", " + std::to_string(rope) + ")",
+              "(" + std::to_string(cache.kv_lora_rank) + ", " + std::to_string(cache.qk_rope_head_dim) + ")");
+    check_arg(md.block_size == cache.block_size(), kRunOp, "metadata.block_size",
+              "equal the cache's block size " + std::to_string(cache.block_size()), std::to_string(md.block_size));
+    const std::vector<int32_t> q_begin =
+        read_offsets(kRunOp, "metadata.query_start_loc_cpu", md.query_start_loc_cpu, md.num_decodes, t);
+    const std::vector<int32_t> seq_lens = read_i32(kRunOp, "metadata.seq_lens_cpu", md.seq_lens_cpu, md.num_decodes);
+    const Tensor& bt = md.block_table_cpu;
+    check_device(kRunOp, "metadata.block_table_cpu", bt, Device::cpu());
+    check_dtype(kRunOp, "metadata.block_table_cpu", bt, DType::i32);
+    check_dim(kRunOp, "metadata.block_table_cpu", bt, 2);
+    check_arg(bt.size(0) >= md.num_decodes, kRunOp, "metadata.block_table_cpu",
+              "have at least num_decodes = " + std::to_string(md.num_decodes) + " rows", bt.shape_str());
+    check_last_dim_contiguous(kRunOp, "metadata.block_table_cpu", bt);
+    for (int r = 0; r < md.num_decodes; ++r) {
+      const int32_t s_q = q_begin[r + 1] - q_begin[r], len = seq_lens[r];
+      const std::string req = "request " + std::to_string(r);
+      check_arg(s_q <= len, kRunOp, "metadata.seq_lens_cpu", "be >= the request's query length (" + req + ": " +
+                std::to_string(s_q) + ")", std::to_string(len));
+      const int64_t blocks = (int64_t(len) + md.block_size - 1) / md.block_size;
+      check_arg(blocks <= bt.size(1), kRunOp, "metadata.block_table_cpu",
+                "have ceil(seq_len / block_size) = " + std::to_string(blocks) + " columns for " + req, bt.shape_str());
+      const int32_t* row = bt.data_as<int32_t>() + r * bt.stride(0);
+      for (int64_t b = 0; b < blocks; ++b) {
+        check_arg(row[b] >= 0 && row[b] < cache.num_blocks(), kRunOp, "metadata.block_table_cpu",
+                  "hold block ids in [0, " + std::to_string(cache.num_blocks()) + ") for " + req,
+                  "block " + std::to_string(row[b]) + " at column " + std::to_string(b));
+      }
+    }
+  }
+
+  void execute(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& md,
+               const Tensor& out, const Tensor& lse);
+
+  DecodePlan plan_;
+  HostWorkspace partials_;  // per split: o [lanes][L] f32, lse [lanes]
+  HostWorkspace scratch_;   // one kernel scratch per thread
+};
+
+void CpuDecodeBackend::execute(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache,
+                               const DecodeMetadata& md, const Tensor& out, const Tensor& lse) {
+  const KernelTable& kt = kernel_table(cpu_isa());
+  const DType dt = params_.dtype;
+  const MathPath path = kt.decode_path(dt, cache.dtype());
+  const int heads = params_.num_heads, latent = params_.kv_lora_rank, rope = params_.qk_rope_head_dim;
+  const int threads = thread_count(params_.context);
+  const size_t esize = size_t(dtype_size(dt));
+  const DecodePlan& plan = plan_;
+
+  float* partial = static_cast<float*>(partials_.reserve((plan.partial_rows * (size_t(latent) + 1)) * 4));
+  float* partial_lse = partial + plan.partial_rows * size_t(latent);
+  const size_t scratch_bytes = round_up(kt.decode_scratch_bytes(plan.max_lanes, latent, rope), 4096);
+  char* scratch = static_cast<char*>(scratch_.reserve(scratch_bytes * size_t(threads)));
+  const char* qn_base = static_cast<const char*>(ql_nope.data());
+  const char* qp_base = static_cast<const char*>(q_pe.data());
+  const int32_t* block_table = md.block_table_cpu.data_as<int32_t>();
+  const int64_t bt_stride = md.block_table_cpu.stride(0);
+
+  const int64_t split_count = int64_t(plan.order.size());
+  char* out_base = static_cast<char*>(out.data());
+  float* lse_base = lse.defined() ? lse.data_as<float>() : nullptr;
+  const int64_t rows = int64_t(md.num_decode_tokens) * heads;
+  // One parallel region for both passes (the implicit barrier between them
+  // is the only wait): fewer fork/joins per step, which matters when decode
+  // steps are a few milliseconds and the cores are shared.
+#pragma omp parallel num_threads(threads)
+  {
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < split_count; ++i) {
+      const DecodeSplit& sp = plan.splits[size_t(plan.order[size_t(i)])];
+      const int r = sp.request;
+      const int64_t t0 = plan.q_begin[r];
+      DecodeSplitJob job;
+      job.path = path;
+      job.ql_nope = qn_base + (t0 * ql_nope.stride(0)) * esize;
+      job.ql_stride_t = ql_nope.stride(0);
+      job.ql_stride_h = ql_nope.stride(1);
+      job.q_pe = qp_base + (t0 * q_pe.stride(0)) * esize;
+      job.qpe_stride_t = q_pe.stride(0);
+      job.qpe_stride_h = q_pe.stride(1);
+      job.q_dtype = dt;
+      job.s_q = plan.q_begin[r + 1] - plan.q_begin[r];
+      job.num_heads = heads;
+      job.kv_lora_rank = latent;
+      job.rope_dim = rope;
+      job.cache = cache.data.data();
+      job.cache_dtype = cache.dtype();
+      job.block_stride = cache.data.stride(0);
+      job.block_size = int(cache.block_size());
+      job.cache_scale = cache.is_fp8() ? cache.scale : 1.f;
+      job.block_table = block_table + r * bt_stride;
+      job.seq_len = plan.seq_lens[r];
+      job.key_begin = sp.key_begin;
+      job.key_end = sp.key_end;
+      job.scale = params_.scale;
+      job.o = partial + sp.first_row * size_t(latent);
+      job.lse = partial_lse + sp.first_row;
+      job.scratch = scratch + scratch_bytes * size_t(omp_get_thread_num());
+      kt.decode_split(job);
+    }
+
+    // Combine each row's splits by LSE (arXiv:2501.01005 §2.2):
+    //   o = sum_s e^(lse_s - M) o_s / sum_s e^(lse_s - M),  lse = M + log sum_s e^(lse_s - M).
+    std::vector<float> row(static_cast<size_t>(latent));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t t = i / heads;
+      const int h = int(i % heads);
+      const int r = plan.request_of_token[size_t(t)];
+      const int lane = int(t - plan.q_begin[r]) * heads + h;
+      const int s0 = plan.split_begin[r], s1 = plan.split_begin[r + 1];
+      float m = -INFINITY;
+      for (int s = s0; s < s1; ++s) m = std::max(m, partial_lse[plan.splits[s].first_row + lane]);
+      std::fill(row.begin(), row.end(), 0.f);
+      float sum = 0.f;
+      if (m != -INFINITY) {
+        for (int s = s0; s < s1; ++s) {
+          const float w = std::exp(partial_lse[plan.splits[s].first_row + lane] - m);
+          if (w == 0.f) continue;
+          const float* o = partial + (plan.splits[s].first_row + lane) * size_t(latent);
+          for (int d = 0; d < latent; ++d) row[d] += w * o[d];
+          sum += w;
+        }
+        const float inv = 1.f / sum;
+        for (int d = 0; d < latent; ++d) row[d] *= inv;
+      }
+      kt.from_f32(row.data(), latent, dt, out_base + (t * out.stride(0) + h * out.stride(1)) * esize);
+      if (lse_base) lse_base[h * lse.stride(0) + t * lse.stride(1)] = m == -INFINITY ? m : m + std::log(sum);
+    }
+  }
+}
+
+class CpuDecodeBackendClass final : public DecodeBackendClass {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::vector<DType> supported_dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
+  // The layer quantizes decode rows after the V up-projection; run() itself
+  // always writes the activation dtype.
+  bool supports_quant_output(QuantKey key) const override { return key == QuantKey::fp8_e4m3_static_per_tensor; }
+  bool supports_compute_capability(std::optional<DeviceCapability> capability) const override {
+    return !capability.has_value();
+  }
+  std::unique_ptr<DecodeBackend> create(const DecodeBackendParams& params) const override {
+    validate_decode_params("cpu decode backend", params, supported_dtypes(), supported_kv_cache_dtypes());
+    return std::make_unique<CpuDecodeBackend>(params);
+  }
+};
+
+const std::shared_ptr<const DecodeBackendClass>& decode_class() {
+  static const std::shared_ptr<const DecodeBackendClass> cls = std::make_shared<CpuDecodeBackendClass>();
+  return cls;
+}
+
+const RegisterDecodeBackend kRegisterCpuDecode{decode_class()};
+
+}  // namespace
+}  // namespace lattn::cpu
+
+namespace lattn {
+std::shared_ptr<const DecodeBackendClass> cpu_decode_backend_class() { return cpu::decode_class(); }
+}  // namespace lattn

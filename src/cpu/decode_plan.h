@@ -1,0 +1,45 @@
+// src/cpu/decode_plan.h — how the `cpu` decode backend cuts a batch into
+// jobs (internal): one job = one request's query rows (all heads, all s_q
+// tokens) against a contiguous range of its keys (a "split").
+//
+// A request's keys are split only when the batch alone cannot keep every
+// thread busy: the target is ~8 jobs per thread (so dynamic scheduling
+// evens out unequal lengths), each job at least kMinSplitKeys keys (below
+// that the per-job query packing and the combine cost more than the
+// parallelism gains), split boundaries on key-tile multiples.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace lattn::cpu {
+
+constexpr int kMinSplitKeys = 256;
+constexpr int kSplitAlign = 64;  // = the kernels' key tile
+
+struct DecodeSplit {
+  int request = 0;
+  int key_begin = 0, key_end = 0;  // keys [key_begin, key_end) of the request
+  size_t first_row = 0;            // first row of its partial results (rows = lanes of the request)
+  friend bool operator==(const DecodeSplit&, const DecodeSplit&) = default;
+};
+
+struct DecodePlan {
+  std::vector<int32_t> q_begin;        // [R + 1] query token offsets
+  std::vector<int32_t> seq_lens;       // [R]
+  std::vector<int> request_of_token;   // [T]
+  std::vector<DecodeSplit> splits;     // grouped by request, in key order
+  std::vector<int> split_begin;        // [R + 1] request r owns splits [split_begin[r], split_begin[r+1])
+  std::vector<int> order;              // execution order of the splits (most work first)
+  size_t partial_rows = 0;             // sum over splits of the request's lanes
+  int max_lanes = 0;                   // most query rows (s_q * heads) of one request
+  friend bool operator==(const DecodePlan&, const DecodePlan&) = default;
+};
+
+// q_begin [R + 1] and seq_lens [R] as validated by the backend; lanes_per_group
+// is the kernels' vector width (a job's cost grows with ceil(lanes / width)).
+DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<int32_t>& seq_lens, int num_heads,
+                       int lanes_per_group, int threads);
+
+}  // namespace lattn::cpu

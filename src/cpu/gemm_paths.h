@@ -1,0 +1,36 @@
+// src/cpu/gemm_paths.h — the two implementations behind detail::cpu_gemm
+// (internal), and a switch to force one (tests, the GEMM benchmark).
+//
+//   openblas:  operands converted to f32 panels, cblas_sgemm (Debian's
+//              OpenBLAS, pthread build), result converted to C's dtype;
+//              every dtype and stride combination.
+//   bf16_dot:  bf16 A and B on an AVX512-BF16 CPU: B packed into key-pair
+//              panels, a 6 x 64 register-blocked vdpbf16ps kernel, f32
+//              accumulation (gemm_bf16_avx512.cpp).
+// automatic picks bf16_dot whenever it applies: it measured faster on
+// every MLA projection shape (docs/cpu.md, "Projections").
+#pragma once
+
+#include "core/gemm.h"
+
+namespace lattn::cpu {
+
+enum class GemmPath { automatic, openblas, bf16_dot };
+
+// Forces a path for later cpu_gemm calls (automatic: the default choice).
+// Not meant to be changed while GEMMs run.
+void set_gemm_path(GemmPath path);
+GemmPath gemm_path();
+
+// True when the bf16_dot kernel can run p on this CPU (and the current
+// CpuIsa allows it).
+bool bf16_gemm_applies(const detail::GemmProblem& p);
+
+void gemm_openblas(const detail::GemmProblem& p, int threads);
+
+// bf16_gemm_applies(p) must hold; `packed` holds gemm_bf16_workspace_bytes(p)
+// bytes (64-byte aligned) for B's k-pair panels.
+size_t gemm_bf16_workspace_bytes(const detail::GemmProblem& p);
+void gemm_bf16_dot(const detail::GemmProblem& p, int threads, uint32_t* packed);
+
+}  // namespace lattn::cpu

@@ -1,0 +1,213 @@
+// The `cuda` decode backend: validation, planning and launches (see the header).
+#include "cuda/cuda_decode_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <tuple>
+
+#include "cuda/common/context.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/device_guard.h"
+#include "cuda/sm80/decode_launch.h"
+#include "cuda/smxx/decode_combine.h"
+#include "cuda/smxx/decode_generic.h"
+#include "cuda/smxx/decode_scheduler.h"
+#include "lattn/check.h"
+#include "lattn/errors.h"
+
+namespace lattn::cuda {
+namespace {
+
+constexpr const char* kRun = "cuda decode run";
+constexpr const char* kPlan = "cuda decode prepare_metadata";
+
+// Plan cost of a request's fixed work (Q load, epilogue, combine share), in
+// KV tiles; FlashMLA uses a similar constant.
+constexpr int kOverheadTiles = 4;
+
+void check_index(const char* op, const char* arg, const Tensor& t, Device device, int dims) {
+  check_defined(op, arg, t);
+  check_device(op, arg, t, device);
+  check_dtype(op, arg, t, DType::i32);
+  check_dim(op, arg, t, dims);
+}
+
+bool is_aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes) == 0; }
+
+// Rows of a [T, H, D] tensor start on 16-byte boundaries (cp.async-able).
+bool rows_are_16_byte(const Tensor& t) {
+  const int es = t.element_size();
+  return is_aligned(t.data(), 16) && (t.stride(0) * es) % 16 == 0 && (t.stride(1) * es) % 16 == 0;
+}
+
+}  // namespace
+
+CudaDecodeBackend::CudaDecodeBackend(const DecodeBackendParams& params)
+    : DecodeBackend(params), workspace_(params.context.device.index) {
+  const char* op = "cuda decode backend";
+  check_arg(params.context.device.is_cuda(), op, "context.device", "a CUDA device",
+            device_name(params.context.device));
+  check_arg(params.num_heads > 0, op, "num_heads", "positive", std::to_string(params.num_heads));
+  check_arg(params.kv_lora_rank > 0 && params.qk_rope_head_dim > 0, op, "kv_lora_rank, qk_rope_head_dim",
+            "positive", std::to_string(params.kv_lora_rank) + ", " + std::to_string(params.qk_rope_head_dim));
+  check_arg(params.dtype == DType::f16 || params.dtype == DType::bf16, op, "dtype", "f16 or bf16",
+            dtype_name(params.dtype));
+  check_arg(params.kv_cache_dtype == DType::f16 || params.kv_cache_dtype == DType::bf16 ||
+                params.kv_cache_dtype == DType::fp8_e4m3,
+            op, "kv_cache_dtype", "f16, bf16 or fp8_e4m3", dtype_name(params.kv_cache_dtype));
+  check_arg(params.kv_lora_rank + params.qk_rope_head_dim <= kGenericDecodeMaxEntry, op,
+            "kv_lora_rank + qk_rope_head_dim", "at most " + std::to_string(kGenericDecodeMaxEntry),
+            std::to_string(params.kv_lora_rank + params.qk_rope_head_dim));
+  fast_ = params.kv_lora_rank == sm80::kDecodeL && params.qk_rope_head_dim == sm80::kDecodeR &&
+          (params.kv_cache_dtype == params.dtype || params.kv_cache_dtype == DType::fp8_e4m3);
+}
+
+void CudaDecodeBackend::check_metadata(const DecodeMetadata& md, const char* op) const {
+  const Device device = params_.context.device;
+  const int b = md.num_decodes;
+  check_index(op, "metadata.seq_lens", md.seq_lens, device, 1);
+  check_index(op, "metadata.query_start_loc", md.query_start_loc, device, 1);
+  check_index(op, "metadata.block_table", md.block_table, device, 2);
+  check_arg(md.seq_lens.size(0) >= b, op, "metadata.seq_lens", "at least num_decodes = " + std::to_string(b) +
+                                                                      " entries",
+            md.seq_lens.shape_str());
+  check_arg(md.query_start_loc.size(0) >= b + 1, op, "metadata.query_start_loc",
+            "at least num_decodes + 1 = " + std::to_string(b + 1) + " entries", md.query_start_loc.shape_str());
+  check_arg(md.block_table.size(0) >= b, op, "metadata.block_table",
+            "at least num_decodes = " + std::to_string(b) + " rows", md.block_table.shape_str());
+  check_arg(md.seq_lens.stride(0) == 1 && md.query_start_loc.stride(0) == 1 && md.block_table.stride(1) == 1, op,
+            "metadata", "contiguous index arrays (block_table rows may be strided)", md.block_table.describe());
+  check_arg(md.max_decode_query_len >= 1, op, "metadata.max_decode_query_len", ">= 1",
+            std::to_string(md.max_decode_query_len));
+  check_arg(md.block_size >= 1, op, "metadata.block_size", ">= 1", std::to_string(md.block_size));
+  // The host copies (always present) must agree with the declared maxima, or
+  // rows past max_decode_query_len would never be written.
+  if (md.query_start_loc_cpu.defined() && md.query_start_loc_cpu.size(0) >= b + 1) {
+    const int32_t* qsl = md.query_start_loc_cpu.data_as<const int32_t>();
+    for (int r = 0; r < b; ++r) {
+      const int s_q = qsl[r + 1] - qsl[r];
+      if (s_q < 0 || s_q > md.max_decode_query_len) {
+        throw ValueError(std::string(op) + ": decode request " + std::to_string(r) + " has " + std::to_string(s_q) +
+                         " query tokens, expected 0.." + std::to_string(md.max_decode_query_len) +
+                         " (metadata.max_decode_query_len)");
+      }
+    }
+  }
+}
+
+void CudaDecodeBackend::prepare_metadata(const DecodeMetadata& md) {
+  DecodeBackend::prepare_metadata(md);
+  planned_batch_ = -1;
+  if (md.num_decodes == 0) return;
+  check_metadata(md, kPlan);
+  const int device = params_.context.device.index;
+  DeviceGuard guard(device);
+  if (!fast_) {
+    planned_batch_ = md.num_decodes;
+    return;  // the generic kernel needs no plan
+  }
+  const DeviceContext& ctx = device_context(device);
+  const bool fp8 = params_.kv_cache_dtype == DType::fp8_e4m3;
+  const int rows = params_.num_heads * md.max_decode_query_len;
+  config_ = sm80::choose_decode_tiles(rows, ctx.max_smem_per_block_optin, fp8);
+  m_tiles_ = (rows + config_.block_m - 1) / config_.block_m;
+  const int ctas_per_sm = std::max(1, sm80::decode_ctas_per_sm(config_, params_.dtype, params_.kv_cache_dtype));
+  // One wave: every SM busy with a CTA of each co-resident slot.
+  const int parts = std::clamp(ctx.sm_count * ctas_per_sm / m_tiles_, 1, 1024);
+  const int rows_capacity = m_tiles_ * config_.block_m;
+  const size_t bytes = decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank);
+  workspace_.reserve(bytes, params_.context.stream, kPlan);
+  carve_decode_plan(workspace_.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_);
+  plan_.tile_keys = config_.block_n;
+  plan_.overhead_tiles = kOverheadTiles;
+  launch_decode_plan(md.seq_lens.data_as<const int32_t>(), md.num_decodes, plan_,
+                     reinterpret_cast<cudaStream_t>(params_.context.stream));
+  planned_batch_ = md.num_decodes;
+}
+
+void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache,
+                            const DecodeMetadata& md, const Tensor& out, const Tensor& lse) {
+  const Device device = params_.context.device;
+  const int T = md.num_decode_tokens, H = params_.num_heads, L = params_.kv_lora_rank, R = params_.qk_rope_head_dim;
+  // Validate everything before launching anything.
+  for (auto [name, t, width] : {std::tuple{"ql_nope", &ql_nope, L}, std::tuple{"q_pe", &q_pe, R},
+                                std::tuple{"out", &out, L}}) {
+    check_defined(kRun, name, *t);
+    check_device(kRun, name, *t, device);
+    check_dtype(kRun, name, *t, params_.dtype);
+    check_shape(kRun, name, *t, {T, H, width});
+    check_last_dim_contiguous(kRun, name, *t);
+  }
+  cache.validate(kRun);
+  check_arg(cache.device() == device, kRun, "cache", "on " + device_name(device), device_name(cache.device()));
+  check_arg(cache.dtype() == params_.kv_cache_dtype, kRun, "cache", std::string("dtype ") +
+                                                                         dtype_name(params_.kv_cache_dtype),
+            dtype_name(cache.dtype()));
+  check_arg(cache.kv_lora_rank == L && cache.qk_rope_head_dim == R, kRun, "cache",
+            "latent dims (" + std::to_string(L) + ", " + std::to_string(R) + ")",
+            "(" + std::to_string(cache.kv_lora_rank) + ", " + std::to_string(cache.qk_rope_head_dim) + ")");
+  check_arg(cache.block_size() == md.block_size, kRun, "cache", "block size " + std::to_string(md.block_size) +
+                                                                     " (metadata.block_size)",
+            std::to_string(cache.block_size()));
+  if (lse.defined()) {
+    check_device(kRun, "lse", lse, device);
+    check_dtype(kRun, "lse", lse, DType::f32);
+    check_shape(kRun, "lse", lse, {H, T});
+  }
+  if (md.num_decodes == 0 || T == 0) return;
+  if (decode_metadata_ != &md || planned_batch_ != md.num_decodes) prepare_metadata(md);
+
+  DeviceGuard guard(device.index);
+  DecodeParams p;
+  p.q_nope = ql_nope.data();
+  p.q_nope_stride_t = ql_nope.stride(0);
+  p.q_nope_stride_h = ql_nope.stride(1);
+  p.q_pe = q_pe.data();
+  p.q_pe_stride_t = q_pe.stride(0);
+  p.q_pe_stride_h = q_pe.stride(1);
+  p.cache = cache.data.data();
+  p.cache_block_stride = cache.data.stride(0);
+  p.block_size = int(cache.block_size());
+  p.seq_lens = md.seq_lens.data_as<const int32_t>();
+  p.query_start_loc = md.query_start_loc.data_as<const int32_t>();
+  p.block_table = md.block_table.data_as<const int32_t>();
+  p.block_table_stride = md.block_table.stride(0);
+  p.out = out.data();
+  p.out_stride_t = out.stride(0);
+  p.out_stride_h = out.stride(1);
+  p.lse = lse.defined() ? lse.data_as<float>() : nullptr;
+  p.lse_stride_h = lse.defined() ? lse.stride(0) : 0;
+  p.lse_stride_t = lse.defined() ? lse.stride(1) : 0;
+  p.batch = md.num_decodes;
+  p.num_heads = H;
+  p.L = L;
+  p.R = R;
+  const float k_scale = cache.is_fp8() ? cache.scale : 1.f;
+  p.scale_log2 = params_.scale * k_scale * 1.4426950408889634f;
+  p.out_scale = k_scale;
+  p.q_vec = rows_are_16_byte(ql_nope) && rows_are_16_byte(q_pe);
+  p.q_dtype = uint8_t(params_.dtype);
+  p.cache_dtype = uint8_t(cache.dtype());
+  p.out_dtype = uint8_t(out.dtype());
+  p.plan = plan_;
+  auto stream = reinterpret_cast<cudaStream_t>(params_.context.stream);
+  if (fast_) {
+    sm80::launch_decode_sm80(p, config_, params_.dtype, params_.kv_cache_dtype, m_tiles_, stream);
+    launch_decode_combine(p, params_.dtype, stream);
+  } else {
+    launch_decode_generic(p, T, stream);
+  }
+}
+
+std::unique_ptr<DecodeBackend> CudaDecodeBackendClass::create(const DecodeBackendParams& params) const {
+  return std::make_unique<CudaDecodeBackend>(params);
+}
+
+namespace {
+const RegisterDecodeBackend kReg{std::make_shared<CudaDecodeBackendClass>()};
+}  // namespace
+
+}  // namespace lattn::cuda

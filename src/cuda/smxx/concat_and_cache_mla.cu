@@ -1,0 +1,116 @@
+// concat_and_cache_mla on CUDA: cache[slot] = [kv_c[t] | k_pe[t]] for every
+// token t < slot_mapping.size(0) whose slot is not PAD (< 0); fp8 caches store
+// fp8(x / scale). One warp per token; each lane moves 8 elements per step
+// (16-byte accesses on aligned rows, coalesced across the warp).
+#include <cuda_runtime.h>
+
+#include "core/cuda_hooks.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/device_guard.h"
+#include "cuda/common/dispatch.h"
+#include "cuda/common/dtype_device.cuh"
+
+namespace lattn::cuda {
+namespace {
+
+struct ConcatParams {
+  const void* kv_c;          // [T, L], row stride kv_c_stride (elements)
+  const void* k_pe;          // [T, R], row stride k_pe_stride
+  void* cache;               // [num_blocks, block_size, L+R], block stride cache_block_stride
+  const int64_t* slots;      // [num_tokens], stride slot_stride
+  int64_t kv_c_stride, k_pe_stride, slot_stride;
+  int64_t cache_block_stride;  // elements between blocks (>= block_size * (L+R))
+  int64_t block_size, num_slots;  // num_slots = num_blocks * block_size
+  int num_tokens, L, R;
+  float scale;               // fp8 caches store fp8(x / scale); 1 otherwise
+};
+
+constexpr int kWarpsPerBlock = 8;
+
+template <class In, class C, bool kVec>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) concat_and_cache_mla_kernel(ConcatParams p) {
+  const int token = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (token >= p.num_tokens) return;
+  const int64_t slot = p.slots[token * p.slot_stride];
+  // PAD_SLOT_ID (and any negative slot) is skipped; slots past the cache were
+  // refused by the host-side validation and are skipped here as a last guard.
+  if (slot < 0 || slot >= p.num_slots) return;
+  C* dst = static_cast<C*>(p.cache) + (slot / p.block_size) * p.cache_block_stride +
+           (slot % p.block_size) * int64_t(p.L + p.R);
+  const In* kv = static_cast<const In*>(p.kv_c) + token * p.kv_c_stride;
+  const In* pe = static_cast<const In*>(p.k_pe) + token * p.k_pe_stride;
+  const bool fp8 = sizeof(C) == 1;
+  if constexpr (kVec) {
+    const int chunks_l = p.L / 8, chunks = (p.L + p.R) / 8;
+    for (int c = lane; c < chunks; c += 32) {
+      float x[8];
+      if (c < chunks_l) {
+        load8(kv + c * 8, x);
+      } else {
+        load8(pe + (c - chunks_l) * 8, x);
+      }
+      if (fp8) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] /= p.scale;  // a division, as the host: x * (1/s) can round differently
+      }
+      store8(dst + c * 8, x);
+    }
+  } else {
+    for (int i = lane; i < p.L + p.R; i += 32) {
+      float x = i < p.L ? to_f32(kv[i]) : to_f32(pe[i - p.L]);
+      if (fp8) x /= p.scale;
+      dst[i] = from_f32<C>(x);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lattn::cuda
+
+namespace lattn::cuda_hooks {
+
+void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
+                          const Tensor& slot_mapping, Stream stream) {
+  using namespace lattn::cuda;
+  const int num_tokens = int(slot_mapping.size(0));
+  if (num_tokens == 0 || cache.num_blocks() == 0) return;
+  DeviceGuard guard(cache.device().index);
+  ConcatParams p{};
+  p.kv_c = kv_c.data();
+  p.k_pe = k_pe.data();
+  p.cache = cache.data.data();
+  p.slots = slot_mapping.data_as<const int64_t>();
+  p.kv_c_stride = kv_c.stride(0);
+  p.k_pe_stride = k_pe.stride(0);
+  p.slot_stride = slot_mapping.stride(0);
+  p.cache_block_stride = cache.data.stride(0);
+  p.block_size = cache.block_size();
+  p.num_slots = cache.num_blocks() * cache.block_size();
+  p.num_tokens = num_tokens;
+  p.L = cache.kv_lora_rank;
+  p.R = cache.qk_rope_head_dim;
+  p.scale = cache.is_fp8() ? cache.scale : 1.f;
+
+  const int in_size = kv_c.element_size();
+  const int cache_size = cache.data.element_size();
+  // 8-element vectors need both segments and every row start aligned.
+  const bool vec = p.L % 8 == 0 && p.R % 8 == 0 && is_aligned(p.kv_c, 16) && is_aligned(p.k_pe, 16) &&
+                   (p.kv_c_stride * in_size) % 16 == 0 && (p.k_pe_stride * in_size) % 16 == 0 &&
+                   is_aligned(p.cache, 8 * cache_size) && (p.cache_block_stride * cache_size) % (8 * cache_size) == 0;
+  const dim3 grid((num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  LATTN_DISPATCH_FLOAT_TYPES(kv_c.dtype(), "concat_and_cache_mla", "kv_c", [&] {
+    using In = T;
+    LATTN_DISPATCH_CACHE_TYPES(cache.dtype(), "concat_and_cache_mla", "cache", [&] {
+      if (vec) {
+        concat_and_cache_mla_kernel<In, C, true><<<grid, kWarpsPerBlock * 32, 0, s>>>(p);
+      } else {
+        concat_and_cache_mla_kernel<In, C, false><<<grid, kWarpsPerBlock * 32, 0, s>>>(p);
+      }
+    });
+  });
+  LATTN_CUDA_CHECK_LAUNCH("concat_and_cache_mla_kernel");
+}
+
+}  // namespace lattn::cuda_hooks

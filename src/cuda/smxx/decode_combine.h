@@ -1,0 +1,17 @@
+// src/cuda/smxx/decode_combine.h — merges the split-KV partial results.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/smxx/decode_params.h"
+#include "lattn/dtype.h"
+
+namespace lattn::cuda {
+
+// For every request with num_splits >= 2: out/LSE = LSE-weighted sum of its
+// partials; for every request with no keys: out 0, LSE -inf. Requests with one
+// split were written by the attention kernel. Grid (batch, rows_capacity):
+// fixed for a plan's shape, so it is capturable.
+void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t stream);
+
+}  // namespace lattn::cuda

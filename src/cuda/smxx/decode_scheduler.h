@@ -1,0 +1,24 @@
+// src/cuda/smxx/decode_scheduler.h — the split-KV plan of a decode step.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "cuda/smxx/decode_params.h"
+
+namespace lattn::cuda {
+
+// Bytes of workspace a plan needs for `batch` requests (see carve_decode_plan).
+size_t decode_plan_bytes(int batch, int num_parts, int rows_capacity, int L);
+
+// Points plan's arrays into `workspace` (same layout every step for the same
+// sizes: pointer-stable). Sets num_parts, slot_capacity, rows_capacity.
+// Returns the bytes used (workspace may be nullptr to only measure).
+size_t carve_decode_plan(void* workspace, int batch, int num_parts, int rows_capacity, int L, DecodePlan& plan);
+
+// Launches the planning kernel: reads seq_lens [batch] (device) and writes the
+// plan. Capturable in a CUDA graph (one small kernel, fixed shape).
+void launch_decode_plan(const int32_t* seq_lens, int batch, const DecodePlan& plan, cudaStream_t stream);
+
+}  // namespace lattn::cuda

@@ -1,0 +1,133 @@
+// The benchmark harness: work by TARGETS.md's formulas, the roofline
+// arithmetic, the JSON shape tools read, and a real (tiny) timed case per
+// phase with both CPU backends. Nothing here asserts a speed.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/harness.h"
+#include "lattn/errors.h"
+
+namespace lattn::bench {
+namespace {
+
+TEST(BenchHarness, WorkFollowsTargetsFormulas) {
+  const std::vector<BenchCase> cases = cpu_target_cases();
+  ASSERT_EQ(cases.size(), 4u);
+  // Prefill causal 1 x 1024, H16, Dqk 192, Dv 128: 2 H (Dqk + Dv) (S^2 - S (S - 1) / 2).
+  EXPECT_DOUBLE_EQ(work_of(cases[0]).flops, 2.0 * 16 * 320 * (1024.0 * 1024 - 1024.0 * 1023 / 2));
+  // + 8192 context tokens, non-causal: + 2 H (Dqk + Dv) S_q S_ctx.
+  EXPECT_DOUBLE_EQ(work_of(cases[1]).flops, work_of(cases[0]).flops + 2.0 * 16 * 320 * 1024 * 8192);
+  // Decode B8 S4096: 2 H s_q sum S_k (L + R + L); bytes = sum S_k (L + R) 2.
+  EXPECT_DOUBLE_EQ(work_of(cases[2]).flops, 2.0 * 16 * 1 * 8 * 4096 * 1088);
+  EXPECT_DOUBLE_EQ(work_of(cases[2]).bytes, 8.0 * 4096 * 576 * 2);
+  BenchCase fp8 = cases[3];
+  fp8.kv_cache_dtype = DType::fp8_e4m3;
+  EXPECT_DOUBLE_EQ(work_of(fp8).bytes, 8.0 * 4096 * 576);
+  EXPECT_EQ(cases[3].block_size, 64);
+}
+
+TEST(BenchHarness, RooflinePicksTheLargerTerm) {
+  Ceilings c;
+  c.f32_gflops = 100, c.bf16_gflops = 200, c.bandwidth_gbps = 10;
+  EXPECT_EQ(c.compute_gflops(DType::bf16), 200);
+  EXPECT_EQ(c.compute_gflops(DType::f16), 100);  // no f16 rate: judged by f32
+  BenchCase decode = cpu_target_cases()[2];
+  const Work w = work_of(decode);
+  Measurement m;
+  m.median_us = m.min_us = 10000;
+  const Row r = make_row(decode, m, c);
+  const double compute_us = w.flops / 200e3, memory_us = w.bytes / 10e3;
+  EXPECT_DOUBLE_EQ(r.roofline_us, std::max(compute_us, memory_us));
+  EXPECT_EQ(r.bound, compute_us >= memory_us ? "compute" : "memory");
+  EXPECT_DOUBLE_EQ(r.roofline_fraction, r.roofline_us / 10000);
+  EXPECT_DOUBLE_EQ(r.gflops, w.flops / 1e-2 / 1e9);
+}
+
+TEST(BenchHarness, PairedCeilingsJudgeEachRepeatByItsOwnCeilings) {
+  BenchCase decode = cpu_target_cases()[2];
+  const Work w = work_of(decode);
+  Measurement m;
+  m.samples_us = {1000, 2000, 4000};
+  m.median_us = 2000;
+  m.min_us = 1000;
+  for (double peak : {100.0, 25.0, 400.0}) {
+    Ceilings c;
+    c.bf16_gflops = c.f32_gflops = peak;
+    c.bandwidth_gbps = 1e9;  // compute-bound
+    m.paired_ceilings.push_back(c);
+  }
+  Ceilings overall;
+  overall.bf16_gflops = 400, overall.bandwidth_gbps = 1e9;
+  const Row r = make_row(decode, m, overall);
+  EXPECT_TRUE(r.paired);
+  // Fractions (µs): (F/100)/1000, (F/25)/2000 (the largest), (F/400)/4000; the median is the first.
+  const double f0 = w.flops / 100e3 / 1000;
+  EXPECT_DOUBLE_EQ(r.roofline_fraction, f0);
+  const nlohmann::json j = nlohmann::json::parse(to_json(overall, {r}));
+  EXPECT_EQ(j["rows"][0]["paired_fractions"].size(), 3u);
+  EXPECT_TRUE(j["rows"][0]["paired_ceilings"].get<bool>());
+}
+
+TEST(BenchHarness, CasesAreValidated) {
+  BenchCase c = cpu_target_cases()[2];
+  c.seq_len = 0;
+  EXPECT_THROW(c.validate(), ValueError);
+  c = cpu_target_cases()[1];
+  c.context_chunks = 0;
+  EXPECT_THROW(c.validate(), ValueError);
+  EXPECT_THROW(parse_phase("train"), ValueError);
+}
+
+TEST(BenchHarness, TimesTinyCasesOfBothPhasesAndWritesJson) {
+  auto runner = make_cpu_runner(1);
+  Ceilings ceilings;  // measured ceilings take a second; these are made up
+  ceilings.device = "cpu";
+  ceilings.f32_gflops = ceilings.bf16_gflops = 10;
+  ceilings.bandwidth_gbps = 1;
+  std::vector<Row> rows;
+  for (const std::string backend : {"cpu", "reference"}) {
+    BenchCase prefill;
+    prefill.phase = Phase::prefill;
+    prefill.backend = backend;
+    prefill.dims = {2, 32, 16, 8, 24};
+    prefill.query_len = 9;
+    prefill.context_len = 20;
+    prefill.context_chunks = 3;
+    prefill.batch = 2;
+    prefill.num_threads = 1;
+    BenchCase decode = prefill;
+    decode.phase = Phase::decode;
+    decode.query_len = 2;
+    decode.seq_len = 37;
+    decode.block_size = 5;
+    decode.kv_cache_dtype = DType::fp8_e4m3;
+    for (const BenchCase& c : {prefill, decode}) {
+      const Measurement m = time_case(*runner, c, {1, 3, 5});
+      ASSERT_EQ(m.samples_us.size(), 3u);
+      EXPECT_GT(m.median_us, 0);
+      EXPECT_LE(m.min_us, m.median_us);
+      rows.push_back(make_row(c, m, ceilings));
+    }
+  }
+  const nlohmann::json j = nlohmann::json::parse(to_json(ceilings, rows));
+  EXPECT_EQ(j["ceilings"]["bf16_gflops"], 10);
+  ASSERT_EQ(j["rows"].size(), 4u);
+  for (const char* key : {"phase", "backend", "num_heads", "batch", "median_us", "gflops", "gbps", "roofline_fraction",
+                          "bound", "flops", "bytes"}) {
+    EXPECT_TRUE(j["rows"][0].contains(key)) << key;
+  }
+  EXPECT_EQ(j["rows"][1]["kv_cache_dtype"], "fp8_e4m3");
+  EXPECT_EQ(j["rows"][2]["backend"], "reference");
+  EXPECT_NE(format_table(ceilings, rows).find("decode H2 B2 S37 sq2 bs5 bf16/fp8_e4m3 cpu"), std::string::npos);
+}
+
+TEST(BenchHarness, RunnerAndCaseDevicesMustAgree) {
+  auto runner = make_cpu_runner(1);
+  BenchCase c = cpu_target_cases()[2];
+  c.device = Device::cuda(0);
+  EXPECT_THROW(time_case(*runner, c), ValueError);
+}
+
+}  // namespace
+}  // namespace lattn::bench

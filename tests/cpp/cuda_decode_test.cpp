@@ -1,0 +1,584 @@
+// The `cuda` decode backend against a float64 loop written here, on hostile
+// data (NaN-poisoned unused pages and partial-block tails, permuted block
+// tables, garbage block ids past each sequence, strided queries, outputs
+// poisoned before every run), across heads 1..128, query tokens 1..4 per
+// request (causal), block sizes 1/16/64, bf16/f16 activations, 16-bit and
+// fp8 caches, DeepSeek and other latent dims; plus split-KV scheduling on
+// unbalanced batches and CUDA-graph capture/replay of the decode step.
+// Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/cuda_hooks.h"
+#include "core/gemm.h"
+#include "cuda/common/runtime_utils.h"
+#include "lattn/backend.h"
+#include "lattn/cache.h"
+#include "lattn/errors.h"
+#include "lattn/registry.h"
+#include "support/gpu.h"
+#include "support/test_data.h"
+
+namespace lattn {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+struct DecodeCase {
+  const char* name;
+  int heads, L, R, block_size;
+  DType dtype, cache_dtype;
+  std::vector<int> seq_lens;  // keys per request (context + new)
+  std::vector<int> s_q;       // query tokens per request
+  bool strided_q = false;     // ql_nope as the [T, H, L] view of an [H, T, L] buffer
+  bool misaligned_q = false;  // q_pe rows not 16-byte aligned (the kernel's scalar Q path)
+};
+
+// A decode batch on host and device: the paged cache (NaN everywhere except the
+// entries of real keys), block tables, metadata, queries. Pointer-stable: the
+// graph tests rewrite values in place.
+struct DecodeBatch {
+  int B = 0, T = 0, H = 0, L = 0, R = 0, bs = 0, max_blocks = 0, num_blocks = 0, max_s_q = 1;
+  DType dtype{}, cache_dtype{};
+  float cache_scale = 1.f, softmax_scale = 0.f;
+  std::vector<int> seq_lens, s_q, q_start;
+  std::vector<int32_t> table;            // [B, max_blocks]
+  OwnedTensor cache_host;                // [num_blocks, bs, L + R]
+  OwnedTensor q_nope_host, q_pe_host;    // [T, H, L], [T, H, R]
+  OwnedTensor cache_dev, q_pe_buf, q_nope_buf;  // q_nope_buf: [T, H, L] or [H, T, L]; q_pe_buf [T, H, R(+4)]
+  Tensor q_nope_dev, q_pe_dev;           // [T, H, L] and [T, H, R] views
+  OwnedTensor seq_lens_host, qsl_host, table_host, seq_lens_dev, qsl_dev, table_dev;
+  DecodeMetadata md;
+  bool strided_q = false, misaligned_q = false;
+
+  LatentCache cache() const { return LatentCache{cache_dev.tensor(), L, R, cache_scale}; }
+};
+
+// Fills `b` for the case's shape with fresh random values (keeps every buffer
+// if they exist and are large enough: the graph tests rely on that).
+void randomize(DecodeBatch& b, const std::vector<int>& seq_lens, const std::vector<int>& s_q, std::mt19937_64& rng) {
+  b.B = int(seq_lens.size());
+  b.seq_lens = seq_lens;
+  b.s_q = s_q;
+  b.q_start.assign(size_t(b.B) + 1, 0);
+  for (int r = 0; r < b.B; ++r) b.q_start[size_t(r) + 1] = b.q_start[size_t(r)] + s_q[size_t(r)];
+  const int T = b.q_start[size_t(b.B)];
+  const int D = b.L + b.R;
+  // Blocks: a random permutation of all of them, so requests own scattered pages.
+  std::vector<int32_t> perm(size_t(b.num_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  b.table.assign(size_t(b.B) * b.max_blocks, 0);
+  size_t next = 0;
+  for (int r = 0; r < b.B; ++r) {
+    const int used = (seq_lens[size_t(r)] + b.bs - 1) / b.bs;
+    for (int i = 0; i < b.max_blocks; ++i) {
+      // Past the sequence: ids far outside the cache (must never be read).
+      b.table[size_t(r) * b.max_blocks + i] = i < used ? perm.at(next++) : 0x3fffffff - i;
+    }
+  }
+  // The cache: NaN bytes everywhere (unused pages, tails of partial blocks),
+  // then real values for every key of every request.
+  std::memset(b.cache_host.data(), 0xff, b.cache_host.tensor().nbytes());
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (int r = 0; r < b.B; ++r) {
+    for (int key = 0; key < seq_lens[size_t(r)]; ++key) {
+      const int64_t block = b.table[size_t(r) * b.max_blocks + key / b.bs];
+      const int64_t base = (block * b.bs + key % b.bs) * D;
+      for (int d = 0; d < D; ++d) store_from_f32(b.cache_host.data(), b.cache_dtype, base + d, normal(rng) / b.cache_scale);
+    }
+  }
+  test::fill_normal(b.q_nope_host.tensor().narrow(0, 0, T), rng);
+  test::fill_normal(b.q_pe_host.tensor().narrow(0, 0, T), rng);
+
+  copy_tensor(b.cache_host.tensor(), b.cache_dev.tensor());
+  if (b.misaligned_q) {
+    OwnedTensor t = OwnedTensor::empty(b.q_pe_buf.tensor().shape(), b.dtype);
+    std::memset(t.data(), 0, t.tensor().nbytes());
+    copy_host(b.q_pe_host.tensor(), t.tensor().narrow(2, 4, b.R));
+    copy_tensor(t.tensor(), b.q_pe_buf.tensor());
+  } else {
+    copy_tensor(b.q_pe_host.tensor(), b.q_pe_buf.tensor());
+  }
+  if (b.strided_q) {
+    // [T, H, L] host -> [H, T, L] device buffer, through a host transpose.
+    OwnedTensor t = OwnedTensor::empty(b.q_nope_buf.tensor().shape(), b.dtype);
+    copy_host(b.q_nope_host.tensor(), t.tensor().transpose(0, 1));
+    copy_tensor(t.tensor(), b.q_nope_buf.tensor());
+  } else {
+    copy_tensor(b.q_nope_host.tensor(), b.q_nope_buf.tensor());
+  }
+  std::vector<int32_t> lens(seq_lens.begin(), seq_lens.end()), qsl(b.q_start.begin(), b.q_start.end());
+  std::memcpy(b.seq_lens_host.data(), lens.data(), lens.size() * 4);
+  std::memcpy(b.qsl_host.data(), qsl.data(), qsl.size() * 4);
+  std::memcpy(b.table_host.data(), b.table.data(), b.table.size() * 4);
+  copy_tensor(b.seq_lens_host.tensor(), b.seq_lens_dev.tensor());
+  copy_tensor(b.qsl_host.tensor(), b.qsl_dev.tensor());
+  copy_tensor(b.table_host.tensor(), b.table_dev.tensor());
+  b.md.num_decodes = b.B;
+  b.md.num_decode_tokens = T;
+  b.md.max_decode_query_len = b.max_s_q;
+  b.md.max_decode_seq_len = *std::max_element(seq_lens.begin(), seq_lens.end());
+  b.md.block_size = b.bs;
+}
+
+std::unique_ptr<DecodeBatch> make_batch(const DecodeCase& c, std::mt19937_64& rng, int capacity_blocks = 0) {
+  auto b = std::make_unique<DecodeBatch>();
+  b->H = c.heads, b->L = c.L, b->R = c.R, b->bs = c.block_size, b->dtype = c.dtype, b->cache_dtype = c.cache_dtype;
+  b->strided_q = c.strided_q;
+  b->cache_scale = c.cache_dtype == DType::fp8_e4m3 ? 0.05f : 1.f;  // stored values ~N(0, 20^2): uses fp8's range
+  b->softmax_scale = 1.f / std::sqrt(192.f);
+  b->max_s_q = *std::max_element(c.s_q.begin(), c.s_q.end());
+  int max_len = *std::max_element(c.seq_lens.begin(), c.seq_lens.end());
+  b->max_blocks = std::max((max_len + c.block_size - 1) / c.block_size, capacity_blocks) + 2;
+  int used = 0;
+  for (int s : c.seq_lens) used += (s + c.block_size - 1) / c.block_size;
+  b->num_blocks = std::max(used, int(c.seq_lens.size()) * std::max(capacity_blocks, 1)) + 7;  // + unused pages
+  const int B = int(c.seq_lens.size());
+  const int T = std::accumulate(c.s_q.begin(), c.s_q.end(), 0);
+  b->T = T;
+  const int D = c.L + c.R;
+  b->cache_host = OwnedTensor::empty({b->num_blocks, c.block_size, D}, c.cache_dtype);
+  b->cache_dev = OwnedTensor::empty({b->num_blocks, c.block_size, D}, c.cache_dtype, kGpu);
+  b->q_nope_host = OwnedTensor::empty({T, c.heads, c.L}, c.dtype);
+  b->q_pe_host = OwnedTensor::empty({T, c.heads, c.R}, c.dtype);
+  b->misaligned_q = c.misaligned_q;
+  b->q_pe_buf = OwnedTensor::empty({T, c.heads, c.R + (c.misaligned_q ? 4 : 0)}, c.dtype, kGpu);
+  b->q_pe_dev = c.misaligned_q ? b->q_pe_buf.tensor().narrow(2, 4, c.R) : b->q_pe_buf.tensor();
+  if (c.strided_q) {
+    b->q_nope_buf = OwnedTensor::empty({c.heads, T, c.L}, c.dtype, kGpu);
+    b->q_nope_dev = b->q_nope_buf.tensor().transpose(0, 1);
+  } else {
+    b->q_nope_buf = OwnedTensor::empty({T, c.heads, c.L}, c.dtype, kGpu);
+    b->q_nope_dev = b->q_nope_buf.tensor();
+  }
+  b->seq_lens_host = OwnedTensor::empty({B}, DType::i32);
+  b->qsl_host = OwnedTensor::empty({B + 1}, DType::i32);
+  b->table_host = OwnedTensor::empty({B, b->max_blocks}, DType::i32);
+  b->seq_lens_dev = OwnedTensor::empty({B}, DType::i32, kGpu);
+  b->qsl_dev = OwnedTensor::empty({B + 1}, DType::i32, kGpu);
+  b->table_dev = OwnedTensor::empty({B, b->max_blocks}, DType::i32, kGpu);
+  b->md.seq_lens_cpu = b->seq_lens_host.tensor();
+  b->md.seq_lens = b->seq_lens_dev.tensor();
+  b->md.query_start_loc_cpu = b->qsl_host.tensor();
+  b->md.query_start_loc = b->qsl_dev.tensor();
+  b->md.block_table_cpu = b->table_host.tensor();
+  b->md.block_table = b->table_dev.tensor();
+  randomize(*b, c.seq_lens, c.s_q, rng);
+  return b;
+}
+
+// float64 reference of absorbed decode attention: out [T, H, L], lse [H, T].
+void reference_decode(const DecodeBatch& b, OwnedTensor& out, OwnedTensor& lse) {
+  const int D = b.L + b.R;
+  out = OwnedTensor::empty({b.T, b.H, b.L}, DType::f32);
+  lse = OwnedTensor::empty({b.H, b.T}, DType::f32);
+  const float k_scale = b.cache_dtype == DType::fp8_e4m3 ? b.cache_scale : 1.f;
+  const int rows = b.T * b.H;
+#pragma omp parallel for schedule(dynamic)
+  for (int row = 0; row < rows; ++row) {
+    const int t = row / b.H, h = row % b.H;
+    const int r = int(std::upper_bound(b.q_start.begin(), b.q_start.end(), t) - b.q_start.begin()) - 1;
+    const int j = t - b.q_start[size_t(r)];
+    const int S = b.seq_lens[size_t(r)];
+    const int limit = S - b.s_q[size_t(r)] + j + 1;
+    std::vector<double> q(static_cast<size_t>(D)), s(static_cast<size_t>(std::max(limit, 0)));
+    std::vector<double> o(static_cast<size_t>(b.L), 0.0);
+    for (int d = 0; d < D; ++d) {
+      q[size_t(d)] = d < b.L ? load_as_f32(b.q_nope_host.data(), b.dtype, (int64_t(t) * b.H + h) * b.L + d)
+                             : load_as_f32(b.q_pe_host.data(), b.dtype, (int64_t(t) * b.H + h) * b.R + d - b.L);
+    }
+    auto entry = [&](int key) {
+      const int64_t block = b.table[size_t(r) * b.max_blocks + key / b.bs];
+      return (block * b.bs + key % b.bs) * D;
+    };
+    double m = -std::numeric_limits<double>::infinity();
+    for (int key = 0; key < limit; ++key) {
+      const int64_t e = entry(key);
+      double dot = 0;
+      for (int d = 0; d < D; ++d) dot += q[size_t(d)] * double(load_as_f32(b.cache_host.data(), b.cache_dtype, e + d));
+      s[size_t(key)] = dot * k_scale * b.softmax_scale;
+      m = std::max(m, s[size_t(key)]);
+    }
+    double sum = 0;
+    for (int key = 0; key < limit; ++key) {
+      const double p = std::exp(s[size_t(key)] - m);
+      sum += p;
+      const int64_t e = entry(key);
+      for (int d = 0; d < b.L; ++d) o[size_t(d)] += p * double(load_as_f32(b.cache_host.data(), b.cache_dtype, e + d));
+    }
+    for (int d = 0; d < b.L; ++d) {
+      out.data_as<float>()[int64_t(row) * b.L + d] = limit > 0 ? float(o[size_t(d)] / sum * k_scale) : 0.f;
+    }
+    lse.data_as<float>()[int64_t(h) * b.T + t] =
+        limit > 0 ? float(m + std::log(sum)) : -std::numeric_limits<float>::infinity();
+  }
+}
+
+// The backend through the registry, as MlaAttention creates it (no CUDA
+// symbol is named here, so the test also links in builds without CUDA).
+std::unique_ptr<DecodeBackend> make_backend(const DecodeBatch& b, Stream stream = nullptr) {
+  DecodeBackendParams params;
+  params.num_heads = b.H;
+  params.scale = b.softmax_scale;
+  params.kv_lora_rank = b.L;
+  params.qk_rope_head_dim = b.R;
+  params.dtype = b.dtype;
+  params.kv_cache_dtype = b.cache_dtype;
+  params.context = RunContext{kGpu, stream, 0};
+  return mla_decode_backend_registry().get_class("cuda")->create(params);
+}
+
+// Poisons out/lse, runs, and checks them against the float64 reference.
+void run_and_check(DecodeBackend& backend, DecodeBatch& b, const OwnedTensor& out, const OwnedTensor& lse,
+                   const char* what, bool prepare = true, const cuda::CapturedGraph* graph = nullptr,
+                   Stream stream = nullptr) {
+  test::poison(out.tensor());
+  test::poison(lse.tensor());
+  if (graph) {
+    graph->replay(stream);
+  } else {
+    if (prepare) backend.prepare_metadata(b.md);
+    backend.run(b.q_nope_dev, b.q_pe_dev, b.cache(), b.md, out.tensor(), lse.tensor());
+  }
+  cuda_hooks::synchronize(stream);
+  OwnedTensor want_out, want_lse;
+  reference_decode(b, want_out, want_lse);
+  const test::ErrorReport e = test::compare(out.tensor(), want_out.tensor());
+  EXPECT_EQ(e.nan_mismatches, 0) << what << ": unwritten or NaN outputs: " << e.str();
+  EXPECT_LE(e.rel_l2, test::rel_tolerance(b.dtype)) << what << ": " << e.str();
+  const test::ErrorReport el = test::compare(lse.tensor(), want_lse.tensor());
+  EXPECT_EQ(el.nan_mismatches, 0) << what << ": LSE " << el.str();
+  // LSE is computed from f32 scores of the same rounded inputs: absolute error ~1e-5.
+  EXPECT_LE(el.max_abs, 2e-3) << what << ": LSE " << el.str();
+}
+
+class CudaDecode : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(CudaDecode, MatchesFloat64Reference) {
+  LATTN_REQUIRE_GPU();
+  const DecodeCase& c = GetParam();
+  std::mt19937_64 rng(1234);
+  auto b = make_batch(c, rng);
+  auto backend = make_backend(*b);
+  OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+  OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+  run_and_check(*backend, *b, out, lse, c.name);
+  // Fresh values in the same shape, second plan on the same instance.
+  randomize(*b, c.seq_lens, c.s_q, rng);
+  run_and_check(*backend, *b, out, lse, c.name);
+}
+
+std::vector<int> lens(std::initializer_list<int> v) { return v; }
+std::vector<int> ones(size_t n, int v = 1) { return std::vector<int>(n, v); }
+std::vector<int> random_lens(size_t n, int lo, int hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<int> v(n);
+  for (int& x : v) x = d(rng);
+  return v;
+}
+
+const DecodeCase kCases[] = {
+    {"h16_sq1_page64_bf16", 16, 512, 64, 64, DType::bf16, DType::bf16, random_lens(9, 1, 2100, 1), ones(9)},
+    {"h128_sq1_page64_bf16_unbalanced", 128, 512, 64, 64, DType::bf16, DType::bf16, lens({4100, 3, 700, 64, 65}),
+     ones(5), true},
+    {"h1_sq1_page16_bf16", 1, 512, 64, 16, DType::bf16, DType::bf16, random_lens(6, 1, 900, 2), ones(6)},
+    {"h3_sq2_page1_f16", 3, 512, 64, 1, DType::f16, DType::f16, random_lens(5, 2, 300, 3), ones(5, 2)},
+    {"h16_sq4_page16_bf16_fp8", 16, 512, 64, 16, DType::bf16, DType::fp8_e4m3, random_lens(6, 4, 1500, 4),
+     lens({4, 1, 3, 4, 2, 4}), true},
+    {"h128_sq2_page64_bf16_fp8", 128, 512, 64, 64, DType::bf16, DType::fp8_e4m3, lens({1030, 2, 129}), ones(3, 2)},
+    {"h16_sq3_page64_f16_fp8", 16, 512, 64, 64, DType::f16, DType::fp8_e4m3, random_lens(4, 3, 800, 5), ones(4, 3)},
+    {"h64_sq1_page32_f16_misaligned_q", 64, 512, 64, 32, DType::f16, DType::f16, random_lens(5, 1, 600, 6), ones(5),
+     false, true},
+    {"h16_seq_eq_sq_empty_context", 16, 512, 64, 64, DType::bf16, DType::bf16, lens({1, 2, 4, 3}), lens({1, 2, 4, 3})},
+    {"h16_b1_long_split", 16, 512, 64, 64, DType::bf16, DType::bf16, lens({20000}), ones(1)},
+    {"generic_l256_r32_h8_sq2_page16", 8, 256, 32, 16, DType::bf16, DType::bf16, random_lens(4, 2, 500, 7),
+     ones(4, 2)},
+    {"generic_l128_r64_h3_page1_fp8", 3, 128, 64, 1, DType::f16, DType::fp8_e4m3, random_lens(3, 1, 200, 8), ones(3)},
+    {"generic_bf16_acts_f16_cache", 16, 512, 64, 64, DType::bf16, DType::f16, random_lens(3, 1, 300, 9), ones(3)},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaDecode, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<DecodeCase>& info) { return std::string(info.param.name); });
+
+// A small case for compute-sanitizer (memcheck, racecheck): splits, fp8,
+// causal s_q > 1 and a partial last tile, all in a few CTAs' work.
+TEST(CudaDecodeSmall, SanitizerCase) {
+  LATTN_REQUIRE_GPU();
+  for (DType cache_dtype : {DType::bf16, DType::fp8_e4m3}) {
+    const DecodeCase c{"small", 16, 512, 64, 16, DType::bf16, cache_dtype, lens({300, 5, 70}), lens({2, 1, 2})};
+    std::mt19937_64 rng(99);
+    auto b = make_batch(c, rng);
+    auto backend = make_backend(*b);
+    OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+    OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+    run_and_check(*backend, *b, out, lse, dtype_name(cache_dtype));
+  }
+}
+
+// An undefined LSE is allowed; the output alone is written.
+TEST(CudaDecodeSmall, LseIsOptional) {
+  LATTN_REQUIRE_GPU();
+  const DecodeCase c{"nolse", 16, 512, 64, 64, DType::bf16, DType::bf16, lens({3000, 17}), ones(2)};
+  std::mt19937_64 rng(5);
+  auto b = make_batch(c, rng);
+  auto backend = make_backend(*b);
+  OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+  test::poison(out.tensor());
+  backend->prepare_metadata(b->md);
+  backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), Tensor{});
+  cuda_hooks::synchronize(nullptr);
+  OwnedTensor want, want_lse;
+  reference_decode(*b, want, want_lse);
+  const test::ErrorReport e = test::compare(out.tensor(), want.tensor());
+  EXPECT_EQ(e.nan_mismatches, 0) << e.str();
+  EXPECT_LE(e.rel_l2, test::rel_tolerance(DType::bf16)) << e.str();
+}
+
+// Bad arguments are refused with the argument's name, before any launch.
+TEST(CudaDecodeSmall, RefusesBadArguments) {
+  LATTN_REQUIRE_GPU();
+  const DecodeCase c{"bad", 16, 512, 64, 64, DType::bf16, DType::bf16, lens({100}), ones(1)};
+  std::mt19937_64 rng(5);
+  auto b = make_batch(c, rng);
+  auto backend = make_backend(*b);
+  OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+  OwnedTensor wrong = OwnedTensor::empty({b->T, b->H, b->L + 1}, b->dtype, kGpu);
+  backend->prepare_metadata(b->md);
+  try {
+    backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, wrong.tensor(), Tensor{});
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("'out'"), std::string::npos) << e.what();
+  }
+  OwnedTensor host_q = OwnedTensor::empty({b->T, b->H, b->R}, b->dtype);
+  EXPECT_THROW(backend->run(b->q_nope_dev, host_q.tensor(), b->cache(), b->md, out.tensor(), Tensor{}), ValueError);
+}
+
+// The class: registered as "cuda", sm80+, graphs, any dims and block sizes.
+TEST(CudaDecodeClass, DeclaresWhatItSupports) {
+  if (!built_with_cuda()) GTEST_SKIP() << "no GPU test: lattn was built without CUDA";
+  const DecodeBackendClass& cls = *mla_decode_backend_registry().get_class("cuda");
+  EXPECT_EQ(cls.name(), "cuda");
+  EXPECT_TRUE(cls.supports_cuda_graphs());
+  EXPECT_TRUE(cls.supports_quant_output(QuantKey::fp8_e4m3_static_per_tensor));
+  EXPECT_FALSE(cls.supports_compute_capability(DeviceCapability{7, 5}));
+  EXPECT_TRUE(cls.supports_compute_capability(DeviceCapability{8, 0}));
+  EXPECT_TRUE(cls.supports_compute_capability(DeviceCapability{9, 0}));
+  EXPECT_FALSE(cls.supports_compute_capability(std::nullopt));
+  SelectorConfig cfg = SelectorConfig::for_dims(MlaDims::minicpm3(), DType::bf16, DType::fp8_e4m3, kGpu, 1, 4);
+  EXPECT_TRUE(cls.validate_configuration(DeviceCapability{9, 0}, cfg).empty());
+  const auto reasons = cls.validate_configuration(DeviceCapability{7, 0}, cfg);
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_EQ(reasons[0], "compute capability 7.0 not supported");
+}
+
+// --- CUDA graphs -------------------------------------------------------------
+
+// The plan and the attention captured once, replayed with new seq_lens,
+// block tables, cache contents and queries written into the same buffers.
+TEST(CudaDecodeGraph, CapturedPlanAndRunReplayWithNewMetadata) {
+  LATTN_REQUIRE_GPU();
+  for (DType cache_dtype : {DType::bf16, DType::fp8_e4m3}) {
+    cuda::StreamHandle stream(0);
+    const DecodeCase c{"graph", 16, 512, 64, 16, DType::bf16, cache_dtype, random_lens(6, 1, 600, 10), ones(6)};
+    std::mt19937_64 rng(77);
+    auto b = make_batch(c, rng, /*capacity_blocks=*/140);  // room for 2200 keys per request
+    auto backend = make_backend(*b, stream.get());
+    OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+    OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+    run_and_check(*backend, *b, out, lse, "eager warm-up", true, nullptr, stream.get());
+
+    cuda::CapturedGraph graph;
+    graph.begin(stream.get());
+    backend->prepare_metadata(b->md);
+    backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), lse.tensor());
+    graph.end();
+    EXPECT_EQ(graph.num_kernel_nodes(), 3);  // plan, attention, combine
+    for (int step = 0; step < 3; ++step) {
+      // Very different lengths each replay: 1 key up to the capacity.
+      std::vector<int> new_lens = random_lens(6, 1, 2200, 100 + uint64_t(step));
+      new_lens[size_t(step)] = 2200;
+      randomize(*b, new_lens, ones(6), rng);
+      run_and_check(*backend, *b, out, lse, "replay", false, &graph, stream.get());
+    }
+  }
+}
+
+// Only run() captured; prepare_metadata re-plans outside before each replay.
+TEST(CudaDecodeGraph, CapturedRunReplaysWithPlanOutside) {
+  LATTN_REQUIRE_GPU();
+  cuda::StreamHandle stream(0);
+  const DecodeCase c{"graph-run", 128, 512, 64, 64, DType::bf16, DType::bf16, random_lens(4, 1, 500, 11), ones(4, 2)};
+  std::mt19937_64 rng(78);
+  auto b = make_batch(c, rng, /*capacity_blocks=*/40);
+  auto backend = make_backend(*b, stream.get());
+  OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+  OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+  run_and_check(*backend, *b, out, lse, "eager warm-up", true, nullptr, stream.get());
+  cuda::CapturedGraph graph;
+  graph.begin(stream.get());
+  backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), lse.tensor());
+  graph.end();
+  EXPECT_EQ(graph.num_kernel_nodes(), 2);  // attention, combine
+  for (int step = 0; step < 3; ++step) {
+    randomize(*b, random_lens(4, 2, 2500, 200 + uint64_t(step)), ones(4, 2), rng);
+    backend->prepare_metadata(b->md);
+    run_and_check(*backend, *b, out, lse, "replay", false, &graph, stream.get());
+  }
+}
+
+// The whole decode step in one graph: cache write of the new tokens
+// (concat_and_cache_mla), absorption GEMM (q_nope . W_UK_T), attention with
+// its plan and combine, and the V up-projection (. W_UV); replayed for three
+// steps as a real decode loop (every sequence grows by one token per step).
+TEST(CudaDecodeGraph, WholeDecodeStepReplays) {
+  LATTN_REQUIRE_GPU();
+  const int B = 5, H = 16, L = 512, R = 64, P = 128, V = 128, bs = 16, steps = 3;
+  cuda::StreamHandle stream(0);
+  std::mt19937_64 rng(4242);
+  std::vector<int> start_lens = {40, 1, 300, 17, 129};
+  const DecodeCase c{"step", H, L, R, bs, DType::bf16, DType::bf16, start_lens, ones(B)};
+  auto b = make_batch(c, rng, /*capacity_blocks=*/30);
+  auto backend = make_backend(*b, stream.get());
+  // Weights and per-step inputs.
+  OwnedTensor w_uk_t = OwnedTensor::empty({H, P, L}, DType::bf16), w_uv = OwnedTensor::empty({H, L, V}, DType::bf16);
+  test::fill_normal(w_uk_t.tensor(), rng, 0.09f);
+  test::fill_normal(w_uv.tensor(), rng, 0.05f);
+  OwnedTensor w_uk_t_d = test::to_device(w_uk_t.tensor()), w_uv_d = test::to_device(w_uv.tensor());
+  OwnedTensor q_nope = OwnedTensor::empty({B, H, P}, DType::bf16), q_pe = OwnedTensor::empty({B, H, R}, DType::bf16);
+  OwnedTensor kv_c = OwnedTensor::empty({B, L}, DType::bf16), k_pe = OwnedTensor::empty({B, R}, DType::bf16);
+  OwnedTensor slots = OwnedTensor::empty({B}, DType::i64);
+  OwnedTensor q_nope_d = OwnedTensor::empty({B, H, P}, DType::bf16, kGpu);
+  OwnedTensor kv_c_d = OwnedTensor::empty({B, L}, DType::bf16, kGpu), k_pe_d = OwnedTensor::empty({B, R}, DType::bf16, kGpu);
+  OwnedTensor slots_d = OwnedTensor::empty({B}, DType::i64, kGpu);
+  OwnedTensor ql = OwnedTensor::empty({H, B, L}, DType::bf16, kGpu);   // absorption output, [T, H, L] view below
+  OwnedTensor o_lat = OwnedTensor::empty({B, H, L}, DType::bf16, kGpu);
+  OwnedTensor out = OwnedTensor::empty({B, H, V}, DType::f32, kGpu);
+  OwnedTensor lse = OwnedTensor::empty({H, B}, DType::f32, kGpu);
+  const LatentCache cache = b->cache();
+  const RunContext ctx{kGpu, stream.get(), 0};
+
+  auto issue_step = [&] {
+    cuda_hooks::concat_and_cache_mla(kv_c_d.tensor(), k_pe_d.tensor(), cache, slots_d.tensor(), stream.get());
+    detail::GemmProblem absorb;  // per head h: q_nope[:, h, :] [B, P] . W_UK_T[h] [P, L] -> ql[h] [B, L]
+    absorb.m = B, absorb.n = L, absorb.k = P, absorb.batch = H;
+    absorb.a = q_nope_d.data(), absorb.a_dtype = DType::bf16, absorb.lda = H * P, absorb.batch_stride_a = P;
+    absorb.b = w_uk_t_d.data(), absorb.b_dtype = DType::bf16, absorb.ldb = L, absorb.batch_stride_b = int64_t(P) * L;
+    absorb.c = ql.data(), absorb.c_dtype = DType::bf16, absorb.ldc = L, absorb.batch_stride_c = int64_t(B) * L;
+    detail::gemm(absorb, ctx);
+    backend->prepare_metadata(b->md);
+    backend->run(ql.tensor().transpose(0, 1), b->q_pe_dev, cache, b->md, o_lat.tensor(), lse.tensor());
+    detail::GemmProblem up;  // per head h: o_lat[:, h, :] [B, L] . W_UV[h] [L, V] -> out[:, h, :]
+    up.m = B, up.n = V, up.k = L, up.batch = H;
+    up.a = o_lat.data(), up.a_dtype = DType::bf16, up.lda = H * L, up.batch_stride_a = L;
+    up.b = w_uv_d.data(), up.b_dtype = DType::bf16, up.ldb = V, up.batch_stride_b = int64_t(L) * V;
+    up.c = out.data(), up.c_dtype = DType::f32, up.ldc = H * V, up.batch_stride_c = V;
+    detail::gemm(up, ctx);
+  };
+  // New per-step values: the step's token is the last key of each sequence.
+  std::vector<int> cur = start_lens;
+  auto new_inputs = [&] {
+    test::fill_normal(q_nope.tensor(), rng);
+    test::fill_normal(q_pe.tensor(), rng);
+    test::fill_normal(kv_c.tensor(), rng);
+    test::fill_normal(k_pe.tensor(), rng);
+    for (int r = 0; r < B; ++r) {
+      const int pos = cur[size_t(r)] - 1;
+      slots.data_as<int64_t>()[r] = int64_t(b->table[size_t(r) * b->max_blocks + pos / bs]) * bs + pos % bs;
+    }
+    copy_tensor(q_nope.tensor(), q_nope_d.tensor());
+    copy_tensor(q_pe.tensor(), b->q_pe_dev);
+    copy_tensor(kv_c.tensor(), kv_c_d.tensor());
+    copy_tensor(k_pe.tensor(), k_pe_d.tensor());
+    copy_tensor(slots.tensor(), slots_d.tensor());
+  };
+  // float64 reference of the whole step, from the host cache (updated here
+  // with the step's token exactly as the cache write stores it).
+  auto check = [&](const char* what) {
+    const int D = L + R;
+    for (int r = 0; r < B; ++r) {
+      const int64_t slot = slots.data_as<int64_t>()[r];
+      for (int d = 0; d < D; ++d) {
+        const float x = d < L ? load_as_f32(kv_c.data(), DType::bf16, int64_t(r) * L + d)
+                              : load_as_f32(k_pe.data(), DType::bf16, int64_t(r) * R + d - L);
+        store_from_f32(b->cache_host.data(), DType::bf16, slot * D + d, x);
+      }
+    }
+    // Absorbed queries in float64 (rounded to bf16, as the GEMM stores them).
+    for (int r = 0; r < B; ++r) {
+      for (int h = 0; h < H; ++h) {
+        for (int l = 0; l < L; ++l) {
+          double acc = 0;
+          for (int p = 0; p < P; ++p) {
+            acc += double(load_as_f32(q_nope.data(), DType::bf16, (int64_t(r) * H + h) * P + p)) *
+                   load_as_f32(w_uk_t.data(), DType::bf16, (int64_t(h) * P + p) * L + l);
+          }
+          store_from_f32(b->q_nope_host.data(), DType::bf16, (int64_t(r) * H + h) * L + l, float(acc));
+        }
+      }
+    }
+    copy_host(q_pe.tensor(), b->q_pe_host.tensor());
+    OwnedTensor att, att_lse;
+    reference_decode(*b, att, att_lse);
+    OwnedTensor want = OwnedTensor::empty({B, H, V}, DType::f32);
+    for (int r = 0; r < B; ++r) {
+      for (int h = 0; h < H; ++h) {
+        for (int v = 0; v < V; ++v) {
+          double acc = 0;
+          for (int l = 0; l < L; ++l) {
+            acc += double(att.data_as<float>()[(int64_t(r) * H + h) * L + l]) *
+                   load_as_f32(w_uv.data(), DType::bf16, (int64_t(h) * L + l) * V + v);
+          }
+          want.data_as<float>()[(int64_t(r) * H + h) * V + v] = float(acc);
+        }
+      }
+    }
+    const test::ErrorReport e = test::compare(out.tensor(), want.tensor());
+    EXPECT_EQ(e.nan_mismatches, 0) << what << ": " << e.str();
+    EXPECT_LE(e.rel_l2, test::rel_tolerance(DType::bf16)) << what << ": " << e.str();
+    const test::ErrorReport el = test::compare(lse.tensor(), att_lse.tensor());
+    EXPECT_LE(el.max_abs, 2e-2) << what << ": LSE " << el.str();
+  };
+  auto set_lens = [&] {
+    std::vector<int32_t> l32(cur.begin(), cur.end());
+    std::memcpy(b->seq_lens_host.data(), l32.data(), l32.size() * 4);
+    copy_tensor(b->seq_lens_host.tensor(), b->seq_lens_dev.tensor());
+    b->seq_lens = cur;
+    b->md.max_decode_seq_len = *std::max_element(cur.begin(), cur.end());
+  };
+
+  set_lens();
+  new_inputs();
+  issue_step();  // eager warm-up: sizes the workspace before capture
+  stream.synchronize();
+  check("eager step");
+
+  cuda::CapturedGraph graph;
+  graph.begin(stream.get());
+  issue_step();
+  graph.end();
+  EXPECT_GE(graph.num_kernel_nodes(), 6);  // write, GEMM, plan, attention, combine, GEMM (cuBLAS may add nodes)
+  for (int step = 0; step < steps; ++step) {
+    for (int& len : cur) ++len;  // every sequence grows by the token of this step
+    set_lens();
+    new_inputs();
+    test::poison(out.tensor());
+    test::poison(lse.tensor());
+    graph.replay(stream.get());
+    stream.synchronize();
+    check("replayed step");
+  }
+}
+
+}  // namespace
+}  // namespace lattn

@@ -1,0 +1,28 @@
+// tests/cpp/support/gpu.h — what GPU tests share: skipping cleanly (one line)
+// where there is no usable GPU, and host<->device tensor helpers.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "lattn/device.h"
+#include "lattn/tensor.h"
+
+namespace lattn::test {
+
+// Empty when a CUDA device of compute capability >= 8.0 is usable, else why not.
+std::string gpu_unavailable_reason();
+
+// A device copy of a host tensor (contiguous).
+OwnedTensor to_device(const Tensor& host, Device device = Device::cuda(0));
+
+}  // namespace lattn::test
+
+// First statement of every GPU test: skips with a one-line reason on machines
+// without a suitable GPU (CI), so the test binary still runs there.
+#define LATTN_REQUIRE_GPU()                                                      \
+  do {                                                                           \
+    const std::string lattn_reason_ = ::lattn::test::gpu_unavailable_reason();   \
+    if (!lattn_reason_.empty()) GTEST_SKIP() << lattn_reason_;                   \
+  } while (0)
