@@ -1,12 +1,266 @@
-// `lattn bench`: (in progress)
+// `lattn bench`: sweeps of prefill and decode cases through the shared
+// benchmark harness (bench/harness), judged against ceilings measured in the
+// same run; a table, CSV or JSON, and optionally a plot drawn by
+// scripts/plot_bench.py from that JSON.
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend_report.h"
 #include "commands.h"
 #include "exit_codes.h"
+#include "harness/harness.h"
+#include "lattn/errors.h"
+#include "layer_options.h"
+#include "plot.h"
 
 namespace lattn::cli {
+namespace {
+
+struct BenchOptions {
+  LayerFlags layer;
+  std::string phases = "prefill,decode";
+  std::string heads;  // "" = the model's heads per rank
+  std::string batches = "1,4";
+  std::string seqs = "512,2048";
+  std::string contexts = "0";
+  int context_chunks = 4;
+  std::string block_sizes = "64";
+  std::string backends;  // "" = the selector's choice per case
+  std::string output = "table";
+  std::string plot;
+  int warmup = 1;
+  int repeats = 5;
+  int threads = 0;
+  bool pair_ceilings = false;
+  bool quiet = false;
+};
+
+std::vector<std::string> split_list(const std::string& text, const char* flag) {
+  std::vector<std::string> items;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.empty()) throw CliError(kExitUsage, std::string(flag) + " has an empty item in '" + text + "'");
+    items.push_back(item);
+  }
+  if (items.empty()) throw CliError(kExitUsage, std::string(flag) + " needs at least one value");
+  return items;
+}
+
+std::vector<int> int_list(const std::string& text, const char* flag, int minimum) {
+  std::vector<int> values;
+  for (const std::string& item : split_list(text, flag)) {
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < minimum) {
+      throw CliError(kExitUsage, std::string(flag) + " takes integers >= " + std::to_string(minimum) +
+                                     " separated by commas; got '" + item + "'");
+    }
+    values.push_back(v);
+  }
+  return values;
+}
+
+// The backend a case runs: the named one (checked), or the selector's.
+std::string backend_for(const bench::BenchCase& c, const std::string& requested, const LayerSetup& base) {
+  LayerSetup setup = base;
+  setup.dims = c.dims;
+  setup.block_size = c.block_size;
+  const BackendKind kind = c.phase == bench::Phase::prefill ? BackendKind::prefill : BackendKind::decode;
+  (kind == BackendKind::prefill ? setup.prefill_backend : setup.decode_backend) =
+      canonical_backend_name(kind, requested, "--backend");
+  const ResolvedBackends names = require_servable_backends(setup);  // throws with every backend's reasons
+  const std::string& name = kind == BackendKind::prefill ? names.prefill : names.decode;
+  if (!name.empty()) return name;
+  return list_backends(kind, setup).selected;
+}
+
+std::string csv(const std::vector<bench::Row>& rows) {
+  std::string s =
+      "name,phase,backend,device,num_heads,kv_lora_rank,qk_nope_head_dim,qk_rope_head_dim,v_head_dim,dtype,"
+      "kv_cache_dtype,batch,query_len,context_len,context_chunks,seq_len,block_size,flops,bytes,median_us,min_us,"
+      "gflops,gbps,compute_peak_gflops,roofline_us,roofline_fraction,bound\n";
+  char line[1024];
+  for (const bench::Row& r : rows) {
+    const bench::BenchCase& c = r.bench_case;
+    std::snprintf(line, sizeof line,
+                  "%s,%s,%s,%s,%d,%d,%d,%d,%d,%s,%s,%d,%d,%d,%d,%d,%d,%.6g,%.6g,%.3f,%.3f,%.4g,%.4g,%.4g,%.3f,%.4f,%s\n",
+                  c.name().c_str(), bench::phase_name(c.phase), c.backend.c_str(), device_name(c.device).c_str(),
+                  c.dims.num_heads, c.dims.kv_lora_rank, c.dims.qk_nope_head_dim, c.dims.qk_rope_head_dim,
+                  c.dims.v_head_dim, dtype_flag_name(c.dtype), dtype_flag_name(c.kv_cache_dtype), c.batch, c.query_len,
+                  c.context_len, c.context_chunks, c.seq_len, c.block_size, r.work.flops, r.work.bytes,
+                  r.measurement.median_us, r.measurement.min_us, r.gflops, r.gbps, r.compute_peak_gflops,
+                  r.roofline_us, r.roofline_fraction, r.bound.c_str());
+    s += line;
+  }
+  return s;
+}
+
+std::vector<bench::BenchCase> sweep(const BenchOptions& o, const LayerSetup& setup) {
+  std::vector<bench::Phase> phases;
+  for (const std::string& p : split_list(o.phases, "--phase")) {
+    if (p == "prefill") {
+      phases.push_back(bench::Phase::prefill);
+    } else if (p == "decode") {
+      phases.push_back(bench::Phase::decode);
+    } else {
+      throw CliError(kExitUsage, "--phase takes prefill and/or decode separated by commas; got '" + p + "'");
+    }
+  }
+  const std::vector<int> heads =
+      o.heads.empty() ? std::vector<int>{setup.dims.num_heads} : int_list(o.heads, "--heads", 1);
+  const std::vector<int> batches = int_list(o.batches, "--batch", 1);
+  const std::vector<int> seqs = int_list(o.seqs, "--seq", 1);
+  const std::vector<int> contexts = int_list(o.contexts, "--context", 0);
+  const std::vector<int> block_sizes = int_list(o.block_sizes, "--block-size", 1);
+  const std::vector<std::string> backends =
+      o.backends.empty() ? std::vector<std::string>{""} : split_list(o.backends, "--backend");
+  if (o.context_chunks < 1) throw CliError(kExitUsage, "--context-chunks must be at least 1");
+
+  std::vector<bench::BenchCase> cases;
+  for (const bench::Phase phase : phases) {
+    for (const std::string& backend : backends) {
+      for (const int h : heads) {
+        for (const int b : batches) {
+          for (const int s : seqs) {
+            // prefill: s new tokens per request, for each context length; decode: s tokens of context, per block size.
+            const std::vector<int>& variants = phase == bench::Phase::prefill ? contexts : block_sizes;
+            for (const int v : variants) {
+              bench::BenchCase c;
+              c.phase = phase;
+              c.dims = setup.dims;
+              c.dims.num_heads = h;
+              c.dtype = setup.dtype;
+              c.kv_cache_dtype = setup.kv_cache_dtype;
+              c.batch = b;
+              c.device = setup.device;
+              c.num_threads = o.threads;
+              if (phase == bench::Phase::prefill) {
+                c.query_len = s;
+                c.context_len = v;
+                c.context_chunks = v > 0 ? o.context_chunks : 0;
+                c.block_size = block_sizes.front();
+              } else {
+                c.query_len = 1;
+                c.seq_len = s;
+                c.block_size = v;
+              }
+              c.backend = backend_for(c, backend, setup);
+              try {
+                c.validate();
+              } catch (const ValueError& e) {
+                throw CliError(kExitUsage, std::string("case ") + c.name() + ": " + e.what());
+              }
+              cases.push_back(c);
+            }
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+std::unique_ptr<bench::DeviceRunner> make_runner(const LayerSetup& setup, int threads) {
+  if (setup.device.is_cpu()) return bench::make_cpu_runner(threads);
+  throw CliError(kExitNoBackend, "lattn bench has no runner for " + device_name(setup.device) +
+                                     " in this build (the harness times the CPU; the CUDA runner comes with the "
+                                     "CUDA benchmarks); use --device cpu");
+}
+
+int bench_command(const BenchOptions& o) {
+  LayerSetup setup = resolve_layer_setup(o.layer);
+  if (o.output != "table" && o.output != "csv" && o.output != "json") {
+    throw CliError(kExitUsage, "-o/--output must be table, csv or json; got '" + o.output + "'");
+  }
+  if (o.warmup < 0 || o.repeats < 1) {
+    throw CliError(kExitUsage, "--warmup must be >= 0 and --repeats >= 1");
+  }
+  const std::vector<bench::BenchCase> cases = sweep(o, setup);
+  auto runner = make_runner(setup, o.threads);
+  if (!o.quiet) std::fprintf(stderr, "measuring the ceilings of %s...\n", device_name(setup.device).c_str());
+  const bench::Ceilings ceilings = runner->measure_ceilings({});
+
+  std::vector<bench::Row> rows;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (!o.quiet) std::fprintf(stderr, "[%zu/%zu] %s\n", i + 1, cases.size(), cases[i].name().c_str());
+    bench::RunOptions run;
+    run.warmup = o.warmup;
+    run.repeats = o.repeats;
+    run.pair_ceilings = o.pair_ceilings;
+    rows.push_back(bench::make_row(cases[i], bench::time_case(*runner, cases[i], run), ceilings));
+  }
+
+  const std::string json = bench::to_json(ceilings, rows);
+  if (o.output == "json") {
+    std::printf("%s\n", json.c_str());
+  } else if (o.output == "csv") {
+    std::fputs(csv(rows).c_str(), stdout);
+  } else {
+    std::fputs(bench::format_table(ceilings, rows).c_str(), stdout);
+  }
+  std::fflush(stdout);
+  if (!o.plot.empty()) plot_bench_json(json, o.plot);
+  return kExitOk;
+}
+
+}  // namespace
 
 Subcommand add_bench_command(CLI::App& root) {
-  CLI::App* app = root.add_subcommand("bench", "Benchmark prefill and decode against measured ceilings");
-  return {app, []() { return int(kExitOk); }};
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* app = root.add_subcommand(
+      "bench",
+      "Benchmark prefill and decode through the shared harness: every combination of the comma-separated lists "
+      "below is one case, timed (median of --repeats after --warmup) and judged against this machine's ceilings "
+      "measured in the same run (compute peak and memory bandwidth): GFLOP/s, GB/s and the fraction of the "
+      "roofline.");
+  add_layer_flags(*app, o->layer, FlagSet{.block_size = false, .backends = false});
+  const std::string sweep_group = "Sweep (comma-separated lists)";
+  app->add_option("--phase", o->phases, "prefill, decode")->capture_default_str()->group(sweep_group);
+  app->add_option("--heads", o->heads, "Heads per rank (default: the model's, after --tp)")->group(sweep_group);
+  app->add_option("--batch", o->batches, "Requests per case")->capture_default_str()->group(sweep_group);
+  app->add_option("--seq", o->seqs, "prefill: new tokens per request; decode: tokens in the cache per request")
+      ->capture_default_str()
+      ->group(sweep_group);
+  app->add_option("--context", o->contexts, "prefill: cached context tokens per request, attended in chunks")
+      ->capture_default_str()
+      ->group(sweep_group);
+  app->add_option("--context-chunks", o->context_chunks, "prefill: chunks the context is split into")
+      ->capture_default_str()
+      ->group(sweep_group);
+  app->add_option("--block-size", o->block_sizes, "decode: tokens per cache block")
+      ->capture_default_str()
+      ->group(sweep_group);
+  app->add_option("--backend", o->backends, "Backends by name (default: the selector's choice for each case)")
+      ->group(sweep_group);
+  const std::string out = "Output";
+  app->add_option("-o,--output", o->output, "table, csv or json (the harness's JSON: ceilings and rows)")
+      ->capture_default_str()
+      ->group(out);
+  app->add_option("--plot", o->plot,
+                  "Also draw throughput and roofline fraction against shape into this PNG "
+                  "(scripts/plot_bench.py, run by /usr/bin/python3 with python3-matplotlib)")
+      ->group(out);
+  app->add_option("--warmup", o->warmup, "Untimed runs per case")->capture_default_str()->group(out);
+  app->add_option("--repeats", o->repeats, "Timed runs per case (the median is reported)")
+      ->capture_default_str()
+      ->group(out);
+  app->add_option("--threads", o->threads, "CPU threads (0: all)")->capture_default_str()->group(out);
+  app->add_flag("--pair-ceilings", o->pair_ceilings,
+                "Shared machines: re-measure the ceilings (short probes) before every timed repeat and report the "
+                "median of the per-repeat roofline fractions")
+      ->group(out);
+  app->add_flag("-q,--quiet", o->quiet, "No progress lines on stderr")->group(out);
+  app->footer(exit_codes_help());
+  return {app, [o]() { return bench_command(*o); }};
 }
 
 }  // namespace lattn::cli
