@@ -95,6 +95,23 @@ std::vector<serving::Request> make_trace(const RunOptions& o, RunDescription& de
   return trace;
 }
 
+// Why --verify failed, as a sentence.
+std::string verify_failure(const serving::VerifyReport& v, const LayerSetup& layer) {
+  for (const serving::VerifiedRequest& r : v.requests) {
+    if (!r.finite) return "--verify: request " + std::to_string(r.id) + " has outputs that are not finite (NaN or inf)";
+    if (!r.complete) {
+      return "--verify: the run produced " + std::to_string(r.positions) + " of the " +
+             std::to_string(r.prompt_len + r.output_len - 1) + " positions of request " + std::to_string(r.id);
+    }
+  }
+  char message[256];
+  std::snprintf(message, sizeof message,
+                "--verify: the worst relative error %.3e (request %lld, layer %d) exceeds the bound %.0e for %s "
+                "activations",
+                v.worst_rel_l2, (long long)v.worst_request, v.worst_layer, v.bound, dtype_flag_name(layer.dtype));
+  return message;
+}
+
 int run_command(const RunOptions& o) {
   if (!o.trace_file.empty()) {
     for (const CLI::Option* option : o.generator_options) {
@@ -157,15 +174,7 @@ int run_command(const RunOptions& o) {
   } else {
     print_run_summary(stdout, description, report);
   }
-  if (report.verify && !report.verify->passed) {
-    const serving::VerifyReport& v = *report.verify;
-    char message[256];
-    std::snprintf(message, sizeof message,
-                  "--verify: the worst relative error %.3e (request %lld, layer %d) exceeds the bound %.0e for %s "
-                  "activations",
-                  v.worst_rel_l2, (long long)v.worst_request, v.worst_layer, v.bound, dtype_flag_name(layer.dtype));
-    throw CliError(kExitVerifyFailed, message);
-  }
+  if (report.verify && !report.verify->passed) throw CliError(kExitVerifyFailed, verify_failure(*report.verify, layer));
   return kExitOk;
 }
 
