@@ -13,12 +13,18 @@ using serving::RunReport;
 
 double per_second(int64_t count, double seconds) { return seconds > 0 ? double(count) / seconds : 0.0; }
 double ms(double seconds) { return seconds * 1e3; }
+// JSON numbers with the digits a measurement has (timings are not exact to
+// the nanosecond): `digits` decimals.
+double rounded(double value, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::round(value * scale) / scale;
+}
 
 nlohmann::ordered_json latency_json(const std::vector<double>& seconds) {
-  return {{"p50_ms", ms(percentile(seconds, 0.5))},
-          {"p99_ms", ms(percentile(seconds, 0.99))},
-          {"mean_ms", ms(serving::mean(seconds))},
-          {"max_ms", ms(percentile(seconds, 1.0))}};
+  return {{"p50_ms", rounded(ms(percentile(seconds, 0.5)), 3)},
+          {"p99_ms", rounded(ms(percentile(seconds, 0.99)), 3)},
+          {"mean_ms", rounded(ms(serving::mean(seconds)), 3)},
+          {"max_ms", rounded(ms(percentile(seconds, 1.0)), 3)}};
 }
 
 std::vector<double> step_latencies(const RunReport& r) {
@@ -108,22 +114,22 @@ nlohmann::ordered_json run_report_json(const RunDescription& run, const RunRepor
   j["trace"] = run.trace_json;
   j["requests"] = {{"total", r.num_requests}, {"finished", r.num_finished}};
   j["steps"] = r.steps.size();
-  j["engine_time_s"] = r.end_s;
-  j["busy_time_s"] = r.busy_s;
+  j["engine_time_s"] = rounded(r.end_s, 6);
+  j["busy_time_s"] = rounded(r.busy_s, 6);
   j["prefill"] = {{"tokens", r.prefill_tokens},
-                  {"tokens_per_s", per_second(r.prefill_tokens, r.busy_s)},
+                  {"tokens_per_s", rounded(per_second(r.prefill_tokens, r.busy_s), 2)},
                   {"rows_without_context", r.prefill_rows},
                   {"rows_with_context", r.prefill_with_context_rows}};
-  j["decode"] = {{"tokens", r.decode_tokens}, {"tokens_per_s", per_second(r.decode_tokens, r.busy_s)}, {"rows", r.decode_rows}};
+  j["decode"] = {{"tokens", r.decode_tokens}, {"tokens_per_s", rounded(per_second(r.decode_tokens, r.busy_s), 2)}, {"rows", r.decode_rows}};
   j["step_latency"] = latency_json(step_latencies(r));
   j["time_to_first_token"] = latency_json(r.time_to_first_token_s);
   j["request_latency"] = latency_json(r.request_latency_s);
   j["cache"] = {{"num_blocks", r.num_blocks},
                 {"block_size", r.block_size},
                 {"peak_blocks_used", r.peak_blocks_used},
-                {"peak_utilisation", double(r.peak_blocks_used) / std::max(r.num_blocks, 1)},
-                {"mean_block_utilisation", r.mean_block_utilisation},
-                {"mean_token_utilisation", r.mean_token_utilisation},
+                {"peak_utilisation", rounded(double(r.peak_blocks_used) / std::max(r.num_blocks, 1), 4)},
+                {"mean_block_utilisation", rounded(r.mean_block_utilisation, 4)},
+                {"mean_token_utilisation", rounded(r.mean_token_utilisation, 4)},
                 {"preemptions", r.preemptions},
                 {"steps_with_blocked_requests", r.blocked_steps}};
   auto backend_json = [](const serving::BackendUse& b) {
@@ -152,7 +158,7 @@ nlohmann::ordered_json run_report_json(const RunDescription& run, const RunRepor
                    {"worst_layer", v.worst_layer},
                    {"bound", v.bound},
                    {"passed", v.passed},
-                   {"seconds", v.seconds},
+                   {"seconds", rounded(v.seconds, 3)},
                    {"requests", requests}};
   }
   return j;
