@@ -6,15 +6,12 @@
 
 #include "exit_codes.h"
 #include "lattn/errors.h"
+#include "serving/text.h"
 
 namespace lattn::cli {
 namespace {
 
-std::string join(const std::vector<std::string>& items, const char* separator) {
-  std::string s;
-  for (size_t i = 0; i < items.size(); ++i) s += (i ? separator : "") + items[i];
-  return s;
-}
+using serving::join;
 
 template <class Registry>
 std::string canonical(const Registry& registry, const std::string& name, const char* flag) {

@@ -13,20 +13,17 @@
 #include "lattn/device.h"
 #include "lattn/version.h"
 #include "layer_options.h"
+#include "serving/text.h"
 
 namespace lattn::cli {
 namespace {
+
+using serving::join;
 
 struct InfoOptions {
   LayerFlags layer;
   bool json = false;
 };
-
-std::string join(const std::vector<std::string>& items, const char* separator) {
-  std::string s;
-  for (size_t i = 0; i < items.size(); ++i) s += (i ? separator : "") + items[i];
-  return s;
-}
 
 double gib(uint64_t bytes) { return double(bytes) / double(1ull << 30); }
 

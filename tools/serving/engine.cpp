@@ -12,6 +12,7 @@
 #include "lattn/metadata.h"
 #include "lattn/selector.h"
 #include "serving/activations.h"
+#include "serving/text.h"
 
 namespace lattn::serving {
 namespace {
@@ -20,12 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string join(const std::vector<std::string>& items, const char* separator) {
-  std::string s;
-  for (size_t i = 0; i < items.size(); ++i) s += (i ? separator : "") + items[i];
-  return s;
 }
 
 // Backend names compare case-insensitively (the registry's rule).
