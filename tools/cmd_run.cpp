@@ -183,7 +183,7 @@ int run_command(const RunOptions& o) {
 Subcommand add_run_command(CLI::App& root) {
   auto o = std::make_shared<RunOptions>();
   o->scheduler.max_num_batched_tokens = 512;
-  o->scheduler.max_num_seqs = 16;
+  o->scheduler.max_num_seqs = 32;
   o->scheduler.num_blocks = 128;
   CLI::App* app = root.add_subcommand(
       "run",

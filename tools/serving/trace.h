@@ -22,8 +22,8 @@ struct Request {
 // arrivals a Poisson process.
 struct TraceConfig {
   uint64_t seed = 0;
-  int num_requests = 48;
-  double request_rate = 16.0;      // requests per second (Poisson); <= 0 or inf: all arrive at t = 0
+  int num_requests = 64;
+  double request_rate = 32.0;      // requests per second (Poisson); <= 0 or inf: all arrive at t = 0
   double prompt_len_median = 256;  // tokens; log-normal median e^mu
   double prompt_len_sigma = 0.8;   // log-normal sigma (natural log)
   int32_t max_prompt_len = 2048;   // clamp of the log-normal tail
