@@ -20,7 +20,7 @@ const char* exit_codes_help() {
   return "Exit codes: 0 success; 1 runtime error; 2 bad flag or value (unknown option, backend, model, dtype); "
          "3 impossible configuration (no backend can serve it, or a request can never fit the cache); "
          "4 unreadable or malformed input file; 5 --verify found an error beyond the dtype's bound; "
-         "6 bench --plot failed (the JSON was still written).";
+         "6 bench --plot failed (the results were still printed).";
 }
 
 namespace {
