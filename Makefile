@@ -6,6 +6,7 @@
 # PYTHON (Debian's interpreter, named explicitly: another python3 may come
 # first on PATH).
 
+MAKEFLAGS += --no-print-directory
 BUILD  ?= build
 ASAN_BUILD ?= build-asan
 JOBS   ?= $(shell nproc)

@@ -75,6 +75,17 @@ rc=$?
 [[ $rc -ne 0 ]] && tests_rc=1
 note "ctest (all tests): rc=$rc at $(stamp); $(grep -E 'tests passed' "$OUT/tests.log" | tail -1)"
 note "skipped on this GPU machine: $(grep -c -- '\*\*\*Skipped' "$OUT/tests.log")"
+# The main job end to end on the GPU (cuda backends chosen by the selector),
+# re-checked against the reference backend, for two model shapes and fp8.
+for args in "--num-requests 48 --verify" "--model minicpm3 --kv-cache-dtype fp8 --num-requests 32 --verify"; do
+  echo "### lattn run --device cuda:0 $args" >> "$OUT/tests.log"
+  timeout 300 "$BUILD/tools/lattn" run --device cuda:0 $args >> "$OUT/tests.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && tests_rc=1
+  note "lattn run --device cuda:0 $args: rc=$rc at $(stamp); $(grep -E '^verify' "$OUT/tests.log" | tail -1)"
+done
+"$BUILD/tools/lattn" info >> "$OUT/tests.log" 2>&1
+
 # The decode tests once more with every instantiated tile configuration forced
 # (the default run covers only the configurations this GPU picks).
 for cfg in $(grep -oE 'X\([0-9]+, [0-9]+, [0-9]+, [0-9]+\)' src/cuda/sm80/decode_config.h | tr -d 'X( )' |
