@@ -53,7 +53,9 @@ class Tensor {
   size_t nbytes() const { return size_t(numel()) * size_t(element_size()); }
   bool is_contiguous() const;
   // True when the last dim has stride 1 (rows may be strided).
-  bool is_last_dim_contiguous() const { return ndim_ == 0 || shape_[ndim_ - 1] <= 1 || strides_[ndim_ - 1] == 1; }
+  bool is_last_dim_contiguous() const {
+    return ndim_ == 0 || shape_[ndim_ - 1] <= 1 || strides_[ndim_ - 1] == 1 || numel() == 0;
+  }
 
   // Pointer to element (i0, i1, ...) given as many indices as dims (or fewer: leading dims).
   void* ptr_at(std::initializer_list<int64_t> index) const;

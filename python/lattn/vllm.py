@@ -281,7 +281,11 @@ class LattnPrefillBackend(_vllm_base()):
         if name is None:
             return False
         dtype = _lattn_dtype(getattr(getattr(self.vllm_config, "model_config", None), "dtype", None)) or "bf16"
-        return self._backend_class(self._config_device(), dtype).supports_quant_output(name)
+        try:
+            backend_class = self._backend_class(self._config_device(), dtype)
+        except ValueError:  # no lattn backend can serve this layer here: nothing to fuse
+            return False
+        return backend_class.supports_quant_output(name)
 
     def prepare_metadata(self, prefill_metadata) -> None:
         """Keeps the step's prefill metadata (the seeds' default) and its lattn view.

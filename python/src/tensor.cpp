@@ -66,7 +66,13 @@ arrays it imports through DLPack read-only).)doc")
         const Device d = t.view.device();
         return py::make_tuple(int(d.is_cpu() ? kDLCPU : kDLCUDA), d.is_cpu() ? 0 : d.index);
       })
-      .def("numpy", [](py::object self) { return py::module_::import("numpy").attr("asarray")(self); },
+      .def("numpy",
+           [](py::object self) {
+             // Describe the buffer first: NumPy >= 2 turns a failed buffer
+             // request into a 0-d object array instead of raising.
+             host_buffer_info(self.cast<const PyTensor&>().view);
+             return py::module_::import("numpy").attr("asarray")(self);
+           },
            "The same memory as a writable NumPy array (CPU; f32, f16, i32, i64, u8).")
       .def("__repr__", [](const PyTensor& t) { return "lattn.Tensor(" + t.view.describe() + ")"; });
 

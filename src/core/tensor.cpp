@@ -73,6 +73,7 @@ int64_t Tensor::numel() const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to misplace (NumPy 2 exports empty arrays with 0 strides)
   int64_t expected = 1;
   for (int d = ndim_ - 1; d >= 0; --d) {
     if (shape_[d] == 1) continue;

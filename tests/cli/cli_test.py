@@ -257,7 +257,7 @@ def info_json_lists_every_backend(lattn):
 # bench
 
 TINY_SWEEP = ["--phase", "prefill,decode", "--heads", "4", "--batch", "1,2", "--seq", "64", "--block-size", "16",
-              "--backend", "cpu", "--repeats", "2", "-q"]
+              "--backend", "cpu", "--device", "cpu", "--repeats", "2", "-q"]  # explicit: auto is cuda:0 on a GPU machine
 
 
 @case
@@ -281,7 +281,7 @@ def bench_json_has_ceilings_and_fractions(lattn):
     table = lattn("bench", *TINY_SWEEP).stdout
     check_in("ceilings:", table)
     check_in("roofline", table)
-    paired = lattn.json("bench", "--phase", "decode", "--heads", "4", "--batch", "1", "--seq", "64", "--repeats", "2",
+    paired = lattn.json("bench", "--device", "cpu", "--phase", "decode", "--heads", "4", "--batch", "1", "--seq", "64", "--repeats", "2",
                         "-q", "--pair-ceilings", "-o", "json")
     check(paired["rows"][0]["paired_ceilings"] and len(paired["rows"][0]["paired_fractions"]) == 2,
           f"--pair-ceilings: {paired['rows'][0]}")

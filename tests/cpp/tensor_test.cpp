@@ -52,6 +52,18 @@ TEST(Tensor, NarrowSelectTransposeView) {
   EXPECT_EQ(at(u, {1, 0, 2, 3}), 23);
 }
 
+TEST(Tensor, EmptyTensorsAreContiguousWhateverTheirStrides) {
+  float x = 0;
+  const int64_t shape[3] = {0, 3, 48}, zero_strides[3] = {0, 0, 0};
+  Tensor empty(&x, DType::f32, std::span<const int64_t>(shape), std::span<const int64_t>(zero_strides));
+  EXPECT_TRUE(empty.is_contiguous());
+  EXPECT_TRUE(empty.is_last_dim_contiguous());
+  const int64_t one_row[3] = {1, 3, 48};
+  Tensor broadcast(&x, DType::f32, std::span<const int64_t>(one_row), std::span<const int64_t>(zero_strides));
+  EXPECT_FALSE(broadcast.is_contiguous());  // a real zero-stride view stays non-contiguous
+  EXPECT_FALSE(broadcast.is_last_dim_contiguous());
+}
+
 TEST(Tensor, CheckedBounds) {
   auto data = iota(24);
   Tensor t(data.data(), DType::f32, {2, 3, 4});

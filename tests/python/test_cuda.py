@@ -48,7 +48,7 @@ def test_calls_run_on_the_callers_current_stream():
 def test_host_arrays_never_ask_for_a_stream():
     torch = torch_or_skip()
     assert _testing.call_stream(torch.zeros(3)) == 0
-    assert _testing.call_stream(np.zeros(3)) == 0
+    assert _testing.call_stream(np.zeros(3, np.float32)) == 0
 
 
 def test_forward_with_cuda_tensors():
