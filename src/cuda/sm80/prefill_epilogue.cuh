@@ -10,6 +10,8 @@
 
 namespace lattn::cuda::sm80 {
 
+using namespace prefill_ptx;  // cp.async / ldmatrix / mma wrappers of this kernel
+
 template <class Traits>
 struct PrefillEpilogue {
   using Element = typename Traits::Element;

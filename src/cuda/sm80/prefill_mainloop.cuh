@@ -23,6 +23,8 @@
 
 namespace lattn::cuda::sm80 {
 
+using namespace prefill_ptx;  // cp.async / ldmatrix / mma wrappers of this kernel
+
 template <class Traits, bool kCausal>
 struct PrefillMainloop {
   using Element = typename Traits::Element;

@@ -10,7 +10,11 @@
 
 #include <cstdint>
 
-namespace lattn::cuda::sm80 {
+// The prefill kernel's own wrappers live in a nested namespace: the decode
+// kernel's src/cuda/sm80/mma.cuh defines same-named wrappers (with other
+// cache hints and clobbers) in lattn::cuda::sm80, and two different inline
+// definitions of one name would break the one-definition rule.
+namespace lattn::cuda::sm80::prefill_ptx {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -93,4 +97,4 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return r;
 }
 
-}  // namespace lattn::cuda::sm80
+}  // namespace lattn::cuda::sm80::prefill_ptx
