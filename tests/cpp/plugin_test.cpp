@@ -3,6 +3,8 @@
 // computation; every way a load can fail is refused with a clear ImportError.
 #include <gtest/gtest.h>
 
+#include "support/error_text.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -24,18 +26,9 @@ const std::string kExampleFile = kPluginDir + "/libexample_naive_prefill.so";
 const std::string kExamplePath = kExampleFile + ":lattn_example_naive_plugin";
 const std::string kFixturesFile = kPluginDir + "/liblattn_plugin_test_fixtures.so";
 
-template <class E, class Fn>
-std::string error_text(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
+using test::error_text;
 
-bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+using test::starts_with;
 
 class PluginTest : public ::testing::Test {
  protected:

@@ -2,6 +2,8 @@
 // seeds' exact texts, and what standard members missing from a build resolve to.
 #include <gtest/gtest.h>
 
+#include "support/error_text.h"
+
 #include <algorithm>
 
 #include "core/builtin_backends.h"
@@ -24,16 +26,7 @@ class RegistryTest : public ::testing::Test {
 };
 
 // The exception text of fn(), which must throw E.
-template <class E, class Fn>
-std::string error_text(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
+using test::error_text;
 
 std::string joined(const std::vector<std::string>& names) {
   std::string s;

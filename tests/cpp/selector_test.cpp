@@ -4,6 +4,8 @@
 // outcome does not depend on which real backends this build links.
 #include <gtest/gtest.h>
 
+#include "support/error_text.h"
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -25,16 +27,7 @@ constexpr DeviceCapability kSm89{8, 9};
 constexpr DeviceCapability kSm90{9, 0};
 constexpr DeviceCapability kSm100{10, 0};
 
-template <class E, class Fn>
-std::string error_text(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
+using test::error_text;
 
 class SelectorTest : public ::testing::Test {
  protected:
