@@ -165,6 +165,17 @@ for src in bench/cuda_*_bench.cpp; do
   note "bench $b: rc=$rc at $(stamp)"
 done
 
+# The shared harness through the command (`lattn bench`, CUDA runner): the
+# issue-7 shapes, ceilings measured in the same run, roofline fractions.
+for sweep in "--phase decode --heads 16,128 --batch 1,128 --seq 4096,16384" \
+             "--phase prefill --heads 128 --batch 1,16 --seq 1024,8192"; do
+  echo "### lattn bench --device cuda:0 $sweep" >> "$OUT/bench.log"
+  timeout 300 "$BUILD/tools/lattn" bench --device cuda:0 $sweep --block-size 64 --repeats 5 -q >> "$OUT/bench.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && bench_rc=1
+  note "lattn bench --device cuda:0 $sweep (shared harness): rc=$rc at $(stamp)"
+done
+
 # Optional tile-configuration comparisons on the same machine:
 # LATTN_BENCH_VARIANTS="m16n64w8s2=decode/H16_B128 m64n64w16s2=decode/H128" runs the
 # decode benchmark again with LATTN_DECODE_TILES forced, on the matching rows.
@@ -186,6 +197,7 @@ echo "================ summary ================"
 cat "$SUMMARY"
 grep -h '^\[  FAILED  \]' "$OUT/tests.log" | sort -u | head -30
 grep -E '^### |ceiling|^(decode|prefill|chunked)' "$OUT/bench.log" | cut -c1-200 | head -60
+sed -n '/^### lattn bench/,$p' "$OUT/bench.log" | cut -c1-200 | head -40
 if [[ -f "$OUT/variants.log" ]]; then
   echo "---- variants"
   grep -E '^### |^decode/' "$OUT/variants.log"

@@ -170,10 +170,12 @@ std::vector<bench::BenchCase> sweep(const BenchOptions& o, const LayerSetup& set
 }
 
 std::unique_ptr<bench::DeviceRunner> make_runner(const LayerSetup& setup, int threads) {
-  if (setup.device.is_cpu()) return bench::make_cpu_runner(threads);
-  throw CliError(kExitNoBackend, "lattn bench has no runner for " + device_name(setup.device) +
-                                     " in this build (the harness times the CPU; the CUDA runner comes with the "
-                                     "CUDA benchmarks); use --device cpu");
+  try {
+    return bench::make_runner(setup.device, threads);
+  } catch (const ValueError& e) {  // a CUDA device asked of a build without CUDA
+    throw CliError(kExitNoBackend, std::string("lattn bench cannot time ") + device_name(setup.device) + ": " +
+                                       e.what() + "; use --device cpu");
+  }
 }
 
 int bench_command(const BenchOptions& o) {

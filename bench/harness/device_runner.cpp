@@ -34,6 +34,16 @@ double DeviceRunner::time_us(const std::function<void()>& work) {
 
 std::unique_ptr<DeviceRunner> make_cpu_runner(int num_threads) { return std::make_unique<CpuRunner>(num_threads); }
 
+#ifndef LATTN_BENCH_WITH_CUDA
+std::unique_ptr<DeviceRunner> make_cuda_runner(int index) {
+  throw ValueError("the benchmark harness was built without CUDA: no runner for cuda:" + std::to_string(index));
+}
+#endif
+
+std::unique_ptr<DeviceRunner> make_runner(Device device, int num_threads) {
+  return device.is_cpu() ? make_cpu_runner(num_threads) : make_cuda_runner(device.index);
+}
+
 Measurement time_case(DeviceRunner& runner, const BenchCase& c, const RunOptions& options) {
   if (!(c.device == runner.device())) {
     throw ValueError("time_case: case '" + c.name() + "' is for " + device_name(c.device) + " but the runner times " +

@@ -39,6 +39,14 @@ class DeviceRunner {
 // The CPU, with `num_threads` threads for the ceilings (0 = all).
 std::unique_ptr<DeviceRunner> make_cpu_runner(int num_threads = 0);
 
+// CUDA device `index`: CUDA events around each step; ceilings = a 2 GiB
+// device-to-device copy and cuBLAS bf16/f16 8192³ GEMMs (harness/cuda_runner.cu).
+// Throws ValueError when the harness was built without CUDA.
+std::unique_ptr<DeviceRunner> make_cuda_runner(int index = 0);
+
+// The runner for `device` (cpu: make_cpu_runner(num_threads); cuda:N: make_cuda_runner(N)).
+std::unique_ptr<DeviceRunner> make_runner(Device device, int num_threads = 0);
+
 struct RunOptions {
   int warmup = 2;          // untimed runs first (caches, page faults, thread pools)
   int repeats = 10;        // timed runs; the median is reported
