@@ -301,6 +301,7 @@ void copy_host(const Tensor& src, const Tensor& dst) {
   if (src.dim() != dst.dim() || !std::equal(src.shape().begin(), src.shape().end(), dst.shape().begin())) {
     throw ValueError("copy_host: shapes differ: " + src.shape_str() + " vs " + dst.shape_str());
   }
+  if (src.numel() == 0) return;  // empty tensors may carry null data pointers
   const DType st = src.dtype(), dt = dst.dtype();
   if (st == dt) {
     const int es = src.element_size();
@@ -333,6 +334,7 @@ void copy_tensor(const Tensor& src, const Tensor& dst) {
 }
 
 void fill_bytes(const Tensor& t, uint8_t byte) {
+  if (t.numel() == 0) return;  // empty tensors may carry null data pointers
   if (t.device().is_cpu()) {
     if (t.is_contiguous()) {
       std::memset(t.data(), byte, t.nbytes());
