@@ -29,7 +29,7 @@ build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	$(BUILD)/tools/lattn run
+	$(BUILD)/tools/lattn run --device cpu
 
 # Every test: the main build's C++ and Python tests, then the C++ tests once
 # more under AddressSanitizer + UndefinedBehaviorSanitizer (CPU code only).
