@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_hooks.h"
+#include "core/ops/cuda_hooks.h"
 #include "cuda/sm80/prefill_config.h"
 #include "cuda/sm80/prefill_launch.h"
 #include "lattn/device.h"

@@ -94,7 +94,7 @@ class MlaAttention {
   const PrefillBackend& prefill_backend() const;
   const DecodeBackend& decode_backend() const;
 
-  struct Impl;  // opaque: the layer's state (src/core/attention_impl.h)
+  struct Impl;  // opaque: the layer's state (src/core/attention/attention_impl.h)
 
  private:
   std::unique_ptr<Impl> impl_;

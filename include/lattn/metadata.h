@@ -109,7 +109,7 @@ struct PrefillMetadata {
 };
 
 namespace detail {
-struct MetadataStorage;  // owns the arrays behind every Tensor view (src/core/metadata_storage.h)
+struct MetadataStorage;  // owns the arrays behind every Tensor view (src/core/metadata/metadata_storage.h)
 }
 
 // Attention metadata of one step (seed 002's MLACommonMetadata, v1 order).

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_hooks.h"
+#include "core/ops/cuda_hooks.h"
 #include "lattn/cache.h"
 #include "lattn/ops.h"
 #include "lattn/tensor.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/builtin_backends.h"
+#include "core/backends/builtin_backends.h"
 #include "cuda/sm80/prefill_config.h"
 #include "cuda/sm80/prefill_launch.h"
 #include "lattn/backend.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/builtin_backends.h"
+#include "core/backends/builtin_backends.h"
 #include "lattn/attention.h"
 #include "lattn/errors.h"
 #include "lattn/metadata.h"

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "core/builtin_backends.h"
+#include "core/backends/builtin_backends.h"
 #include "lattn/errors.h"
 #include "lattn/registry.h"
 #include "support/backend_doubles.h"

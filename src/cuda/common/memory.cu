@@ -1,7 +1,7 @@
-// CUDA memory hooks and the device query used by the core (core/cuda_hooks.h).
+// CUDA memory hooks and the device query used by the core (core/ops/cuda_hooks.h).
 #include <cuda_runtime.h>
 
-#include "core/cuda_hooks.h"
+#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 
 namespace lattn::cuda_hooks {

@@ -4,7 +4,7 @@
 // [num_queries, num_seqs) are reset (token 0, position 0, slot PAD = -1).
 #include <cuda_runtime.h>
 
-#include "core/cuda_hooks.h"
+#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 
