@@ -9,7 +9,7 @@
 // launches after warm-up, TFLOP/s by TARGETS.md's formula, and the fraction
 // of the GEMM rate. A summary table is printed last.
 //
-// This benchmark reaches the internal launcher (src/cuda/sm80/prefill_launch.h)
+// This benchmark reaches the internal launcher (src/cuda/sm80/prefill/prefill_launch.h)
 // for the candidate configurations and for the bottom-right causal launch
 // the unchunked baseline needs; the public backend runs the same kernels.
 #include <benchmark/benchmark.h>
@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "core/ops/cuda_hooks.h"
-#include "cuda/sm80/prefill_config.h"
-#include "cuda/sm80/prefill_launch.h"
+#include "cuda/sm80/prefill/prefill_config.h"
+#include "cuda/sm80/prefill/prefill_launch.h"
 #include "lattn/device.h"
 #include "lattn/dtype.h"
 #include "lattn/errors.h"

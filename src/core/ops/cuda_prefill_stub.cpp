@@ -3,7 +3,7 @@
 // skip cleanly (they check for a device first).
 #ifndef LATTN_WITH_CUDA
 
-#include "cuda/sm80/prefill_launch.h"
+#include "cuda/sm80/prefill/prefill_launch.h"
 #include "lattn/errors.h"
 
 namespace lattn::cuda::sm80 {
