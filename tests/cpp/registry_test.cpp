@@ -1,4 +1,4 @@
-// The backend registries (SPEC §8, TV-REG): members, paths, overrides, the
+// The backend registries (docs/backends.md): members, paths, overrides, the
 // seeds' exact texts, and what standard members missing from a build resolve to.
 #include <gtest/gtest.h>
 

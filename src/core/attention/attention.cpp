@@ -35,7 +35,7 @@ bool MlaAttention::Impl::supports_quant_output() const {
 }
 
 MlaAttention::MlaAttention(const MlaAttentionConfig& config) : impl_(std::make_unique<Impl>()) {
-  // The seed refuses KV sharing before anything else (SPEC §6.3, TV-FORWARD-ERR).
+  // The seed refuses KV sharing before anything else (docs/mla.md).
   if (config.kv_sharing_target_layer_name) throw NotImplementedError("KV sharing not supported in V0.");
   validate_config(config);
   Impl& im = *impl_;
@@ -107,7 +107,7 @@ Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const T
   if (args.write_cache) concat_and_cache_mla(args.kv_c, args.k_pe, cache, metadata.slot_mapping, stream);
 
   // The seed's profile run sizes the context scratch for the worst case
-  // (SPEC §6.8 step 3): grow it now so memory profiling sees the peak.
+  // (docs/mla.md): grow it now so memory profiling sees the peak.
   if (metadata.is_profile_run && metadata.context_chunk_workspace_size > 0) {
     detail::reserve_context_workspace(im, metadata.context_chunk_workspace_size);
   }

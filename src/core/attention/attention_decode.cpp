@@ -1,5 +1,5 @@
 // Decode rows of MlaAttention::forward: the data-movement-friendly path
-// (seed 002, SPEC §1.5, §1.9). W_UK is absorbed into the query so attention
+// (seed 002, docs/mla.md). W_UK is absorbed into the query so attention
 // runs as MQA directly over the latent cache, and W_UV is applied after:
 //   ql_nope[t, n, :] = q_nope[t, n, :] · W_UK_T[n]        [Td, N, L]
 //   o[t, n, :]       = DecodeBackend(ql_nope, q_pe, cache) [Td, N, L]

@@ -1,5 +1,5 @@
 // Prefill rows of MlaAttention::forward: the compute-friendly path with
-// chunked context (seed 002, SPEC §1.4, §1.6, §6.5, §6.6).
+// chunked context (seed 002, docs/mla.md).
 //
 //   k, v   = up-project the new tokens' latents (k = [k_nope | k_pe broadcast])
 //   suffix = causal attention of the new tokens among themselves, with LSE
@@ -149,7 +149,7 @@ bool forward_prefill(MlaAttention::Impl& impl, const ForwardArgs& args, const La
   int64_t workspace_rows = std::max<int64_t>(metadata.context_chunk_workspace_size, 1);
   for (int32_t rows : pm.chunks.seq_tot) workspace_rows = std::max<int64_t>(workspace_rows, rows);
   const auto [prefix_out, prefix_lse] = attend_context(impl, cache, pm, workspace_rows, q, v_width);
-  // Context is the prefix, new tokens the suffix (seed §6.5); only the first V columns are kept.
+  // Context is the prefix, new tokens the suffix (docs/mla.md, "One forward"); only the first V columns are kept.
   merge_attn_states(target, Tensor(), prefix_out.narrow(2, 0, V), prefix_lse, new_out.narrow(2, 0, V), new_lse,
                     stream);
   return staged;

@@ -1,5 +1,5 @@
 // MlaAttention::process_weights_after_loading: kv_b_proj -> W_UK_T, W_UV
-// (seed 002, SPEC §1.7, TV-WEIGHTS).
+// (seed 002, docs/mla.md).
 //
 // kv_b_proj's weight is (out, in) = [N*(P+V), L]: for head n, rows
 // [n*(P+V), n*(P+V)+P) are W_UK's (nope) rows and the next V rows W_UV's.

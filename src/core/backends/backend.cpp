@@ -1,5 +1,5 @@
 // Backend class defaults: dtype support, validate_configuration with the
-// seeds' reason texts (SPEC §7, TV-VALIDATE), SelectorConfig, and the
+// seeds' reason texts (docs/backends.md), SelectorConfig, and the
 // built-in registration table.
 #include "lattn/backend.h"
 

@@ -1,5 +1,5 @@
 // src/core/metadata/context_chunk_plan.h — the seed's context-chunk planning
-// (MLACommonMetadataBuilder.build, SPEC §4.4 step 6), split into sizing
+// (MLACommonMetadataBuilder.build, docs/metadata.md), split into sizing
 // (scalars, before anything is allocated) and filling (internal).
 #pragma once
 

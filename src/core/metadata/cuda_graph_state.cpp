@@ -16,7 +16,7 @@ namespace lattn {
 namespace {
 
 const char* kEncoderDecoder = "MLACommonState does not support encoder/decoder yet";
-// The seed's prepare_graph_input_buffers names another class (SPEC §13 #6).
+// The seed's prepare_graph_input_buffers names another class (docs/vllm.md).
 const char* kEncoderDecoderTriton = "TritonMLAState does not support encoder/decoder yet";
 
 // Copies a contiguous tensor into another of the same shape, any devices.

@@ -120,7 +120,7 @@ BatchPlan plan_batch(const MetadataBuilderConfig& cfg, const detail::GraphBuffer
 
   int64_t max_query_len = std::numeric_limits<int64_t>::min();
   for (int r = 0; r < plan.num_reqs; ++r) max_query_len = std::max(max_query_len, batch.query_len(r));
-  // The seed's assertion, with its text (SPEC E8).
+  // The seed's assertion, with its text (docs/vllm.md).
   if (max_query_len <= 0) throw AssertionError("query_lens: " + python_list(batch));
 
   const bool graph_build = options.cudagraph_batch_size.has_value();
@@ -588,7 +588,7 @@ int64_t mla_context_chunk_workspace_size(int64_t max_model_len, int64_t max_num_
   if (block_size <= 0) throw ValueError(op + "block_size must be > 0, got " + std::to_string(block_size));
   // Enough for 8 full-length requests or 4 pages per request, capped at
   // 128k tokens for long-context models (seed 002; its comment's "64k" is
-  // stale, the code's 128 * 1024 is authoritative, SPEC §5.1).
+  // stale, the code's 128 * 1024 is authoritative, docs/metadata.md).
   const int64_t workspace = std::min(std::max(8 * max_model_len, 4 * max_num_seqs * block_size), int64_t(128) * 1024);
   if (workspace < max_num_seqs * block_size) {
     throw AssertionError("context_chunk_workspace_size >= scheduler_config.max_num_seqs * cache_config.block_size (" +
@@ -619,7 +619,7 @@ MlaMetadataBuilder::MlaMetadataBuilder(MetadataBuilderConfig config) : config_(s
   if (c.head_dim) {
     const std::vector<int> supported = mla_supported_head_sizes();
     if (std::find(supported.begin(), supported.end(), *c.head_dim) == supported.end()) {
-      // Seed text (SPEC E1); the seed builds it from two arguments, so Python
+      // Seed text (docs/vllm.md); the seed builds it from two arguments, so Python
       // prints a tuple: this is the intended sentence.
       throw ValueError("Only [576] are supported for head_dim, received " + std::to_string(*c.head_dim) + ".");
     }

@@ -40,7 +40,7 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
 void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& prefix_out, const Tensor& prefix_lse,
                        const Tensor& suffix_out, const Tensor& suffix_lse, Stream stream);
 void copy_blocks(std::span<const LatentCache> caches, const Tensor& block_mapping, Stream stream);
-// vLLM's advance_step_flashattn (SPEC §3.5) on device tensors:
+// vLLM's advance_step_flashattn (docs/metadata.md) on device tensors:
 //   input_tokens, input_positions, slot_mapping [num_seqs] int32/int64,
 //   sampled_token_ids [num_queries(, 1)] int32/int64, seq_lens [num_seqs] int32/int64,
 //   block_tables [num_seqs, max_blocks] int32.

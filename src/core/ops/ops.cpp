@@ -137,7 +137,7 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
                 at_index(end, b + 1) + " after " + std::to_string(begin));
       const int64_t start = seq_starts.defined() ? index_at(seq_starts, b) : 0;
       // The kernel addresses blocks from start / block_size: an unaligned
-      // start would silently drop its in-block offset (SPEC §2.3).
+      // start would silently drop its in-block offset (docs/mla.md).
       check_arg(start >= 0 && start % block_size == 0, op, "seq_starts",
                 "hold non-negative multiples of block_size " + std::to_string(block_size), at_index(start, b));
       if (end == begin) continue;
