@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "core/ops/gemm.h"
 #include "cuda/common/runtime_utils.h"
 #include "cuda/cuda_decode_backend.h"
@@ -43,7 +43,7 @@ double median_us(Stream stream, int warmup, int samples, const std::function<voi
   cuda::EventTimer timer;
   std::vector<double> us;
   for (int i = 0; i < samples; ++i) {
-    cuda_hooks::memset_device(flush.data(), i & 0xff, flush.tensor().nbytes(), kGpu.index, stream);
+    detail::cuda_device_ops().memset(flush.data(), i & 0xff, flush.tensor().nbytes(), kGpu.index, stream);
     timer.start(stream);
     issue();
     timer.stop(stream);
@@ -65,9 +65,9 @@ const Ceilings& ceilings() {
     {
       const int64_t bytes = int64_t(2) << 30;  // 2 GiB each way
       OwnedTensor src = OwnedTensor::empty({bytes}, DType::u8, kGpu), dst = OwnedTensor::empty({bytes}, DType::u8, kGpu);
-      cuda_hooks::memset_device(src.data(), 0x5a, size_t(bytes), kGpu.index, stream.get());
+      detail::cuda_device_ops().memset(src.data(), 0x5a, size_t(bytes), kGpu.index, stream.get());
       r.copy_us = median_us(stream.get(), 3, 15, [&] {
-        cuda_hooks::memcpy_any(dst.data(), kGpu, src.data(), kGpu, size_t(bytes), stream.get());
+        detail::cuda_device_ops().memcpy(dst.data(), kGpu, src.data(), kGpu, size_t(bytes), stream.get());
       });
       r.copy_gbps = 2.0 * double(bytes) / (r.copy_us * 1e-6) / 1e9;  // bytes read + written
     }

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "cuda/sm80/prefill/prefill_config.h"
 #include "cuda/sm80/prefill/prefill_launch.h"
 #include "lattn/device.h"
@@ -316,7 +316,7 @@ void BM_ChunkedContext(benchmark::State& state) {
   const lattn::Tensor l_chunk(all.lse->ptr, DType::f32, {heads, fresh}, dev);
   bool merge_available = true;
   try {
-    lattn::cuda_hooks::merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk, nullptr);
+    lattn::detail::cuda_device_ops().merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk, nullptr);
   } catch (const lattn::NotImplementedError&) {
     merge_available = false;
   }
@@ -328,7 +328,10 @@ void BM_ChunkedContext(benchmark::State& state) {
           sm80::run_prefill_attention(new_tokens, nullptr);
           for (const auto& cp : chunk_params) {
             sm80::run_prefill_attention(cp, nullptr);
-            if (merge_available) lattn::cuda_hooks::merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk, nullptr);
+            if (merge_available) {
+              lattn::detail::cuda_device_ops().merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk,
+                                                                 nullptr);
+            }
           }
         },
         2, 10);

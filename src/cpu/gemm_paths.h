@@ -13,6 +13,11 @@
 
 #include "core/ops/gemm.h"
 
+namespace lattn::detail {
+// The CPU GEMM: the entry of the CPU device-ops table (gemm_cpu.cpp).
+void cpu_gemm(const GemmProblem& p, const RunContext& ctx);
+}  // namespace lattn::detail
+
 namespace lattn::cpu {
 
 enum class GemmPath { automatic, openblas, bf16_dot };

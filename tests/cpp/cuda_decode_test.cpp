@@ -17,7 +17,7 @@
 #include <random>
 #include <vector>
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "core/ops/gemm.h"
 #include "cuda/common/runtime_utils.h"
 #include "lattn/backend.h"
@@ -249,7 +249,7 @@ void run_and_check(DecodeBackend& backend, DecodeBatch& b, const OwnedTensor& ou
     if (prepare) backend.prepare_metadata(b.md);
     backend.run(b.q_nope_dev, b.q_pe_dev, b.cache(), b.md, out.tensor(), lse.tensor());
   }
-  cuda_hooks::synchronize(stream);
+  detail::cuda_device_ops().synchronize(stream);
   OwnedTensor want_out, want_lse;
   reference_decode(b, want_out, want_lse);
   const test::ErrorReport e = test::compare(out.tensor(), want_out.tensor());
@@ -336,7 +336,7 @@ TEST(CudaDecodeSmall, LseIsOptional) {
   test::poison(out.tensor());
   backend->prepare_metadata(b->md);
   backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), Tensor{});
-  cuda_hooks::synchronize(nullptr);
+  detail::cuda_device_ops().synchronize(nullptr);
   OwnedTensor want, want_lse;
   reference_decode(*b, want, want_lse);
   const test::ErrorReport e = test::compare(out.tensor(), want.tensor());
@@ -469,7 +469,8 @@ TEST(CudaDecodeGraph, WholeDecodeStepReplays) {
   const RunContext ctx{kGpu, stream.get(), 0};
 
   auto issue_step = [&] {
-    cuda_hooks::concat_and_cache_mla(kv_c_d.tensor(), k_pe_d.tensor(), cache, slots_d.tensor(), stream.get());
+    detail::cuda_device_ops().concat_and_cache_mla(kv_c_d.tensor(), k_pe_d.tensor(), cache, slots_d.tensor(),
+                                                   stream.get());
     detail::GemmProblem absorb;  // per head h: q_nope[:, h, :] [B, P] . W_UK_T[h] [P, L] -> ql[h] [B, L]
     absorb.m = B, absorb.n = L, absorb.k = P, absorb.batch = H;
     absorb.a = q_nope_d.data(), absorb.a_dtype = DType::bf16, absorb.lda = H * P, absorb.batch_stride_a = P;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "lattn/errors.h"
 
 namespace lattn {
@@ -36,7 +36,7 @@ void read_i64(const Tensor& src, int64_t* dst, int64_t n) {
   if (src.device().is_cpu()) {
     std::memcpy(dst, src.data(), size_t(n) * 8);
   } else {
-    cuda_hooks::memcpy_any(dst, Device::cpu(), src.data(), src.device(), size_t(n) * 8, nullptr);
+    detail::device_ops(src.device()).memcpy(dst, Device::cpu(), src.data(), src.device(), size_t(n) * 8, nullptr);
   }
 }
 void write_i64(const int64_t* src, const Tensor& dst, int64_t n, Stream stream) {
@@ -44,7 +44,7 @@ void write_i64(const int64_t* src, const Tensor& dst, int64_t n, Stream stream) 
   if (dst.device().is_cpu()) {
     std::memcpy(dst.data(), src, size_t(n) * 8);
   } else {
-    cuda_hooks::memcpy_any(dst.data(), dst.device(), src, Device::cpu(), size_t(n) * 8, stream);
+    detail::device_ops(dst.device()).memcpy(dst.data(), dst.device(), src, Device::cpu(), size_t(n) * 8, stream);
   }
 }
 

@@ -4,11 +4,11 @@
 // (16-byte accesses on aligned rows, coalesced across the warp).
 #include <cuda_runtime.h>
 
-#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/device_ops.h"
 
 namespace lattn::cuda {
 namespace {
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) concat_and_cache_mla_kern
 }  // namespace
 }  // namespace lattn::cuda
 
-namespace lattn::cuda_hooks {
+namespace lattn::cuda {
 
 void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
                           const Tensor& slot_mapping, Stream stream) {
@@ -113,4 +113,4 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
   LATTN_CUDA_CHECK_LAUNCH("concat_and_cache_mla_kernel");
 }
 
-}  // namespace lattn::cuda_hooks
+}  // namespace lattn::cuda

@@ -6,11 +6,11 @@
 
 #include <type_traits>
 
-#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/device_ops.h"
 
 namespace lattn::cuda {
 namespace {
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kWarps * 32) gather_cache_kernel(GatherParams 
 }  // namespace
 }  // namespace lattn::cuda
 
-namespace lattn::cuda_hooks {
+namespace lattn::cuda {
 
 void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& block_table, const Tensor& cu_seq_lens,
                   int batch_size, const Tensor& seq_starts, Stream stream) {
@@ -107,4 +107,4 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
   LATTN_CUDA_CHECK_LAUNCH("gather_cache_kernel");
 }
 
-}  // namespace lattn::cuda_hooks
+}  // namespace lattn::cuda

@@ -1,4 +1,4 @@
-// cuda_hooks::gemm: lattn's batched strided row-major GEMM (core/ops/gemm.h) on
+// cuda::gemm: lattn's batched strided row-major GEMM (core/ops/gemm.h) on
 // the GPU. Same-type f16/bf16/f32 operands go to cuBLAS (f32 accumulation,
 // tensor cores for 16-bit types); mixed operand types, and strides cuBLAS
 // cannot express, go to a small tiled fallback kernel (f32 accumulation).
@@ -10,12 +10,12 @@
 
 #include <limits>
 
-#include "core/ops/cuda_hooks.h"
 #include "core/ops/gemm.h"
 #include "cuda/common/context.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/device_ops.h"
 
 namespace lattn::cuda {
 namespace {
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kTile* kTile) gemm_fallback_kernel(detail::Gem
 }  // namespace
 }  // namespace lattn::cuda
 
-namespace lattn::cuda_hooks {
+namespace lattn::cuda {
 
 void gemm(const detail::GemmProblem& p, int device, Stream stream) {
   using namespace lattn::cuda;
@@ -103,4 +103,4 @@ void gemm(const detail::GemmProblem& p, int device, Stream stream) {
   LATTN_CUDA_CHECK_LAUNCH("gemm_fallback_kernel");
 }
 
-}  // namespace lattn::cuda_hooks
+}  // namespace lattn::cuda

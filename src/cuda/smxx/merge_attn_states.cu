@@ -6,11 +6,11 @@
 
 #include <cmath>
 
-#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/device_ops.h"
 
 namespace lattn::cuda {
 namespace {
@@ -89,7 +89,7 @@ Lse lse_of(const Tensor& t) {
 }  // namespace
 }  // namespace lattn::cuda
 
-namespace lattn::cuda_hooks {
+namespace lattn::cuda {
 
 void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& prefix_out, const Tensor& prefix_lse,
                        const Tensor& suffix_out, const Tensor& suffix_lse, Stream stream) {
@@ -136,4 +136,4 @@ void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& p
   LATTN_CUDA_CHECK_LAUNCH("merge_attn_states_kernel");
 }
 
-}  // namespace lattn::cuda_hooks
+}  // namespace lattn::cuda

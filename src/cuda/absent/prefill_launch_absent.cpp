@@ -1,8 +1,6 @@
-// The sm80 prefill entry point for builds without CUDA: it refuses with one
+// The sm80 prefill entry point for builds without CUDA (src/cuda/absent/ is compiled only there): it refuses with one
 // sentence, so tests and benchmarks that reach for it link everywhere and
 // skip cleanly (they check for a device first).
-#ifndef LATTN_WITH_CUDA
-
 #include "cuda/sm80/prefill/prefill_launch.h"
 #include "lattn/errors.h"
 
@@ -13,5 +11,3 @@ void run_prefill_attention(const PrefillParams&, Stream, int) {
 }
 
 }  // namespace lattn::cuda::sm80
-
-#endif  // LATTN_WITH_CUDA
