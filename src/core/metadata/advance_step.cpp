@@ -185,6 +185,7 @@ void advance_step(MlaMetadata& m, const Tensor& sampled_token_ids, const Tensor&
   if (m.decode) {
     m.decode->max_decode_seq_len = max_seq_len;
     m.decode->max_decode_query_len = 1;
+    m.decode->plans = std::make_shared<StepPlans>();  // new lengths: a new step to plan
   }
   // Device views: re-upload into the same device memory (or alias the host).
   m.to_device(m.device, stream);
