@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "exit_codes.h"
+#include "lattn/cpu.h"
 #include "lattn/version.h"
 
 namespace lattn::cli {
@@ -62,6 +63,13 @@ int main_impl(int argc, char** argv) {
   for (const Subcommand& c : commands) {
     if (!c.app->parsed()) continue;
     command_name = "lattn " + c.app->get_name();
+    // The environment is checked before any command: a bad LATTN_CPU_ISA is
+    // a usage error everywhere, not only where the CPU kernels first run.
+    try {
+      (void)cpu_isa();
+    } catch (const std::exception& e) {
+      return report(command_name, kExitUsage, e.what());
+    }
     try {
       return c.run();
     } catch (const CliError& e) {

@@ -28,3 +28,5 @@
 #include "lattn/cpu.h"
 #include "lattn/plugin.h"
 #include "lattn/attention.h"
+#include "lattn/functional.h"
+#include "lattn/kernel_label.h"
