@@ -241,7 +241,7 @@ Subcommand add_run_command(CLI::App& root) {
   o->generator_options = generator;
   app->add_option("--clock", o->clock,
                   "measured: the engine clock advances by each step's measured time; virtual: by a modelled step "
-                  "time (fixed overheads + FLOPs at a nominal 1 TFLOP/s), so a seed gives the same schedule and "
+                  "time (fixed overheads + FLOPs at a nominal 0.25 TFLOP/s), so a seed gives the same schedule and "
                   "summary on any machine")
       ->capture_default_str();
   app->add_option("--seed", o->trace.seed, "Seed of the trace, the weights, the activations and the block order")

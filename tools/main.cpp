@@ -4,6 +4,7 @@
 // Every failure ends as one sentence on stderr ("lattn run: error: ...") and
 // an exit code from exit_codes.h; nothing is printed as a raw exception.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -68,7 +69,12 @@ int main_impl(int argc, char** argv) {
     try {
       (void)cpu_isa();
     } catch (const std::exception& e) {
-      return report(command_name, kExitUsage, e.what());
+      const std::string what = e.what();
+      const char* env = std::getenv("LATTN_CPU_ISA");
+      return report(command_name, kExitUsage,
+                    what.find("LATTN_CPU_ISA") != std::string::npos
+                        ? what
+                        : "LATTN_CPU_ISA=" + std::string(env ? env : "") + " is not usable: " + what);
     }
     try {
       return c.run();

@@ -155,6 +155,9 @@ for every layer of the step.)doc")
       .def_property_readonly("qk_rope_head_dim",
                              [](const PyDecodePlan& p) { return p.plan->params().qk_rope_head_dim; })
       .def_property_readonly("device", [](const PyDecodePlan& p) { return device_name(p.plan->params().device); })
+      .def_property_readonly("dtype", [](const PyDecodePlan& p) { return std::string(dtype_name(p.plan->params().dtype)); })
+      .def_property_readonly("kv_cache_dtype",
+                             [](const PyDecodePlan& p) { return std::string(dtype_name(p.plan->params().kv_cache_dtype)); })
       .def("__repr__", [](const PyDecodePlan& p) {
         const DecodePlanParams& q = p.plan->params();
         return "DecodePlan(num_requests=" + std::to_string(p.plan->num_requests()) +

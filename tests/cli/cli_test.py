@@ -38,8 +38,8 @@ class Lattn:
             raise AssertionError(f"exit code {proc.returncode}, expected {expect}\n{shown}")
         return proc
 
-    def json(self, *args, expect=EXIT_OK, timeout=600):
-        proc = self(*args, expect=expect, timeout=timeout)
+    def json(self, *args, expect=EXIT_OK, timeout=600, env=None):
+        proc = self(*args, expect=expect, timeout=timeout, env=env)
         try:
             return json.loads(proc.stdout)
         except json.JSONDecodeError as e:

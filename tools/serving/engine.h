@@ -46,7 +46,7 @@ struct EngineConfig {
 };
 
 // The virtual clock's step time: a fixed overhead per step and per layer plus
-// the step's attention and projection FLOPs at a nominal 1 TFLOP/s (seconds).
+// the step's attention and projection FLOPs at a nominal 0.25 TFLOP/s (seconds).
 // A model for reproducibility, not a prediction of any machine.
 double modelled_step_seconds(const MlaDims& dims, int num_layers, std::span<const RequestSpec> rows);
 
