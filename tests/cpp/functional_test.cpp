@@ -67,7 +67,7 @@ std::pair<std::vector<float>, std::vector<float>> run_decode(const DecodeCase& c
                                                              Device device, DType dtype) {
   std::mt19937 rng(7);
   const int B = int(c.seq_lens.size());
-  std::vector<int32_t> blocks_per(size_t(B));
+  std::vector<int32_t> blocks_per(static_cast<size_t>(B));
   int total = 0, width = 0;
   for (int r = 0; r < B; ++r) {
     blocks_per[size_t(r)] = (c.seq_lens[size_t(r)] + c.block_size - 1) / c.block_size;
@@ -75,7 +75,7 @@ std::pair<std::vector<float>, std::vector<float>> run_decode(const DecodeCase& c
     width = std::max(width, blocks_per[size_t(r)]);
   }
   const int num_blocks = total + 3;
-  std::vector<int32_t> ids(size_t(num_blocks));
+  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);  // permuted block tables
   OwnedTensor table = OwnedTensor::zeros({B, width + 1}, DType::i32);
