@@ -2,11 +2,14 @@
 // jobs (internal): one job = one request's query rows (all heads, all s_q
 // tokens) against a contiguous range of its keys (a "split").
 //
-// A request's keys are split only when the batch alone cannot keep every
-// thread busy: the target is ~8 jobs per thread (so dynamic scheduling
-// evens out unequal lengths), each job at least kMinSplitKeys keys (below
-// that the per-job query packing and the combine cost more than the
-// parallelism gains), split boundaries on key-tile multiples.
+// Two policies (DecodeSplitPolicy): by default a request's keys are split
+// only when the batch alone cannot keep every thread busy, aiming at
+// `jobs_per_thread` jobs per thread (so that dynamic claiming evens out
+// unequal lengths and a thread the OS delays), each job at least
+// kMinSplitKeys keys (below that the per-job query packing and the combine
+// cost more than the parallelism gains); or every request is cut at a fixed
+// number of keys, whatever its batchmates and the thread count. Split
+// boundaries are on key-tile multiples either way.
 #pragma once
 
 #include <cstddef>
@@ -37,9 +40,15 @@ struct DecodePlan {
   friend bool operator==(const DecodePlan&, const DecodePlan&) = default;
 };
 
+struct DecodeSplitPolicy {
+  int threads = 1;          // threads the jobs are spread over
+  int jobs_per_thread = 2;  // the target when splitting by count (see docs/cpu.md for the measurement)
+  int split_keys = 0;       // > 0: split every request at this many keys (rounded up to kSplitAlign)
+};
+
 // q_begin [R + 1] and seq_lens [R] as validated by the backend; lanes_per_group
 // is the kernels' vector width (a job's cost grows with ceil(lanes / width)).
 DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<int32_t>& seq_lens, int num_heads,
-                       int lanes_per_group, int threads);
+                       int lanes_per_group, const DecodeSplitPolicy& policy);
 
 }  // namespace lattn::cpu
