@@ -6,6 +6,7 @@
 #include "cpu/cpu_backend_common.h"
 #include "cpu/gemm_paths.h"
 #include "cpu/host_workspace.h"
+#include "cpu/thread_pool.h"
 #include "lattn/cpu.h"
 
 namespace lattn {
@@ -29,6 +30,14 @@ size_t gemm_bf16_workspace_bytes(const detail::GemmProblem& p) {
   return size_t(p.batch * (pairs > 0 ? pairs : 1) * npad) * 4;
 }
 
+void gemm_bf16_dot(const detail::GemmProblem& p, int threads, uint32_t* packed) {
+  const Bf16GemmPlan plan = gemm_bf16_plan(p);
+  if (plan.packed) {
+    parallel_jobs(p.batch, threads, [&](int64_t b, int) { gemm_bf16_pack(p, plan, b, packed); });
+  }
+  parallel_jobs(plan.items, threads, [&](int64_t i, int) { gemm_bf16_item(p, plan, i, packed); });
+}
+
 }  // namespace cpu
 
 namespace detail {
@@ -38,9 +47,12 @@ void cpu_gemm(const GemmProblem& p, const RunContext& ctx) {
   const cpu::GemmPath forced = cpu::gemm_path();
   const bool bf16 = forced != cpu::GemmPath::openblas && cpu::bf16_gemm_applies(p);
   if (bf16) {
-    // B's packed panels, kept per calling thread between calls.
+    // B's packed panels, kept per calling thread between calls (none for few rows).
     thread_local cpu::HostWorkspace packed;
-    cpu::gemm_bf16_dot(p, threads, static_cast<uint32_t*>(packed.reserve(cpu::gemm_bf16_workspace_bytes(p))));
+    uint32_t* bp = cpu::gemm_bf16_plan(p).packed
+                       ? static_cast<uint32_t*>(packed.reserve(cpu::gemm_bf16_workspace_bytes(p)))
+                       : nullptr;
+    cpu::gemm_bf16_dot(p, threads, bp);
   } else {
     cpu::gemm_openblas(p, threads);
   }

@@ -5,8 +5,9 @@
 //              OpenBLAS, pthread build), result converted to C's dtype;
 //              every dtype and stride combination.
 //   bf16_dot:  bf16 A and B on an AVX512-BF16 CPU: B packed into key-pair
-//              panels, a 6 x 64 register-blocked vdpbf16ps kernel, f32
-//              accumulation (gemm_bf16_avx512.cpp).
+//              panels (or, for a few rows, interleaved in registers), a
+//              6 x 64 register-blocked vdpbf16ps kernel, f32 accumulation
+//              (gemm_bf16_avx512.cpp), on lattn's thread pool.
 // automatic picks bf16_dot whenever it applies: it measured faster on
 // every MLA projection shape (docs/cpu.md, "Projections").
 #pragma once
@@ -32,5 +33,19 @@ void gemm_openblas(const detail::GemmProblem& p, int threads);
 // bytes (64-byte aligned) for B's k-pair panels.
 size_t gemm_bf16_workspace_bytes(const detail::GemmProblem& p);
 void gemm_bf16_dot(const detail::GemmProblem& p, int threads, uint32_t* packed);
+
+// The pieces gemm_bf16_dot runs on lattn's thread pool (gemm_bf16_avx512.cpp
+// has no threads of its own): with plan.packed, gemm_bf16_pack for every
+// batch entry first, then gemm_bf16_item for items [0, plan.items) in any
+// order and on any thread.
+struct Bf16GemmPlan {
+  bool packed = true;     // B packed into k-pair panels first (else read in place: m <= 48, not trans_b)
+  int64_t npad = 0;       // columns padded to a multiple of 16
+  int64_t panel = 0;      // uint32 per batch entry's packed panel
+  int64_t row_items = 0, col_items = 0, items = 0;
+};
+Bf16GemmPlan gemm_bf16_plan(const detail::GemmProblem& p);
+void gemm_bf16_pack(const detail::GemmProblem& p, const Bf16GemmPlan& plan, int64_t b, uint32_t* packed);
+void gemm_bf16_item(const detail::GemmProblem& p, const Bf16GemmPlan& plan, int64_t item, const uint32_t* packed);
 
 }  // namespace lattn::cpu
