@@ -16,14 +16,16 @@ LATTN=${1:-build/tools/lattn}
 ROUNDS=${2:-3}
 [ $# -ge 2 ] && shift 2 || shift $#
 [ "${1:-}" = "--" ] && shift
-CASES="--device cpu --backend cpu --phase decode --batch 1 --seq 1024,4096,16384 --repeats 41 --ceiling-check off -q -o csv"
+CASES="--device cpu --backend cpu --phase decode --batch 1 --seq 1024,4096,16384 --repeats 41 -q -o csv"
+# Builds from before the ceiling check (to compare with) lack the flag.
+"$LATTN" bench --help | grep -q -- --ceiling-check && CASES="$CASES --ceiling-check off"
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 # name,median_us per case (columns by name from the CSV header).
 medians() {
   awk -F, 'NR == 1 { for (i = 1; i <= NF; ++i) col[$i] = i; next }
-           { printf "%s,%s,%s,%s\n", $col["name"], $col["median_us"], $col["min_us"], $col["max_us"] }'
+           { printf "%s,%s,%s,%s\n", $col["name"], $col["median_us"], $col["min_us"], ("max_us" in col) ? $col["max_us"] : 0 }'
 }
 
 SPIN=""
