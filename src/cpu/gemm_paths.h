@@ -12,7 +12,7 @@
 // every MLA projection shape (docs/cpu.md, "Projections").
 #pragma once
 
-#include "core/gemm.h"
+#include "core/ops/gemm.h"
 
 namespace lattn::cpu {
 
