@@ -44,7 +44,15 @@ void futex_wake(std::atomic<uint32_t>& word, int count) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
 }
 
-inline void cpu_relax() { __builtin_ia32_pause(); }
+// A spin-wait hint: lets the core's other work (and, under a hypervisor,
+// the host) run while this thread polls.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 // Spins until pred() or `budget` has passed; true if pred() held.
 template <class Pred>
