@@ -52,9 +52,7 @@ class CpuDecodeBackend final : public DecodeBackend {
     const std::vector<int32_t> q_begin =
         read_offsets(kRunOp, "metadata.query_start_loc_cpu", md.query_start_loc_cpu, md.num_decodes, md.num_decode_tokens);
     const std::vector<int32_t> seq_lens = read_i32(kRunOp, "metadata.seq_lens_cpu", md.seq_lens_cpu, md.num_decodes);
-    DecodeSplitPolicy policy;
-    policy.threads = thread_count(params_.context);
-    return plan_decode(q_begin, seq_lens, params_.num_heads, kt.lanes_per_group, policy);
+    return plan_decode(q_begin, seq_lens, params_.num_heads, kt.lanes_per_group, thread_count(params_.context));
   }
 
   // Checks every argument (shapes, dtypes, lengths, block ids) before anything is written.

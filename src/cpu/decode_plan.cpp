@@ -7,7 +7,7 @@
 namespace lattn::cpu {
 
 DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<int32_t>& seq_lens, int num_heads,
-                       int lanes_per_group, const DecodeSplitPolicy& policy) {
+                       int lanes_per_group, int threads, int fixed_split_keys) {
   DecodePlan plan;
   plan.q_begin = q_begin;
   plan.seq_lens = seq_lens;
@@ -22,22 +22,19 @@ DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<in
     groups[r] = (lanes + lanes_per_group - 1) / lanes_per_group;
     total_work += int64_t(seq_lens[r]) * groups[r];
   }
-  const int64_t target_jobs = policy.threads > 1 ? int64_t(policy.jobs_per_thread) * policy.threads : 1;
+  const int64_t target_jobs = threads > 1 ? kJobsPerThread * int64_t(threads) : 1;
   const int64_t work_per_job = std::max<int64_t>(1, (total_work + target_jobs - 1) / target_jobs);
-  const int64_t fixed = (int64_t(policy.split_keys) + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
 
   plan.split_begin.push_back(0);
   for (int r = 0; r < requests; ++r) {
     const int len = seq_lens[r];
     const int lanes = (q_begin[r + 1] - q_begin[r]) * num_heads;
-    int64_t chunk = fixed;
-    if (fixed <= 0) {
-      chunk = std::max<int64_t>(kMinSplitKeys, (work_per_job + groups[r] - 1) / std::max<int64_t>(groups[r], 1));
-      const int splits = std::max(1, int((len + chunk - 1) / chunk));
-      // Even pieces, aligned to the key tile.
-      chunk = (int64_t(len) + splits - 1) / splits;
-      chunk = (chunk + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
-    }
+    int64_t chunk = std::max<int64_t>(kMinSplitKeys, (work_per_job + groups[r] - 1) / std::max<int64_t>(groups[r], 1));
+    const int splits = std::max(1, int((len + chunk - 1) / chunk));
+    // Even pieces, aligned to the key tile.
+    chunk = (int64_t(len) + splits - 1) / splits;
+    chunk = (chunk + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+    if (fixed_split_keys > 0) chunk = fixed_split_keys;
     int begin = 0;
     do {
       const int end = int(std::min<int64_t>(len, begin + chunk));

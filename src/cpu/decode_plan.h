@@ -2,14 +2,13 @@
 // jobs (internal): one job = one request's query rows (all heads, all s_q
 // tokens) against a contiguous range of its keys (a "split").
 //
-// Two policies (DecodeSplitPolicy): by default a request's keys are split
-// only when the batch alone cannot keep every thread busy, aiming at
-// `jobs_per_thread` jobs per thread (so that dynamic claiming evens out
-// unequal lengths and a thread the OS delays), each job at least
+// A request's keys are split only when the batch alone cannot keep every
+// thread busy: the target is kJobsPerThread jobs per thread (so that
+// dynamic claiming evens out unequal lengths), each job at least
 // kMinSplitKeys keys (below that the per-job query packing and the combine
-// cost more than the parallelism gains); or every request is cut at a fixed
-// number of keys, whatever its batchmates and the thread count. Split
-// boundaries are on key-tile multiples either way.
+// cost more than the parallelism gains), split boundaries on key-tile
+// multiples. Or, with a fixed split size, every request is cut at the same
+// keys whatever its batchmates and the thread count.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +17,10 @@
 
 namespace lattn::cpu {
 
+// Each split costs ~4 us of packing and combining (docs/cpu.md, "Split-KV"):
+// two jobs per thread, not more; lattn's pool needs no spare jobs to absorb a
+// late thread.
+constexpr int kJobsPerThread = 2;
 constexpr int kMinSplitKeys = 256;
 constexpr int kSplitAlign = 64;  // = the kernels' key tile
 
@@ -40,15 +43,11 @@ struct DecodePlan {
   friend bool operator==(const DecodePlan&, const DecodePlan&) = default;
 };
 
-struct DecodeSplitPolicy {
-  int threads = 1;          // threads the jobs are spread over
-  int jobs_per_thread = 2;  // the target when splitting by count (see docs/cpu.md for the measurement)
-  int split_keys = 0;       // > 0: split every request at this many keys (rounded up to kSplitAlign)
-};
-
 // q_begin [R + 1] and seq_lens [R] as validated by the backend; lanes_per_group
 // is the kernels' vector width (a job's cost grows with ceil(lanes / width)).
+// fixed_split_keys > 0 (a multiple of kSplitAlign): split every request every
+// fixed_split_keys keys instead of balancing the batch over the threads.
 DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<int32_t>& seq_lens, int num_heads,
-                       int lanes_per_group, const DecodeSplitPolicy& policy);
+                       int lanes_per_group, int threads, int fixed_split_keys = 0);
 
 }  // namespace lattn::cpu

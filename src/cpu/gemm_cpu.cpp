@@ -47,12 +47,9 @@ void cpu_gemm(const GemmProblem& p, const RunContext& ctx) {
   const cpu::GemmPath forced = cpu::gemm_path();
   const bool bf16 = forced != cpu::GemmPath::openblas && cpu::bf16_gemm_applies(p);
   if (bf16) {
-    // B's packed panels, kept per calling thread between calls (none for few rows).
+    // B's packed panels, kept per calling thread between calls.
     thread_local cpu::HostWorkspace packed;
-    uint32_t* bp = cpu::gemm_bf16_plan(p).packed
-                       ? static_cast<uint32_t*>(packed.reserve(cpu::gemm_bf16_workspace_bytes(p)))
-                       : nullptr;
-    cpu::gemm_bf16_dot(p, threads, bp);
+    cpu::gemm_bf16_dot(p, threads, static_cast<uint32_t*>(packed.reserve(cpu::gemm_bf16_workspace_bytes(p))));
   } else {
     cpu::gemm_openblas(p, threads);
   }

@@ -5,9 +5,8 @@
 //              OpenBLAS, pthread build), result converted to C's dtype;
 //              every dtype and stride combination.
 //   bf16_dot:  bf16 A and B on an AVX512-BF16 CPU: B packed into key-pair
-//              panels (or, for a few rows, interleaved in registers), a
-//              6 x 64 register-blocked vdpbf16ps kernel, f32 accumulation
-//              (gemm_bf16_avx512.cpp), on lattn's thread pool.
+//              panels, a 6 x 64 register-blocked vdpbf16ps kernel, f32
+//              accumulation (gemm_bf16_avx512.cpp).
 // automatic picks bf16_dot whenever it applies: it measured faster on
 // every MLA projection shape (docs/cpu.md, "Projections").
 #pragma once
@@ -34,10 +33,11 @@ void gemm_openblas(const detail::GemmProblem& p, int threads);
 size_t gemm_bf16_workspace_bytes(const detail::GemmProblem& p);
 void gemm_bf16_dot(const detail::GemmProblem& p, int threads, uint32_t* packed);
 
-// The pieces gemm_bf16_dot runs on lattn's thread pool (gemm_bf16_avx512.cpp
-// has no threads of its own): with plan.packed, gemm_bf16_pack for every
-// batch entry first, then gemm_bf16_item for items [0, plan.items) in any
-// order and on any thread.
+// The pieces gemm_bf16_dot (gemm_cpu.cpp) runs on lattn's thread pool
+// (gemm_bf16_avx512.cpp has no threads of its own): with plan.packed,
+// gemm_bf16_pack for every batch entry first, then gemm_bf16_item for items
+// [0, plan.items) in any order and on any thread. For a few rows (decode) B
+// is not packed but interleaved in registers as it is used (`packed` unused).
 struct Bf16GemmPlan {
   bool packed = true;     // B packed into k-pair panels first (else read in place: m <= 48, not trans_b)
   int64_t npad = 0;       // columns padded to a multiple of 16

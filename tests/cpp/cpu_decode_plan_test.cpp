@@ -41,21 +41,16 @@ void check_tiling(const DecodePlan& plan, const std::vector<int32_t>& seq_lens, 
 
 TEST(CpuDecodePlan, ByCountSplitsALoneLongRequestForTheThreads) {
   const std::vector<int32_t> lens = {65536};
-  DecodeSplitPolicy policy;
-  policy.threads = 2;
-  const DecodePlan plan = plan_decode(offsets(1), lens, 16, 16, policy);
+  const DecodePlan plan = plan_decode(offsets(1), lens, 16, 16, 2);
   check_tiling(plan, lens, 16);
-  EXPECT_EQ(plan.splits.size(), size_t(policy.threads * policy.jobs_per_thread));
-
-  policy.threads = 1;  // one thread: nothing to share, no split
-  EXPECT_EQ(plan_decode(offsets(1), lens, 16, 16, policy).splits.size(), 1u);
+  EXPECT_EQ(plan.splits.size(), size_t(2 * kJobsPerThread));
+  // One thread: nothing to share, no split.
+  EXPECT_EQ(plan_decode(offsets(1), lens, 16, 16, 1).splits.size(), 1u);
 }
 
 TEST(CpuDecodePlan, ByCountLeavesABigBatchWhole) {
   const std::vector<int32_t> lens(16, 4096);
-  DecodeSplitPolicy policy;
-  policy.threads = 2;
-  const DecodePlan plan = plan_decode(offsets(16), lens, 16, 16, policy);
+  const DecodePlan plan = plan_decode(offsets(16), lens, 16, 16, 2);
   check_tiling(plan, lens, 16);
   EXPECT_EQ(plan.splits.size(), 16u);
 }
@@ -64,11 +59,8 @@ TEST(CpuDecodePlan, FixedSplitSizeIgnoresBatchmatesAndThreads) {
   const std::vector<int32_t> alone = {1000};
   const std::vector<int32_t> batch = {5, 1000, 70000, 0};
   for (int threads : {1, 2, 16}) {
-    DecodeSplitPolicy policy;
-    policy.threads = threads;
-    policy.split_keys = 250;  // rounded up to 256
-    const DecodePlan a = plan_decode(offsets(1), alone, 8, 16, policy);
-    const DecodePlan b = plan_decode(offsets(4), batch, 8, 16, policy);
+    const DecodePlan a = plan_decode(offsets(1), alone, 8, 16, threads, 256);
+    const DecodePlan b = plan_decode(offsets(4), batch, 8, 16, threads, 256);
     check_tiling(a, alone, 8);
     check_tiling(b, batch, 8);
     ASSERT_EQ(a.splits.size(), 4u);
