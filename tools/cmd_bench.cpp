@@ -199,8 +199,9 @@ int bench_command(const BenchOptions& o) {
   const bench::Ceilings ceilings = runner->measure_ceilings({});
 
   // Short probes between cases (each serves the case before and the one
-  // after it) show whether a case ran with the ceilings it is judged by.
-  const bench::CeilingOptions probe{0.01, 1, size_t(32) << 20};
+  // after it) show whether a case ran with the ceilings it is judged by:
+  // the paired mode's probes (their triad arrays exceed the last-level cache).
+  const bench::CeilingOptions probe = bench::RunOptions{}.pair_options;
   bench::Ceilings before;
   if (check) before = runner->measure_ceilings(probe);
   std::vector<bench::Row> rows;
