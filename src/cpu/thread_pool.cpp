@@ -1,13 +1,18 @@
 // lattn's worker threads (see thread_pool.h).
 //
-// Claiming: one 64-bit word holds (call generation : 24 | jobs : 20 |
-// next job : 20). A thread reads it, reads the call's body, then claims job
-// `next` by compare-and-swap of the same word; the swap succeeds only while
+// Claiming: slot s owns the jobs s, s + T, s + 2T, ... of a call on T
+// threads and takes them first; once its own are gone it takes the others'
+// (a slot whose thread is off its core leaves its jobs to the rest). Owning
+// the same jobs call after call keeps each split of the cache in the cache
+// of the core that read it last step. Per slot, one 64-bit word holds (call
+// generation : 24 | T - 1 : 8 | jobs of the slot : 16 | next : 16). A
+// thread reads a word, reads the call's body, then claims job `next` of that
+// slot by compare-and-swap of the same word; the swap succeeds only while
 // that call still has unclaimed jobs, and a caller does not start another
 // call before all jobs of its current one are finished (hence claimed), so a
 // successful claim proves that the body read before it was this call's. A
-// thread that wakes up after the call is over finds next == jobs, or another
-// generation, and touches nothing.
+// thread that wakes up after the call is over finds every slot's jobs gone,
+// or another generation, and touches nothing.
 #include "cpu/thread_pool.h"
 
 #include <linux/futex.h>
@@ -24,18 +29,21 @@
 namespace lattn::cpu {
 namespace {
 
-constexpr int kCountBits = 20;
+constexpr int kCountBits = 16;
 constexpr uint64_t kCountMask = (uint64_t(1) << kCountBits) - 1;
-constexpr int64_t kMaxJobsPerCall = int64_t(kCountMask);
+constexpr int kMaxSlots = 256;  // threads per call (T - 1 fits in 8 bits)
+constexpr int64_t kMaxJobsPerCall = int64_t(kCountMask);  // per slot, hence per call too
 // Spin budgets before sleeping. A worker keeps spinning this long after a
 // call because decode issues its calls back to back (projection, attention,
 // projection, next layer); the caller spins for about one job's length.
 constexpr auto kWorkerSpin = std::chrono::microseconds(200);
 constexpr auto kCallerSpin = std::chrono::microseconds(50);
 
-uint64_t claim_word(uint64_t gen, uint64_t jobs, uint64_t next) {
-  return gen << (2 * kCountBits) | jobs << kCountBits | next;
+uint64_t claim_word(uint64_t gen, int threads, uint64_t jobs, uint64_t next) {
+  return gen << 40 | uint64_t(threads - 1) << 32 | jobs << kCountBits | next;
 }
+uint64_t word_gen(uint64_t w) { return w >> 40; }
+int word_threads(uint64_t w) { return int((w >> 32) & 0xff) + 1; }
 
 void futex_wait(std::atomic<uint32_t>& word, uint32_t expected) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
@@ -77,13 +85,18 @@ class Pool {
       run_inline(jobs, ctx, body);
       return;
     }
+    if (threads > kMaxSlots) threads = kMaxSlots;
     grow(threads - 1);
     ++gen_;
     ctx_.store(ctx, std::memory_order_relaxed);
     body_.store(body, std::memory_order_relaxed);
-    threads_.store(threads, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
-    claim_.store(claim_word(gen_ & ((uint64_t(1) << 24) - 1), uint64_t(jobs), 0), std::memory_order_release);
+    calls_jobs_.store(uint32_t(jobs), std::memory_order_relaxed);
+    const uint64_t gen = gen_ & ((uint64_t(1) << 24) - 1);
+    for (int s = 0; s < threads; ++s) {
+      const uint64_t own = jobs > s ? uint64_t((jobs - s + threads - 1) / threads) : 0;
+      slots_[s].claim.store(claim_word(gen, threads, own, 0), std::memory_order_release);
+    }
     wake_.fetch_add(1, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(wake_, INT_MAX);
 
@@ -105,24 +118,32 @@ class Pool {
     t_in_job = outer;
   }
 
-  // Claims and runs jobs of the current call until none is left.
+  // Claims and runs jobs of the current call until none is left: this
+  // slot's own first, then the other slots'.
   void work(int slot) {
-    uint64_t c = claim_.load(std::memory_order_acquire);
-    for (;;) {
-      const uint64_t jobs = (c >> kCountBits) & kCountMask, next = c & kCountMask;
-      if (next >= jobs) return;
-      JobBody body = body_.load(std::memory_order_relaxed);
-      void* ctx = ctx_.load(std::memory_order_relaxed);
-      if (slot >= threads_.load(std::memory_order_relaxed)) return;
-      if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-      t_in_job = true;
-      body(ctx, int64_t(next), slot);
-      t_in_job = slot != 0;
-      if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == uint32_t(jobs) &&
-          caller_sleeping_.load(std::memory_order_seq_cst)) {
-        futex_wake(done_, 1);
+    const uint64_t mine = slots_[slot].claim.load(std::memory_order_acquire);
+    const int threads = word_threads(mine);
+    if (slot >= threads) return;  // not part of this call (or a stale word: nothing to do)
+    for (int k = 0; k < threads; ++k) {
+      const int owner = (slot + k) % threads;
+      std::atomic<uint64_t>& word = slots_[owner].claim;
+      uint64_t w = word.load(std::memory_order_acquire);
+      for (;;) {
+        if (word_gen(w) != word_gen(mine)) break;  // another call's word
+        const uint64_t own = (w >> kCountBits) & kCountMask, next = w & kCountMask;
+        if (next >= own) break;
+        JobBody body = body_.load(std::memory_order_relaxed);
+        void* ctx = ctx_.load(std::memory_order_relaxed);
+        if (!word.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+        t_in_job = true;
+        body(ctx, int64_t(owner) + int64_t(next) * threads, slot);
+        t_in_job = slot != 0;
+        const uint32_t all = calls_jobs_.load(std::memory_order_relaxed);
+        if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == all && caller_sleeping_.load(std::memory_order_seq_cst)) {
+          futex_wake(done_, 1);
+        }
+        w = word.load(std::memory_order_acquire);
       }
-      c = claim_.load(std::memory_order_acquire);
     }
   }
 
@@ -151,10 +172,13 @@ class Pool {
   std::mutex caller_;
   uint64_t gen_ = 0;
   int workers_ = 0;
-  std::atomic<uint64_t> claim_{0};
+  struct alignas(64) Slot {  // one cache line each: slots are claimed from concurrently
+    std::atomic<uint64_t> claim{0};
+  };
+  Slot slots_[kMaxSlots];
   std::atomic<void*> ctx_{nullptr};
   std::atomic<JobBody> body_{nullptr};
-  std::atomic<int> threads_{0};
+  std::atomic<uint32_t> calls_jobs_{0};  // jobs of the current call
   std::atomic<uint32_t> done_{0};
   std::atomic<uint32_t> caller_sleeping_{0};
   std::atomic<uint32_t> wake_{0};
