@@ -2,10 +2,11 @@
 // backend and the projection GEMM (internal). docs/cpu.md, "Threads", says
 // why and what it measured.
 //
-// A call is a list of jobs [0, jobs) claimed one at a time, in index order,
-// by whichever of its threads are running: the calling thread works too, and
-// returns as soon as every job has finished. Nothing waits for a thread that
-// never claimed a job. With OpenMP, every thread of a team must reach the
+// A call is a list of jobs [0, jobs) claimed one at a time by whichever of
+// its threads are running: on T threads, slot s owns jobs s, s + T, ... and
+// takes them first (in order), then what is left of the others'. The calling
+// thread works too (slot 0) and returns as soon as every job has finished.
+// Nothing waits for a thread that never claimed a job. With OpenMP, every thread of a team must reach the
 // barrier that ends a parallel region: on a machine where another process
 // holds one core, a call then waits for the scheduler to hand that thread
 // its core back (a time slice, milliseconds, for a step of a fraction of
