@@ -30,3 +30,5 @@
 #include "lattn/attention.h"
 #include "lattn/functional.h"
 #include "lattn/kernel_label.h"
+#include "lattn/communicator.h"
+#include "lattn/dcp.h"
