@@ -25,6 +25,7 @@ import pytest  # noqa: E402
 
 @pytest.mark.parametrize("section", [
     "## The softmax scale",
+    "## What runs",
     "## Kernel-level calls with LSE",
     "## vLLM: the whole MLA layer",
     "## torch custom ops",
