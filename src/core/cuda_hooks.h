@@ -60,5 +60,7 @@ struct GemmProblem;
 }
 namespace lattn::cuda_hooks {
 // cuBLAS(Lt) implementation of detail::gemm for device pointers.
-void gemm(const detail::GemmProblem& p, int device, Stream stream);
+// batch_invariant: the fixed-tile kernel instead (each output's K order is
+// fixed, no split-K, whatever M is: a row's bits do not depend on the others).
+void gemm(const detail::GemmProblem& p, int device, Stream stream, bool batch_invariant = false);
 }  // namespace lattn::cuda_hooks

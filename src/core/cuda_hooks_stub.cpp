@@ -44,6 +44,6 @@ void quantize_fp8(const Tensor&, const Tensor&, const Tensor&, Stream) { no_cuda
 
 #ifndef LATTN_WITH_CUDA
 namespace lattn::cuda_hooks {
-void gemm(const detail::GemmProblem&, int, Stream) { no_cuda("gemm"); }
+void gemm(const detail::GemmProblem&, int, Stream, bool) { no_cuda("gemm"); }
 }  // namespace lattn::cuda_hooks
 #endif

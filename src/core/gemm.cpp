@@ -8,7 +8,7 @@ namespace lattn::detail {
 void gemm(const GemmProblem& p, const RunContext& ctx) {
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
   if (ctx.device.is_cuda()) {
-    cuda_hooks::gemm(p, ctx.device.index, ctx.stream);
+    cuda_hooks::gemm(p, ctx.device.index, ctx.stream, ctx.batch_invariant);
   } else {
     cpu_gemm(p, ctx);
   }

@@ -7,7 +7,7 @@
 namespace lattn::cpu {
 
 DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<int32_t>& seq_lens, int num_heads,
-                       int lanes_per_group, int threads) {
+                       int lanes_per_group, int threads, int fixed_split_keys) {
   DecodePlan plan;
   plan.q_begin = q_begin;
   plan.seq_lens = seq_lens;
@@ -34,6 +34,7 @@ DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<in
     // Even pieces, aligned to the key tile.
     chunk = (int64_t(len) + splits - 1) / splits;
     chunk = (chunk + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+    if (fixed_split_keys > 0) chunk = fixed_split_keys;
     int begin = 0;
     do {
       const int end = int(std::min<int64_t>(len, begin + chunk));

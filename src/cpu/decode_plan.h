@@ -17,6 +17,9 @@ namespace lattn::cpu {
 
 constexpr int kMinSplitKeys = 256;
 constexpr int kSplitAlign = 64;  // = the kernels' key tile
+// Batch-invariant mode: every request is split every this many keys from its
+// first key, whatever the batch or the thread count (docs/mla.md).
+constexpr int kBatchInvariantSplitKeys = 512;
 
 struct DecodeSplit {
   int request = 0;
@@ -39,7 +42,9 @@ struct DecodePlan {
 
 // q_begin [R + 1] and seq_lens [R] as validated by the backend; lanes_per_group
 // is the kernels' vector width (a job's cost grows with ceil(lanes / width)).
+// fixed_split_keys > 0 (a multiple of kSplitAlign): split every request every
+// fixed_split_keys keys instead of balancing the batch over the threads.
 DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<int32_t>& seq_lens, int num_heads,
-                       int lanes_per_group, int threads);
+                       int lanes_per_group, int threads, int fixed_split_keys = 0);
 
 }  // namespace lattn::cpu
