@@ -143,6 +143,7 @@ std::vector<bench::BenchCase> sweep(const BenchOptions& o, const LayerSetup& set
               c.batch = b;
               c.device = setup.device;
               c.num_threads = o.threads;
+              c.batch_invariant = o.layer.batch_invariant;
               if (phase == bench::Phase::prefill) {
                 c.query_len = s;
                 c.context_len = v;

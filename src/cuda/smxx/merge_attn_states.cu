@@ -54,8 +54,11 @@ __device__ __forceinline__ MergeWeights merge_weights(float p, float s) {
 }
 
 // One merged element; an empty side adds nothing (not even 0 * its value).
+// Both products are rounded before the sum (no FMA contraction), so the
+// result does not depend on which side is the prefix: the batch-invariant
+// chunk loop may merge a request's pieces in either role (docs/mla.md).
 __device__ __forceinline__ float merge_one(const MergeWeights& w, float a, float b) {
-  if (w.p_live && w.s_live) return a * w.wp + b * w.ws;
+  if (w.p_live && w.s_live) return __fadd_rn(__fmul_rn(a, w.wp), __fmul_rn(b, w.ws));
   if (w.p_live) return a * w.wp;
   return w.s_live ? b * w.ws : 0.f;
 }
