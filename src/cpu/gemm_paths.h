@@ -13,7 +13,7 @@
 // no split) where it applies, else gemm_fixed_order instead of OpenBLAS.
 #pragma once
 
-#include "core/gemm.h"
+#include "core/ops/gemm.h"
 
 namespace lattn::cpu {
 
