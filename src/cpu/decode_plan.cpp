@@ -22,7 +22,7 @@ DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<in
     groups[r] = (lanes + lanes_per_group - 1) / lanes_per_group;
     total_work += int64_t(seq_lens[r]) * groups[r];
   }
-  const int64_t target_jobs = threads > 1 ? 8 * int64_t(threads) : 1;
+  const int64_t target_jobs = threads > 1 ? kJobsPerThread * int64_t(threads) : 1;
   const int64_t work_per_job = std::max<int64_t>(1, (total_work + target_jobs - 1) / target_jobs);
 
   plan.split_begin.push_back(0);
