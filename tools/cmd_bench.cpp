@@ -155,6 +155,7 @@ std::vector<bench::BenchCase> sweep(const BenchOptions& o, const LayerSetup& set
               c.device = setup.device;
               // The thread count the CPU runs use (0 means all: say how many that is).
               c.num_threads = o.threads > 0 || !setup.device.is_cpu() ? o.threads : omp_get_max_threads();
+              c.batch_invariant = o.layer.batch_invariant;
               if (phase == bench::Phase::prefill) {
                 c.query_len = s;
                 c.context_len = v;

@@ -213,6 +213,13 @@ struct MetadataBuilderConfig {
   std::optional<int> head_dim;
   // Enables CUDA-graph builds (build_for_cudagraph / padded builds).
   std::optional<CudaGraphConfig> cudagraph;
+  // Batch-invariant context chunks (docs/mla.md, "Batch invariance"): each
+  // prefill's context is cut at multiples of batch_invariant_context_chunk
+  // tokens (0: an eighth of the workspace; rounded down to block_size),
+  // whatever the rest of the batch is, instead of the seed's equal share of
+  // the workspace. Also switched on by LATTN_BATCH_INVARIANT=1.
+  bool batch_invariant = false;
+  int64_t batch_invariant_context_chunk = 0;
 };
 
 // Per-build options.

@@ -57,7 +57,8 @@ class CpuDecodeBackend final : public DecodeBackend {
     const std::vector<int32_t> q_begin =
         read_offsets(kRunOp, "metadata.query_start_loc_cpu", md.query_start_loc_cpu, md.num_decodes, md.num_decode_tokens);
     const std::vector<int32_t> seq_lens = read_i32(kRunOp, "metadata.seq_lens_cpu", md.seq_lens_cpu, md.num_decodes);
-    return plan_decode(q_begin, seq_lens, params_.num_heads, kt.lanes_per_group, thread_count(params_.context));
+    return plan_decode(q_begin, seq_lens, params_.num_heads, kt.lanes_per_group, thread_count(params_.context),
+                       params_.context.batch_invariant ? kBatchInvariantSplitKeys : 0);
   }
 
   // What a plan depends on besides the metadata's lengths.
@@ -172,11 +173,18 @@ void combine_request(const DecodePlan& plan, int r, int heads, int latent, const
   for (int64_t t = plan.q_begin[r]; t < plan.q_begin[r + 1]; ++t) {
     for (int h = 0; h < heads; ++h) {
       const int lane = int(t - plan.q_begin[r]) * heads + h;
+      // A NaN partial LSE (the split attended to a NaN) makes the row NaN.
       float m = -INFINITY;
-      for (int s = s0; s < s1; ++s) m = std::max(m, partial_lse[plan.splits[s].first_row + lane]);
+      for (int s = s0; s < s1; ++s) {
+        const float x = partial_lse[plan.splits[s].first_row + lane];
+        m = std::isnan(x) || std::isnan(m) ? NAN : std::max(m, x);
+      }
       std::fill(row, row + latent, 0.f);
       float sum = 0.f;
-      if (m != -INFINITY) {
+      if (std::isnan(m)) {
+        std::fill(row, row + latent, m);
+        sum = m;
+      } else if (m != -INFINITY) {
         for (int s = s0; s < s1; ++s) {
           const float w = std::exp(partial_lse[plan.splits[s].first_row + lane] - m);
           if (w == 0.f) continue;

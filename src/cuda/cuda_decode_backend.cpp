@@ -28,6 +28,9 @@ constexpr const char* kPlan = "cuda decode prepare_metadata";
 // KV tiles; FlashMLA uses a similar constant.
 constexpr int kOverheadTiles = 4;
 
+// Batch-invariant mode: keys per split (docs/mla.md, "Batch invariance").
+constexpr int kBatchInvariantSplitKeys = 512;
+
 void check_index(const char* op, const char* arg, const Tensor& t, Device device, int dims) {
   check_defined(op, arg, t);
   check_device(op, arg, t, device);
@@ -112,17 +115,41 @@ void CudaDecodeBackend::prepare_metadata(const DecodeMetadata& md) {
   const DeviceContext& ctx = device_context(device);
   const bool fp8 = params_.kv_cache_dtype == DType::fp8_e4m3;
   const int rows = params_.num_heads * md.max_decode_query_len;
-  config_ = sm80::choose_decode_tiles(rows, ctx.max_smem_per_block_optin, fp8);
+  const bool invariant = params_.context.batch_invariant;
+  // Batch-invariant: the tiles a single-token request of this layer would get,
+  // whatever the batch's longest query (the key tile size fixes the softmax order).
+  config_ = sm80::choose_decode_tiles(invariant ? std::min(rows, 16) : rows, ctx.max_smem_per_block_optin, fp8);
   m_tiles_ = (rows + config_.block_m - 1) / config_.block_m;
   const int ctas_per_sm = std::max(1, sm80::decode_ctas_per_sm(config_, params_.dtype, params_.kv_cache_dtype));
   // One wave: every SM busy with a CTA of each co-resident slot.
-  const int parts = std::clamp(ctx.sm_count * ctas_per_sm / m_tiles_, 1, 1024);
+  int parts = std::clamp(ctx.sm_count * ctas_per_sm / m_tiles_, 1, 1024);
+  const int split_tiles = std::max(1, kBatchInvariantSplitKeys / config_.block_n);
+  if (invariant) {
+    // A fixed split size in keys: one part per split of every request (from
+    // the host's seq_lens; a graph must be captured with its longest contexts).
+    int splits = 0;
+    const int32_t* lens = md.seq_lens_cpu.data_as<const int32_t>();
+    for (int r = 0; r < md.num_decodes; ++r) {
+      const int tiles = (std::max(lens[r], 0) + config_.block_n - 1) / config_.block_n;
+      const int n = (tiles + split_tiles - 1) / split_tiles;
+      if (n > kMaxDecodeSplitsPerRequest || splits + n > 65535) {
+        throw NotImplementedError(std::string(kPlan) + ": batch-invariant decode splits every " +
+                                  std::to_string(kBatchInvariantSplitKeys) + " keys; request " + std::to_string(r) +
+                                  " (seq_len " + std::to_string(lens[r]) + ") brings the batch to " +
+                                  std::to_string(splits + n) + " splits, more than the kernels handle (" +
+                                  std::to_string(kMaxDecodeSplitsPerRequest) + " per request, 65535 in all)");
+      }
+      splits += n;
+    }
+    parts = std::max(parts, splits);
+  }
   const int rows_capacity = m_tiles_ * config_.block_m;
   const size_t bytes = decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank);
   workspace_.reserve(bytes, params_.context.stream, kPlan);
   carve_decode_plan(workspace_.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_);
   plan_.tile_keys = config_.block_n;
-  plan_.overhead_tiles = kOverheadTiles;
+  plan_.overhead_tiles = invariant ? 0 : kOverheadTiles;
+  plan_.fixed_split_tiles = invariant ? split_tiles : 0;
   launch_decode_plan(md.seq_lens.data_as<const int32_t>(), md.num_decodes, plan_,
                      reinterpret_cast<cudaStream_t>(params_.context.stream));
   planned_batch_ = md.num_decodes;

@@ -44,6 +44,8 @@ void advance_step(int num_seqs, int num_queries, int block_size, const Tensor& i
 void quantize_fp8(const Tensor& src, const Tensor& dst, const Tensor& scale, Stream stream);
 
 // cuBLAS(Lt) GEMM for device pointers (smxx/gemm_cublas.cu).
-void gemm(const detail::GemmProblem& p, int device, Stream stream);
+// batch_invariant: the fixed-tile kernel instead of cuBLAS (each output's K
+// order fixed, no split-K, whatever M is: a row's bits do not depend on the others).
+void gemm(const detail::GemmProblem& p, int device, Stream stream, bool batch_invariant = false);
 
 }  // namespace lattn::cuda

@@ -27,7 +27,7 @@ const DeviceOps& cuda_device_ops() {
     t.swap_blocks = cuda::swap_blocks;
     t.advance_step = cuda::advance_step;
     t.quantize_fp8 = cuda::quantize_fp8;
-    t.gemm = [](const GemmProblem& p, const RunContext& ctx) { cuda::gemm(p, ctx.device.index, ctx.stream); };
+    t.gemm = [](const GemmProblem& p, const RunContext& ctx) { cuda::gemm(p, ctx.device.index, ctx.stream, ctx.batch_invariant); };
     return t;
   }();
   return table;

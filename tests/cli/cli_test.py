@@ -67,13 +67,14 @@ def help_is_complete(lattn):
     for flag in ["--model", "--tp", "--num-heads", "--kv-lora-rank", "--qk-nope-head-dim", "--qk-rope-head-dim",
                  "--v-head-dim", "--kv-cache-dtype", "--block-size", "--layers", "--prefill-backend",
                  "--decode-backend", "--max-num-batched-tokens", "--max-num-seqs", "--num-blocks", "--trace",
-                 "--verify", "--json", "Exit codes"]:
+                 "--verify", "--json", "--batch-invariant", "Exit codes"]:
         check_in(flag, run, "run --help")
     info = lattn("info", "--help").stdout
     for flag in ["--model", "--tp", "--json"]:
         check_in(flag, info, "info --help")
     bench = lattn("bench", "--help").stdout
-    for flag in ["--phase", "--heads", "--batch", "--seq", "--block-size", "--backend", "-o", "--plot"]:
+    for flag in ["--phase", "--heads", "--batch", "--seq", "--block-size", "--backend", "-o", "--plot",
+                 "--batch-invariant"]:
         check_in(flag, bench, "bench --help")
 
 

@@ -25,7 +25,7 @@ struct MlaAttention::Impl {
   detail::Workspace workspace;
 
   const MlaDims& dims() const { return config.dims; }
-  RunContext run_context() const { return {config.device, config.stream, 0}; }
+  RunContext run_context() const { return {config.device, config.stream, 0, config.batch_invariant}; }
   bool supports_quant_output() const;
 };
 
