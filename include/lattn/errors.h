@@ -56,6 +56,14 @@ class RuntimeError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An allocation lattn asked for was refused (host or device memory
+// exhausted) (Python MemoryError). A RuntimeError, so code that catches
+// running failures still catches it.
+class MemoryError : public RuntimeError {
+ public:
+  using RuntimeError::RuntimeError;
+};
+
 // Throws AssertionError(message) when cond is false. Always on.
 inline void lattn_assert(bool cond, const std::string& message) {
   if (!cond) throw AssertionError(message);

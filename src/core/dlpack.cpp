@@ -44,10 +44,11 @@ Tensor from_dlpack(const DLTensor& t) {
     throw ValueError("from_dlpack: unsupported device type " + std::to_string(int(t.device.device_type)) +
                      "; expected CPU or CUDA");
   }
-  if (t.ndim > kMaxDims) {
-    throw ValueError("from_dlpack: at most " + std::to_string(kMaxDims) + " dims are supported, got " +
+  if (t.ndim < 0 || t.ndim > kMaxDims) {
+    throw ValueError("from_dlpack: 0 to " + std::to_string(kMaxDims) + " dims are supported, got " +
                      std::to_string(t.ndim));
   }
+  if (t.ndim > 0 && t.shape == nullptr) throw ValueError("from_dlpack: the producer gave no shape array");
   const DType dtype = from_dl_dtype(t.dtype);
   std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
   void* data = static_cast<char*>(t.data) + t.byte_offset;

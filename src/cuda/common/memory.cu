@@ -3,6 +3,7 @@
 
 #include "core/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
+#include "lattn/errors.h"
 
 namespace lattn::cuda_hooks {
 namespace {
@@ -29,7 +30,13 @@ class DeviceGuard {
 void* device_malloc(size_t bytes, int device) {
   DeviceGuard guard(device);
   void* p = nullptr;
-  LATTN_CUDA_CHECK(cudaMalloc(&p, bytes));
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear the sticky-free error so later calls do not see it
+    throw MemoryError("device allocation of " + std::to_string(bytes) + " bytes on cuda:" + std::to_string(device) +
+                      " failed (out of memory)");
+  }
+  LATTN_CUDA_CHECK(err);
   return p;
 }
 

@@ -1,0 +1,125 @@
+// Hostile sizes and shared state at the public C++ boundary: size products
+// that would wrap are refused (ValueError) before anything is allocated, an
+// allocation that fails is a MemoryError, DLPack imports of impossible
+// tensors are refused, weight views survive a reload, and the metadata
+// workspace arithmetic is overflow-checked (docs/reliability.md).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <dlpack/dlpack.h>
+
+#include "lattn/attention.h"
+#include "lattn/cache.h"
+#include "lattn/dlpack_interop.h"
+#include "lattn/errors.h"
+#include "lattn/metadata.h"
+#include "lattn/overflow.h"
+#include "lattn/tensor.h"
+
+namespace lattn {
+namespace {
+
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+
+template <class Fn>
+std::string value_error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "(no ValueError)";
+}
+
+TEST(Overflow, CheckedArithmeticRefusesWrapping) {
+  EXPECT_EQ(checked_mul(3, 4, "x"), 12);
+  EXPECT_EQ(checked_add(kI64Max - 1, 1, "x"), kI64Max);
+  EXPECT_NE(value_error_of([] { checked_mul(int64_t(1) << 62, 4, "blocks"); }).find("blocks: "), std::string::npos);
+  EXPECT_THROW(checked_add(kI64Max, 1, "x"), ValueError);
+  EXPECT_THROW(checked_mul(-(int64_t(1) << 62), 4, "x"), ValueError);
+}
+
+TEST(Overflow, TensorShapesWhoseSizeWrapsAreRefused) {
+  const int64_t huge = int64_t(1) << 62;
+  // numel fits, bytes do not (f32): was accepted with a wrapped nbytes().
+  EXPECT_NE(value_error_of([&] { Tensor(nullptr, DType::f32, {huge, 576}); }).find("does not fit in 64 bits"),
+            std::string::npos);
+  EXPECT_THROW(Tensor(nullptr, DType::u8, {int64_t(1) << 32, int64_t(1) << 32}), ValueError);
+  // A zero dim does not hide an overflowing product of the others (strides would wrap).
+  EXPECT_THROW(Tensor(nullptr, DType::f32, {0, huge, huge}), ValueError);
+  // Strided views whose farthest element is past 2^63 bytes.
+  const std::vector<int64_t> shape{2, 2}, strides{kI64Max / 2, 1};
+  EXPECT_THROW(Tensor(nullptr, DType::f32, shape, strides), ValueError);
+  // The largest sane shapes still work.
+  EXPECT_NO_THROW(Tensor(nullptr, DType::u8, {int64_t(1) << 40, 1024}));
+}
+
+TEST(Overflow, OwnedTensorAndCacheRefuseWrappedSizesBeforeAllocating) {
+  EXPECT_THROW(OwnedTensor::empty({int64_t(1) << 62, 576}, DType::f32), ValueError);
+  EXPECT_THROW(OwnedLatentCache(int64_t(1) << 62, 1024, MlaDims{1, 512, 1, 64, 1}, DType::bf16, Device::cpu(), 1.f),
+               ValueError);
+}
+
+TEST(Overflow, FailedAllocationIsMemoryError) {
+  // 2^60 bytes: representable, never available.
+  EXPECT_THROW(OwnedTensor::empty({int64_t(1) << 58}, DType::f32), MemoryError);
+  EXPECT_THROW(Buffer(std::numeric_limits<size_t>::max() - 8, Device::cpu()), MemoryError);
+  // A MemoryError is a RuntimeError (callers that catch running failures catch it).
+  EXPECT_THROW(OwnedTensor::empty({int64_t(1) << 58}, DType::f32), RuntimeError);
+}
+
+TEST(Overflow, NarrowAndViewDoNotWrap) {
+  std::vector<float> data(8);
+  const Tensor t(data.data(), DType::f32, {8});
+  EXPECT_THROW(t.narrow(0, 4, kI64Max), ValueError);  // start + length wrapped past the size check
+  EXPECT_THROW(t.view({int64_t(1) << 62, int64_t(1) << 62, 0}), ValueError);
+}
+
+TEST(Overflow, WorkspaceSizeArithmeticIsChecked) {
+  EXPECT_NE(value_error_of([] { mla_context_chunk_workspace_size(int64_t(1) << 61, 4, 16); })
+                .find("does not fit in 64 bits"),
+            std::string::npos);
+  EXPECT_THROW(mla_context_chunk_workspace_size(1024, int64_t(1) << 40, int64_t(1) << 40), ValueError);
+}
+
+TEST(DlpackImport, ImpossibleTensorsAreRefused) {
+  char storage[16];
+  int64_t shape[2] = {int64_t(1) << 62, 64};
+  DLTensor t{};
+  t.data = storage;
+  t.device = {kDLCPU, 0};
+  t.dtype = {kDLFloat, 32, 1};
+  t.ndim = -1;  // was: std::vector of (size_t)-1 elements (length_error / crash)
+  t.shape = shape;
+  EXPECT_THROW(from_dlpack(t), ValueError);
+  t.ndim = 2;
+  EXPECT_THROW(from_dlpack(t), ValueError);  // bytes past 2^63
+  t.shape = nullptr;
+  EXPECT_THROW(from_dlpack(t), ValueError);  // no shape array
+}
+
+TEST(WeightViews, KeepTheirStorageAcrossReloads) {
+  MlaAttentionConfig config;
+  config.dims = {2, 2, 1, 1, 1};
+  config.dtype = DType::f32;
+  MlaAttention attention(config);
+  std::vector<float> w{1, 2, 3, 4, 5, 6, 7, 8};
+  attention.process_weights_after_loading(Tensor(w.data(), DType::f32, {4, 2}));
+  const Tensor old_view = attention.W_UK_T();
+  const std::shared_ptr<const void> owner = attention.weights_owner();
+  std::vector<float> w2{10, 20, 30, 40, 50, 60, 70, 80};
+  attention.process_weights_after_loading(Tensor(w2.data(), DType::f32, {4, 2}));
+  // New storage for the new weights; the old view reads the old values (ASan: no use after free).
+  EXPECT_NE(attention.W_UK_T().data(), old_view.data());
+  const float* k = old_view.data_as<float>();
+  EXPECT_EQ(std::vector<float>(k, k + 4), (std::vector<float>{1, 2, 5, 6}));
+  EXPECT_EQ(attention.W_UK_T().data_as<float>()[0], 10.f);
+}
+
+}  // namespace
+}  // namespace lattn
