@@ -47,10 +47,10 @@ RunOutputs outputs_for(ArrayArgs& args, py::handle q_obj, const Tensor& q, const
   RunOutputs r;
   r.out = out.is_none() ? empty_like_framework(q_obj, {q.size(0), q.size(1), v.size(2)}, out_dtype, q.device())
                         : out;
-  r.out_view = args.get(r.out, "out");
+  r.out_view = args.get_writable(r.out, "out");
   if (want_lse) {
     r.lse = lse.is_none() ? empty_like_framework(q_obj, {q.size(1), q.size(0)}, DType::f32, q.device()) : lse;
-    r.lse_view = args.get(r.lse, "lse");
+    r.lse_view = args.get_writable(r.lse, "lse");
   } else {
     r.lse = py::none();
   }
