@@ -2,10 +2,13 @@
 // benchmark harness (bench/harness), judged against ceilings measured in the
 // same run; a table, CSV or JSON, and optionally a plot drawn by
 // scripts/plot_bench.py from that JSON.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend_report.h"
@@ -185,6 +188,22 @@ int bench_command(const BenchOptions& o) {
   }
   if (o.warmup < 0 || o.repeats < 1) {
     throw CliError(kExitUsage, "--warmup must be >= 0 and --repeats >= 1");
+  }
+  // A plot that cannot be written fails now, not after minutes of measuring.
+  if (!o.plot.empty()) {
+    const std::filesystem::path parent = std::filesystem::path(o.plot).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+      throw CliError(kExitUsage, "--plot " + o.plot + ": the folder '" + parent.string() + "' does not exist");
+    }
+  }
+  // More threads than this only time-share the processors (and a huge count
+  // exhausts OpenMP's thread stacks).
+  const int max_threads = 4 * int(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.threads < 0 || o.threads > max_threads) {
+    throw CliError(kExitUsage, "--threads must be in [0, " + std::to_string(max_threads) +
+                                   "] (0: all; at most 4 x the " + std::to_string(max_threads / 4) +
+                                   " hardware threads), got " + std::to_string(o.threads));
   }
   const std::vector<bench::BenchCase> cases = sweep(o, setup);
   auto runner = make_runner(setup, o.threads);
