@@ -32,7 +32,8 @@ void synchronize(Stream stream);
 CudaDeviceQuery query_devices();
 
 // Ops on device tensors (arguments already validated by the core; k_pe
-// arrives squeezed to [T, R]; index values on the device are unchecked).
+// arrives squeezed to [T, R]; index values on the device are bound-checked by
+// the kernels: cuda/common/index_check.h).
 void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
                           const Tensor& slot_mapping, Stream stream);
 void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& block_table,
