@@ -5,10 +5,14 @@
 // workspace arithmetic is overflow-checked (docs/reliability.md).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <dlpack/dlpack.h>
@@ -20,6 +24,7 @@
 #include "lattn/metadata.h"
 #include "lattn/overflow.h"
 #include "lattn/tensor.h"
+#include "support/backend_driver.h"
 
 namespace lattn {
 namespace {
@@ -119,6 +124,56 @@ TEST(WeightViews, KeepTheirStorageAcrossReloads) {
   const float* k = old_view.data_as<float>();
   EXPECT_EQ(std::vector<float>(k, k + 4), (std::vector<float>{1, 2, 5, 6}));
   EXPECT_EQ(attention.W_UK_T().data_as<float>()[0], 10.f);
+}
+
+// One layer, two threads: every forward either computes its thread's result
+// exactly or is refused with RuntimeError (the contract of lattn/attention.h);
+// none returns an output computed with the other thread's scratch.
+TEST(LayerThreads, AConcurrentCallIsRefusedNeverMixed) {
+  test::BackendCase c;
+  c.name = "threads";
+  c.dims = MlaDims{3, 64, 32, 16, 24};
+  c.dtype = DType::f32;
+  c.kv_cache_dtype = DType::f16;
+  c.decodes = {{50, 1}, {30, 1}};
+  c.prefills = {{40, 120}, {0, 100}};
+  test::PreparedStep step(c, "cpu", "cpu");
+  const Tensor q = step.q();
+  const int64_t T = q.size(0), width = int64_t(c.dims.num_heads) * c.dims.v_head_dim;
+  // Thread 1 uses a different query (q * 2): shared scratch would mix the two.
+  OwnedTensor q2 = OwnedTensor::empty(q.shape(), q.dtype());
+  copy_host(q, q2.tensor());
+  for (int64_t i = 0; i < q2.tensor().numel(); ++i) q2.data_as<float>()[i] *= 2.f;
+  const Tensor queries[2] = {q, q2.tensor()};
+  OwnedTensor expected[2] = {OwnedTensor::empty({T, width}, DType::f32), OwnedTensor::empty({T, width}, DType::f32)};
+  for (int i = 0; i < 2; ++i) {
+    step.attention().forward(queries[i], step.kv_c(), step.k_pe(), step.cache(), step.metadata(), expected[i].tensor());
+  }
+  std::atomic<int> wrong{0}, refused{0}, ok{0};
+  auto worker = [&](int i) {
+    OwnedTensor out = OwnedTensor::empty({T, width}, DType::f32);
+    for (int iter = 0; iter < 40; ++iter) {
+      try {
+        step.attention().forward(queries[i], step.kv_c(), step.k_pe(), step.cache(), step.metadata(), out.tensor());
+      } catch (const RuntimeError& e) {
+        EXPECT_NE(std::string(e.what()).find("another thread"), std::string::npos) << e.what();
+        ++refused;
+        continue;
+      }
+      // A tolerance, not bit equality: the two threads' OpenMP teams may differ in size.
+      bool same = true;
+      for (int64_t k = 0; k < out.tensor().numel() && same; ++k) {
+        const float x = out.data_as<float>()[k], y = expected[i].data_as<float>()[k];
+        same = std::fabs(x - y) <= 1e-5f * (1.f + std::fabs(y));
+      }
+      ++(same ? ok : wrong);
+    }
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  a.join();
+  b.join();
+  EXPECT_EQ(wrong.load(), 0) << ok.load() << " right, " << refused.load() << " refused";
+  EXPECT_GT(ok.load(), 0);
 }
 
 }  // namespace

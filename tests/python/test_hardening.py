@@ -340,3 +340,35 @@ def test_errors_do_not_dump_arrays():
         message = str(info.value)
         assert len(message) < 400, message[:400]
         assert "Unable to cast" not in message and "incompatible function arguments" not in message
+
+
+# ---- device-resident indices (GPU; skips without one) ----------------------------------------
+
+
+def test_device_slot_past_the_cache_is_value_error_on_gpu(monkeypatch):
+    from conftest import cuda_torch_or_skip
+
+    torch = cuda_torch_or_skip()
+    monkeypatch.setenv("LATTN_CHECK_INDICES", "1")
+    data = torch.zeros((6, 4, 80), dtype=torch.bfloat16, device="cuda")
+    cache = lattn.LatentCache(data[1:5], 64, 16)  # blocks 0 and 5 of data are guards
+    kv = torch.ones((3, 64), dtype=torch.bfloat16, device="cuda")
+    pe = torch.ones((3, 16), dtype=torch.bfloat16, device="cuda")
+    slots = torch.tensor([0, 16, 10**9], dtype=torch.int64, device="cuda")  # 16 slots in the cache
+    with pytest.raises(ValueError, match="argument 'slot_mapping' must hold slots < num_blocks \\* block_size = 16"):
+        lattn.concat_and_cache_mla(kv, pe, cache, slots)
+    torch.cuda.synchronize()
+    assert not data[0].any() and not data[5].any()
+
+
+def test_device_block_id_outside_the_cache_is_value_error_on_gpu(monkeypatch):
+    from conftest import cuda_torch_or_skip
+
+    torch = cuda_torch_or_skip()
+    monkeypatch.setenv("LATTN_CHECK_INDICES", "1")
+    cache = lattn.LatentCache(torch.zeros((4, 4, 80), dtype=torch.bfloat16, device="cuda"), 64, 16)
+    dst = torch.zeros((8, 80), dtype=torch.bfloat16, device="cuda")
+    table = torch.tensor([[1, 7]], dtype=torch.int32, device="cuda")
+    cu = torch.tensor([0, 8], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="argument 'block_table' must hold block ids in \\[0, num_blocks = 4\\)"):
+        lattn.gather_cache(cache, dst, table, cu, 1)
