@@ -29,17 +29,22 @@ int64_t soak_steps() {
 }
 
 // Every block id is owned by at most one running request, the allocator's
-// count of used blocks equals what running requests hold, and nothing else
-// holds blocks. Returns "" or the first violation.
+// count of used blocks equals what running requests hold (so no finished or
+// preempted request keeps one), and waiting requests hold none. Costs
+// O(running + waiting), not O(all requests): it runs after every step.
+// Returns "" or the first violation.
 std::string ownership_violation(const Scheduler& s) {
   const BlockAllocator& a = s.allocator();
+  for (const int64_t id : s.waiting_ids()) {
+    const RequestState& state = s.request(id);
+    if (state.status != RequestStatus::waiting) return "request " + std::to_string(id) + " is queued but not waiting";
+    if (!state.blocks.empty()) return "waiting request " + std::to_string(id) + " holds blocks";
+  }
   std::unordered_set<int32_t> owned;
   int64_t held = 0;
-  for (const auto& [id, state] : s.requests()) {
-    if (state.status != RequestStatus::running) {
-      if (!state.blocks.empty()) return "request " + std::to_string(id) + " holds blocks but is not running";
-      continue;
-    }
+  for (const int64_t id : s.running_ids()) {
+    const RequestState& state = s.request(id);
+    if (state.status != RequestStatus::running) return "request " + std::to_string(id) + " is listed running but is not";
     if (int64_t(state.blocks.size()) < blocks_for_tokens(state.num_computed_tokens, s.config().block_size)) {
       return "request " + std::to_string(id) + " has fewer blocks than its computed tokens need";
     }
