@@ -12,7 +12,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/index_check.h"
-#include "cuda/sm80/decode_launch.h"
+#include "cuda/sm80/decode/decode_launch.h"
 #include "cuda/smxx/decode_combine.h"
 #include "cuda/smxx/decode_generic.h"
 #include "cuda/smxx/decode_scheduler.h"

@@ -1,0 +1,26 @@
+// Grow-only scratch slots (see core/attention/workspace.h).
+#include "core/attention/workspace.h"
+
+#include <algorithm>
+
+#include "lattn/overflow.h"
+
+namespace lattn::detail {
+
+Tensor Workspace::get(WorkspaceSlot slot, std::initializer_list<int64_t> shape, DType dtype) {
+  int64_t bytes = dtype_size(dtype);
+  for (int64_t s : shape) bytes = checked_mul(bytes, s, "workspace size");
+  Buffer& buffer = buffers_[size_t(slot)];
+  if (buffer.size() < size_t(bytes) || buffer.data() == nullptr) {
+    buffer = Buffer(std::max<size_t>(size_t(bytes), 64), device_);
+  }
+  return Tensor(buffer.data(), dtype, shape, device_);
+}
+
+size_t Workspace::bytes_held() const {
+  size_t total = 0;
+  for (const Buffer& b : buffers_) total += b.size();
+  return total;
+}
+
+}  // namespace lattn::detail
