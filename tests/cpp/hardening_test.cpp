@@ -92,6 +92,40 @@ TEST(Overflow, WorkspaceSizeArithmeticIsChecked) {
   EXPECT_THROW(mla_context_chunk_workspace_size(1024, int64_t(1) << 40, int64_t(1) << 40), ValueError);
 }
 
+// Found by fuzz_metadata_builder: a profile run (block tables unchecked) with
+// a 2^31-token decode context and a 1-row workspace planned 2^31 context
+// chunks, a 17 GB host allocation. The plan size is now bounded.
+TEST(MetadataBuilderLimits, AbsurdChunkPlansAreRefusedNotAllocated) {
+  MetadataBuilderConfig config;
+  config.block_size = 1;
+  config.context_chunk_workspace_size = 1;
+  const MlaMetadataBuilder builder(config);
+  const std::vector<RequestSpec> requests = {{1, std::numeric_limits<int32_t>::max() - 10, {}}, {2, 1, {}}};
+  BuildOptions options;
+  options.is_profile_run = true;
+  EXPECT_NE(value_error_of([&] { builder.build(requests, options); }).find("raise context_chunk_workspace_size"),
+            std::string::npos);
+}
+
+// Found by fuzz_dlpack_import: a device type code the enum does not list
+// (read as the enum: undefined behaviour) and negative CUDA ids.
+TEST(DlpackImport, UnknownDeviceCodesAreRefused) {
+  char storage[16];
+  int64_t shape[1] = {4};
+  DLTensor t{};
+  t.data = storage;
+  t.dtype = {kDLFloat, 32, 1};
+  t.ndim = 1;
+  t.shape = shape;
+  const int32_t unknown = 1000;
+  std::memcpy(&t.device.device_type, &unknown, sizeof unknown);
+  EXPECT_THROW(from_dlpack(t), ValueError);
+  t.device = {kDLCUDA, -3};
+  EXPECT_THROW(from_dlpack(t), ValueError);
+  t.device = {kDLCPU, 0};
+  EXPECT_EQ(from_dlpack(t).numel(), 4);
+}
+
 TEST(DlpackImport, ImpossibleTensorsAreRefused) {
   char storage[16];
   int64_t shape[2] = {int64_t(1) << 62, 64};

@@ -1,6 +1,8 @@
 // DLPack import/export (see lattn/dlpack_interop.h).
 #include "lattn/dlpack_interop.h"
 
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "lattn/errors.h"
@@ -35,14 +37,20 @@ DType from_dl_dtype(DLDataType t) {
 }
 
 Tensor from_dlpack(const DLTensor& t) {
+  // The device type as the integer the producer stored: a C producer may
+  // store a code this header's enum does not list (reading that as the enum
+  // would be undefined behaviour).
+  int32_t device_type = 0;
+  static_assert(sizeof(t.device.device_type) == sizeof(device_type));
+  std::memcpy(&device_type, &t.device.device_type, sizeof device_type);
   Device device;
-  if (t.device.device_type == kDLCPU || t.device.device_type == kDLCUDAHost) {
+  if (device_type == kDLCPU || device_type == kDLCUDAHost) {
     device = Device::cpu();
-  } else if (t.device.device_type == kDLCUDA) {
+  } else if (device_type == kDLCUDA && t.device.device_id >= 0) {
     device = Device::cuda(t.device.device_id);
   } else {
-    throw ValueError("from_dlpack: unsupported device type " + std::to_string(int(t.device.device_type)) +
-                     "; expected CPU or CUDA");
+    throw ValueError("from_dlpack: unsupported device (type " + std::to_string(device_type) + ", id " +
+                     std::to_string(t.device.device_id) + "); expected CPU or CUDA with an id >= 0");
   }
   if (t.ndim < 0 || t.ndim > kMaxDims) {
     throw ValueError("from_dlpack: 0 to " + std::to_string(kMaxDims) + " dims are supported, got " +
