@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <algorithm>
 #include <vector>
 
 #include <dlpack/dlpack.h>
@@ -29,7 +31,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   t.dtype.code = in.ConsumeIntegral<uint8_t>();
   t.dtype.bits = in.ConsumeIntegral<uint8_t>();
   t.dtype.lanes = in.ConsumeBool() ? 1 : in.ConsumeIntegral<uint16_t>();
-  t.device.device_type = DLDeviceType(in.ConsumeIntegralInRange<int>(0, 16));
+  // Any code a C producer might store, also ones the enum does not list.
+  const int32_t device_type = in.ConsumeIntegralInRange<int32_t>(-1, 40);
+  std::memcpy(&t.device.device_type, &device_type, sizeof device_type);
   t.device.device_id = in.ConsumeIntegral<int32_t>();
   t.byte_offset = in.ConsumeBool() ? 0 : in.ConsumeIntegral<uint64_t>();
   static char storage[64];

@@ -72,7 +72,7 @@ View make_view(FuzzedDataProvider& in, const Sizes& s, DType likely, int likely_
   View v;
   const DType dtype = pick_dtype(in, likely);
   const int rank = in.ConsumeBool() ? likely_rank : in.ConsumeIntegralInRange<int>(0, 4);
-  std::vector<int64_t> shape(size_t(rank)), strides(size_t(rank));
+  std::vector<int64_t> shape(static_cast<size_t>(rank)), strides(static_cast<size_t>(rank));
   for (int64_t& d : shape) d = pick_size(in, s);
   // Contiguous strides, sometimes padded, zero or negated.
   int64_t running = 1;
