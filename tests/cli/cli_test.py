@@ -249,6 +249,11 @@ def hostile_paths_and_devices_say_what_is_wrong(lattn):
     check_no_internal_text(err)
     err = lattn("run", "--trace", lattn.workdir, "--layers", "1", "-q", expect=EXIT_BAD_INPUT, timeout=60).stderr
     check_in("is a directory", err, "stderr")
+    # a number past double's range (found by fuzz_trace_jsonl: exit 1 with the JSON library's internal text)
+    huge = write(os.path.join(lattn.workdir, "huge_number.jsonl"), '{"prompt_len": 70E544, "output_len": 2}\n')
+    err = lattn("run", "--trace", huge, "--layers", "1", "-q", expect=EXIT_BAD_INPUT, timeout=60).stderr
+    check_in("line 1: not valid JSON", err, "stderr")
+    check_no_internal_text(err)
     err = lattn("bench", "--plot", os.path.join(lattn.workdir, "no", "such", "dir", "x.png"), "--phase", "decode",
                 "--batch", "1", "--seq", "64", "-q", expect=EXIT_USAGE, timeout=60).stderr
     check_in("does not exist", err, "stderr")

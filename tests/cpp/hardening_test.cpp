@@ -60,6 +60,9 @@ TEST(Overflow, TensorShapesWhoseSizeWrapsAreRefused) {
   // Strided views whose farthest element is past 2^63 bytes.
   const std::vector<int64_t> shape{2, 2}, strides{kI64Max / 2, 1};
   EXPECT_THROW(Tensor(nullptr, DType::f32, shape, strides), ValueError);
+  // Found by fuzz_dlpack_import: a farthest element at exactly 2^63 - 1 elements (its + 1 overflowed).
+  const std::vector<int64_t> edge_shape{2}, edge_strides{kI64Max};
+  EXPECT_THROW(Tensor(nullptr, DType::u8, edge_shape, edge_strides), ValueError);
   // The largest sane shapes still work.
   EXPECT_NO_THROW(Tensor(nullptr, DType::u8, {int64_t(1) << 40, 1024}));
 }
@@ -105,6 +108,12 @@ TEST(MetadataBuilderLimits, AbsurdChunkPlansAreRefusedNotAllocated) {
   options.is_profile_run = true;
   EXPECT_NE(value_error_of([&] { builder.build(requests, options); }).find("raise context_chunk_workspace_size"),
             std::string::npos);
+  // Found by fuzz_metadata_builder: a workspace near 2^63 overflowed the chunk count's rounding.
+  MetadataBuilderConfig huge = config;
+  huge.block_size = 16;
+  huge.context_chunk_workspace_size = kI64Max - 8;
+  const std::vector<RequestSpec> small = {{4, 20, {0, 1}}};
+  EXPECT_NO_THROW(MlaMetadataBuilder(huge).build(small));
 }
 
 // Found by fuzz_dlpack_import: a device type code the enum does not list
@@ -140,6 +149,12 @@ TEST(DlpackImport, ImpossibleTensorsAreRefused) {
   EXPECT_THROW(from_dlpack(t), ValueError);  // bytes past 2^63
   t.shape = nullptr;
   EXPECT_THROW(from_dlpack(t), ValueError);  // no shape array
+  // Found by fuzz_dlpack_import: data + byte_offset overflowed the pointer.
+  int64_t small[1] = {4};
+  t.ndim = 1;
+  t.shape = small;
+  t.byte_offset = std::numeric_limits<uint64_t>::max() - 8;
+  EXPECT_THROW(from_dlpack(t), ValueError);
 }
 
 TEST(WeightViews, KeepTheirStorageAcrossReloads) {

@@ -2,6 +2,7 @@
 // out-of-range block ids, negative and overflowing lengths, empty tables,
 // unordered batches, odd configs. Every input is built or refused with a
 // lattn exception; a built plan's slot mapping stays inside the cache.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -40,7 +41,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   std::vector<lattn::RequestSpec> requests(in.ConsumeIntegralInRange<size_t>(0, 12));
   for (lattn::RequestSpec& r : requests) {
-    r.query_len = pick_i32(in, 40);
+    // Query lengths stay below 2^16 (but may be 0 or negative): the per-token
+    // arrays of a billion-token batch legitimately take gigabytes, which
+    // libFuzzer would report as out-of-memory. Contexts go to the extremes.
+    r.query_len = std::min(pick_i32(in, 40), int32_t(1) << 16);
     r.num_computed_tokens = pick_i32(in, 200);
     r.block_table.resize(in.ConsumeIntegralInRange<size_t>(0, 20));
     for (int32_t& b : r.block_table) b = pick_i32(in, 80);
@@ -54,7 +58,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // A built plan: every slot is PAD or inside the cache (when its size is known).
     const lattn::Tensor& slots = md.slot_mapping_cpu;
     if (config.num_cache_blocks > 0 && slots.defined()) {
-      const int64_t limit = config.num_cache_blocks * int64_t(config.block_size);
+      int64_t limit = 0;
+      if (__builtin_mul_overflow(config.num_cache_blocks, int64_t(config.block_size), &limit)) limit = INT64_MAX;
       const auto* s = slots.data_as<const int64_t>();
       for (int64_t t = 0; t < slots.numel(); ++t) {
         if (s[t] != lattn::PAD_SLOT_ID && (s[t] < 0 || s[t] >= limit)) std::abort();

@@ -118,6 +118,13 @@ std::vector<Request> read_trace_jsonl(std::istream& in, const std::string& path)
       object = nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
       throw TraceError(path, line, describe_parse_error(e));
+    } catch (const nlohmann::json::exception& e) {
+      // Not a syntax error: e.g. a number past double's range ("70E544",
+      // out_of_range.406), which used to escape as an internal error (exit 1).
+      const std::string what = e.what();
+      const auto bracket = what.find("] ");
+      throw TraceError(path, line, "not valid JSON (" + (bracket == std::string::npos ? what : what.substr(bracket + 2)) +
+                                       ")");
     }
     if (!object.is_object()) {
       throw TraceError(path, line,

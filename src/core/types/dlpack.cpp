@@ -59,7 +59,13 @@ Tensor from_dlpack(const DLTensor& t) {
   if (t.ndim > 0 && t.shape == nullptr) throw ValueError("from_dlpack: the producer gave no shape array");
   const DType dtype = from_dl_dtype(t.dtype);
   std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-  void* data = static_cast<char*>(t.data) + t.byte_offset;
+  // data + byte_offset in integer arithmetic: an offset past the address
+  // space is refused instead of overflowing a pointer.
+  const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
+  if (t.byte_offset > UINTPTR_MAX - base) {
+    throw ValueError("from_dlpack: byte_offset " + std::to_string(t.byte_offset) + " overflows the data pointer");
+  }
+  void* data = reinterpret_cast<void*>(base + t.byte_offset);
   if (t.strides == nullptr) return Tensor(data, dtype, std::span<const int64_t>(shape), device);
   std::vector<int64_t> strides(t.strides, t.strides + t.ndim);
   return Tensor(data, dtype, std::span<const int64_t>(shape), std::span<const int64_t>(strides), device);

@@ -44,7 +44,7 @@ void check_extent(std::span<const int64_t> shape, std::span<const int64_t> strid
     last_offset = checked_add(last_offset, checked_mul(shape[d] - 1, stride, what + " (strided extent)"),
                               what + " (strided extent)");
   }
-  checked_mul(last_offset + 1, element_size, what + " (strided extent in bytes)");
+  checked_mul(checked_add(last_offset, 1, what + " (strided extent)"), element_size, what + " (strided extent in bytes)");
 }
 
 }  // namespace
