@@ -239,8 +239,11 @@ Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
     const size_t align = bytes >= kHugePage ? kHugePage : 64;
     // More than memory + swap can never be backed (Linux refuses such a
     // request too); asking would only trip sanitizers' allocation limits.
-    struct sysinfo info {};
-    const size_t backing = sysinfo(&info) == 0 ? (size_t(info.totalram) + info.totalswap) * info.mem_unit : SIZE_MAX;
+    // (Asked once: a syscall per allocation would tax every metadata build.)
+    static const size_t backing = [] {
+      struct sysinfo info {};
+      return sysinfo(&info) == 0 ? (size_t(info.totalram) + info.totalswap) * info.mem_unit : SIZE_MAX;
+    }();
     if (bytes > SIZE_MAX - align || bytes > backing) {
       throw MemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed (this machine has " +
                         std::to_string(backing) + " bytes of memory and swap)");
