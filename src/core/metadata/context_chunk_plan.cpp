@@ -32,7 +32,7 @@ ContextChunkSizing size_context_chunks(bool planning_enabled, int num_prefills, 
   const int64_t num_chunks = max_context_len_all <= 0 ? 0 : (max_context_len_all - 1) / s.max_context_chunk + 1;
   // The plan holds ~2 ints per (chunk, prefill): a context of billions of
   // tokens cut into tiny chunks would ask for gigabytes (found by fuzzing).
-  constexpr int64_t kMaxChunks = int64_t(1) << 20, kMaxPlanEntries = int64_t(1) << 25;
+  constexpr int64_t kMaxChunks = int64_t(1) << 20, kMaxPlanEntries = int64_t(1) << 22;
   if (num_chunks > kMaxChunks || num_chunks * (int64_t(num_prefills) + 1) > kMaxPlanEntries) {
     throw ValueError("context chunk plan: the longest context (" + std::to_string(max_context_len_all) +
                      " tokens) in chunks of " + std::to_string(s.max_context_chunk) + " tokens for " +
