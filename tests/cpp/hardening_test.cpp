@@ -201,7 +201,7 @@ TEST(LayerThreads, AConcurrentCallIsRefusedNeverMixed) {
   std::atomic<int> wrong{0}, refused{0}, ok{0};
   auto worker = [&](int i) {
     OwnedTensor out = OwnedTensor::empty({T, width}, DType::f32);
-    for (int iter = 0; iter < 40; ++iter) {
+    for (int iter = 0; iter < 20; ++iter) {
       try {
         step.attention().forward(queries[i], step.kv_c(), step.k_pe(), step.cache(), step.metadata(), out.tensor());
       } catch (const RuntimeError& e) {
