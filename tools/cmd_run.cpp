@@ -17,6 +17,7 @@
 #include "lattn/overflow.h"
 #include "layer_options.h"
 #include "progress.h"
+#include "provenance.h"
 #include "run_output.h"
 #include "serving/engine.h"
 #include "serving/trace.h"
@@ -33,6 +34,7 @@ struct RunOptions {
   std::string save_trace;
   int verify_requests = 4;
   bool verify = false;
+  std::string clock = "measured";
   bool json = false;
   bool quiet = false;
   std::vector<CLI::Option*> generator_options;  // shape a generated trace; meaningless with --trace
@@ -205,6 +207,11 @@ int run_command(const RunOptions& o) {
       std::fprintf(stderr, "verifying %lld requests against the reference backend (fp64)...\n", (long long)requests);
     };
   }
+  if (o.clock != "measured" && o.clock != "virtual") {
+    throw CliError(kExitUsage, "--clock must be measured or virtual; got '" + o.clock + "'");
+  }
+  config.virtual_clock = o.clock == "virtual";
+  description.virtual_clock = config.virtual_clock;
 
   // --verify also stops at any device-resident index a kernel found outside
   // the cache (cuda/common/index_check.h), naming the argument.
@@ -223,7 +230,7 @@ int run_command(const RunOptions& o) {
   progress.finish();
 
   if (o.json) {
-    std::printf("%s\n", run_report_json(description, report).dump(2).c_str());
+    std::printf("%s\n", with_provenance(run_report_json(description, report)).dump(2).c_str());
   } else {
     print_run_summary(stdout, description, report);
   }
@@ -285,6 +292,11 @@ Subcommand add_run_command(CLI::App& root) {
   };
   for (CLI::Option* option : generator) option->group(tr);
   o->generator_options = generator;
+  app->add_option("--clock", o->clock,
+                  "measured: the engine clock advances by each step's measured time; virtual: by a modelled step "
+                  "time (fixed overheads + FLOPs at a nominal 0.25 TFLOP/s), so a seed gives the same schedule and "
+                  "summary on any machine")
+      ->capture_default_str();
   app->add_option("--seed", o->trace.seed, "Seed of the trace, the weights, the activations and the block order")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str()

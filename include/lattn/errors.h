@@ -56,10 +56,9 @@ class RuntimeError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// An allocation lattn asked for was refused (host or device memory
-// exhausted) (Python MemoryError). A RuntimeError, so code that catches
-// running failures still catches it.
-class MemoryError : public RuntimeError {
+// An allocation that failed (host memory, cudaMalloc) (Python MemoryError):
+// a RuntimeError, so code that catches those still catches it.
+class OutOfMemoryError : public RuntimeError {
  public:
   using RuntimeError::RuntimeError;
 };

@@ -1,6 +1,6 @@
 // Hostile sizes and shared state at the public C++ boundary: size products
 // that would wrap are refused (ValueError) before anything is allocated, an
-// allocation that fails is a MemoryError, DLPack imports of impossible
+// allocation that fails is an OutOfMemoryError (Python MemoryError), DLPack imports of impossible
 // tensors are refused, weight views survive a reload, and the metadata
 // workspace arithmetic is overflow-checked (docs/reliability.md).
 #include <gtest/gtest.h>
@@ -75,9 +75,9 @@ TEST(Overflow, OwnedTensorAndCacheRefuseWrappedSizesBeforeAllocating) {
 
 TEST(Overflow, FailedAllocationIsMemoryError) {
   // 2^60 bytes: representable, never available.
-  EXPECT_THROW(OwnedTensor::empty({int64_t(1) << 58}, DType::f32), MemoryError);
-  EXPECT_THROW(Buffer(std::numeric_limits<size_t>::max() - 8, Device::cpu()), MemoryError);
-  // A MemoryError is a RuntimeError (callers that catch running failures catch it).
+  EXPECT_THROW(OwnedTensor::empty({int64_t(1) << 58}, DType::f32), OutOfMemoryError);
+  EXPECT_THROW(Buffer(std::numeric_limits<size_t>::max() - 8, Device::cpu()), OutOfMemoryError);
+  // An OutOfMemoryError is a RuntimeError (callers that catch running failures catch it).
   EXPECT_THROW(OwnedTensor::empty({int64_t(1) << 58}, DType::f32), RuntimeError);
 }
 

@@ -245,7 +245,7 @@ Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
       return sysinfo(&info) == 0 ? (size_t(info.totalram) + info.totalswap) * info.mem_unit : SIZE_MAX;
     }();
     if (bytes > SIZE_MAX - align || bytes > backing) {
-      throw MemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed (this machine has " +
+      throw OutOfMemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed (this machine has " +
                         std::to_string(backing) + " bytes of memory and swap)");
     }
     const size_t rounded = (bytes + align - 1) / align * align;
@@ -253,7 +253,7 @@ Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
     if (data_ && align == kHugePage) madvise(data_, rounded, MADV_HUGEPAGE);
     if (!data_) {
       bytes_ = 0;
-      throw MemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed (out of memory)");
+      throw OutOfMemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed (out of memory)");
     }
   } else {
     data_ = cuda_hooks::device_malloc(bytes, device.index);

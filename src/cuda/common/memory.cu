@@ -15,9 +15,9 @@ void* device_malloc(size_t bytes, int device) {
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes);
   if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError();  // clear the sticky-free error so later calls do not see it
-    throw MemoryError("device allocation of " + std::to_string(bytes) + " bytes on cuda:" + std::to_string(device) +
-                      " failed (out of memory)");
+    cudaGetLastError();  // clear the sticky-free error so later calls see a clean state
+    throw OutOfMemoryError("cudaMalloc of " + std::to_string(bytes) + " bytes on cuda:" + std::to_string(device) +
+                           " failed: out of memory");
   }
   LATTN_CUDA_CHECK(err);
   return p;
