@@ -16,7 +16,7 @@ WERROR ?= OFF
 PYTHON ?= /usr/bin/python3
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: all deps configure build demo test test-cpp test-asan clean
+.PHONY: all deps configure build demo test test-cpp test-asan test-fuzz clean
 
 all: build
 
@@ -34,8 +34,9 @@ demo: build
 	$(BUILD)/tools/lattn run --device cpu
 
 # Every test: the main build's C++ and Python tests, then the C++ tests once
-# more under AddressSanitizer + UndefinedBehaviorSanitizer (CPU code only).
-test: build test-cpp test-asan
+# more under AddressSanitizer + UndefinedBehaviorSanitizer (CPU code only),
+# then each libFuzzer target for 30 s (docs/reliability.md).
+test: build test-cpp test-asan test-fuzz
 
 test-cpp:
 	cd $(BUILD) && ctest $(CTEST_FLAGS)
@@ -46,5 +47,10 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -E install_consumer
 
+# The libFuzzer targets (clang, ASan + UBSan), FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 30
+test-fuzz: deps
+	JOBS=$(JOBS) scripts/fuzz.sh $(FUZZ_SECONDS)
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

@@ -2,11 +2,13 @@
 // benchmark harness (bench/harness), judged against ceilings measured in the
 // same run; a table, CSV or JSON, and optionally a plot drawn by
 // scripts/plot_bench.py from that JSON.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -208,6 +210,14 @@ int bench_command(const BenchOptions& o) {
       throw CliError(kExitUsage, "--plot: the folder '" + folder.string() + "' does not exist (create it, or give "
                                  "a PNG path in an existing folder)");
     }
+  }
+  // More threads than this only time-share the processors (and a huge count
+  // exhausts OpenMP's thread stacks).
+  const int max_threads = 4 * int(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.threads < 0 || o.threads > max_threads) {
+    throw CliError(kExitUsage, "--threads must be in [0, " + std::to_string(max_threads) +
+                                   "] (0: all; at most 4 x the " + std::to_string(max_threads / 4) +
+                                   " hardware threads), got " + std::to_string(o.threads));
   }
   if (o.ceiling_check != "auto" && o.ceiling_check != "on" && o.ceiling_check != "off") {
     throw CliError(kExitUsage, "--ceiling-check must be auto, on or off; got '" + o.ceiling_check + "'");

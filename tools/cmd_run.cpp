@@ -1,6 +1,10 @@
 // `lattn run`: a serving-shaped workload through MLA attention layers — the
 // main job (`make demo` runs it with no arguments).
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -10,6 +14,7 @@
 #include "commands.h"
 #include "exit_codes.h"
 #include "lattn/errors.h"
+#include "lattn/overflow.h"
 #include "layer_options.h"
 #include "progress.h"
 #include "provenance.h"
@@ -97,6 +102,45 @@ std::vector<serving::Request> make_trace(const RunOptions& o, RunDescription& de
   return trace;
 }
 
+// Refuses, before anything is allocated, a scheduler shape the context
+// workspace cannot hold and caches larger than this machine's memory (CPU).
+// The arithmetic is 64-bit and overflow-checked: flags are int32 each, but
+// their products are not.
+void check_fits(const serving::SchedulerConfig& s, const LayerSetup& layer, int layers) {
+  constexpr int64_t kWorkspaceRows = int64_t(128) * 1024;  // mla_context_chunk_workspace_size's cap
+  const int64_t seq_rows = int64_t(s.max_num_seqs) * s.block_size;
+  if (seq_rows > kWorkspaceRows) {
+    throw CliError(kExitUsage, "--max-num-seqs " + std::to_string(s.max_num_seqs) + " x --block-size " +
+                                   std::to_string(s.block_size) + " = " + std::to_string(seq_rows) +
+                                   " tokens exceeds the context workspace of " + std::to_string(kWorkspaceRows) +
+                                   " tokens; at most " + std::to_string(kWorkspaceRows / s.block_size) +
+                                   " sequences fit at this block size");
+  }
+  int64_t bytes = 0;
+  try {
+    const int64_t entry_bytes = int64_t(layer.dims.cache_entry_dim()) * dtype_size(layer.kv_cache_dtype);
+    const int64_t block_bytes = checked_mul(entry_bytes, s.block_size, "cache block");
+    bytes = checked_mul(checked_mul(block_bytes, s.num_blocks, "cache"), layers, "caches");
+  } catch (const ValueError&) {
+    bytes = std::numeric_limits<int64_t>::max();
+  }
+  if (!layer.device.is_cpu()) return;  // device memory: the allocation itself reports (exit 3)
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return;
+  const int64_t memory = int64_t(pages) * page_size;
+  if (bytes > memory) {
+    const double per_block =
+        double(layer.dims.cache_entry_dim()) * dtype_size(layer.kv_cache_dtype) * s.block_size * layers;
+    throw CliError(kExitNoBackend,
+                   "--num-blocks " + std::to_string(s.num_blocks) + " x --block-size " +
+                       std::to_string(s.block_size) + " x --layers " + std::to_string(layers) + " needs " +
+                       (bytes == std::numeric_limits<int64_t>::max() ? std::string("more than 2^63")
+                                                                     : std::to_string(bytes >> 20) + " MiB") +
+                       " of latent cache, more than this machine's " + std::to_string(memory >> 20) +
+                       " MiB of memory; at most " + std::to_string(int64_t(double(memory) / per_block)) + " blocks fit");
+  }
+}
+
 // Why --verify failed, as a sentence.
 std::string verify_failure(const serving::VerifyReport& v, const LayerSetup& layer) {
   for (const serving::VerifiedRequest& r : v.requests) {
@@ -138,6 +182,7 @@ int run_command(const RunOptions& o) {
   } catch (const std::invalid_argument& e) {
     throw CliError(kExitUsage, e.what());
   }
+  check_fits(scheduler, layer, o.layers);
   description.num_layers = o.layers;
   description.scheduler = scheduler;
   description.seed = o.trace.seed;
@@ -157,12 +202,20 @@ int run_command(const RunOptions& o) {
   config.scheduler = scheduler;
   config.seed = o.trace.seed;
   config.verify_requests = o.verify ? o.verify_requests : 0;
+  if (!o.quiet) {
+    config.on_verify_start = [](int64_t requests) {
+      std::fprintf(stderr, "verifying %lld requests against the reference backend (fp64)...\n", (long long)requests);
+    };
+  }
   if (o.clock != "measured" && o.clock != "virtual") {
     throw CliError(kExitUsage, "--clock must be measured or virtual; got '" + o.clock + "'");
   }
   config.virtual_clock = o.clock == "virtual";
   description.virtual_clock = config.virtual_clock;
 
+  // --verify also stops at any device-resident index a kernel found outside
+  // the cache (cuda/common/index_check.h), naming the argument.
+  if (o.verify) setenv("LATTN_CHECK_INDICES", "1", 0);
   serving::ServingEngine engine(config);
   try {
     engine.check_trace(trace);
@@ -245,6 +298,7 @@ Subcommand add_run_command(CLI::App& root) {
                   "summary on any machine")
       ->capture_default_str();
   app->add_option("--seed", o->trace.seed, "Seed of the trace, the weights, the activations and the block order")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str()
       ->group(tr);
   app->add_option("--save-trace", o->save_trace, "Write the trace that runs as JSON lines (replay it with --trace)")

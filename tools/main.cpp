@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 
 #include "commands.h"
 #include "exit_codes.h"
+#include "lattn/errors.h"
 #include "lattn/cpu.h"
 #include "lattn/version.h"
 
@@ -80,6 +83,18 @@ int main_impl(int argc, char** argv) {
       return c.run();
     } catch (const CliError& e) {
       return report(command_name, e.code(), e.what());
+    } catch (const OutOfMemoryError& e) {
+      return report(command_name, kExitNoBackend,
+                    std::string(e.what()) + "; the configuration does not fit in memory: lower --num-blocks, "
+                                            "--layers or --max-num-batched-tokens");
+    } catch (const std::bad_alloc&) {
+      return report(command_name, kExitNoBackend,
+                    "out of memory; the configuration does not fit: lower --num-blocks, --layers or "
+                    "--max-num-batched-tokens");
+    } catch (const std::length_error&) {
+      return report(command_name, kExitNoBackend,
+                    "a buffer the configuration needs is larger than this machine can address: lower --num-blocks, "
+                    "--layers or --max-num-batched-tokens");
     } catch (const std::exception& e) {
       return report(command_name, kExitRuntimeError, e.what());
     }

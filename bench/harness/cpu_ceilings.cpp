@@ -101,6 +101,10 @@ double measure_probe(const Probe& probe, int threads, const CeilingOptions& opti
     }
     iterations *= 4;
   }
+  // More threads than processors time-share them: shrink each thread's work
+  // so a trial still takes about `seconds`, whatever --threads says.
+  const int processors = std::max(1, omp_get_num_procs());
+  if (threads > processors) iterations = std::max<int64_t>(1, iterations * processors / threads);
   double best = 0;
   for (int trial = 0; trial < options.trials; ++trial) {
     const auto t0 = Clock::now();

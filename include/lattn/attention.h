@@ -47,6 +47,14 @@ struct MlaAttentionConfig {
   std::optional<std::string> kv_sharing_target_layer_name;
 };
 
+// Threads: one MlaAttention serves one call at a time. Its scratch memory,
+// weights and stream belong to the layer, so a call that arrives from another
+// thread while one runs (forward, process_weights_after_loading, set_stream)
+// is refused with RuntimeError instead of silently sharing the scratch. Give
+// each thread its own layer, or serialize the calls. Different layers may run
+// at once, also on one cache when their slot mappings do not overlap. On
+// CUDA the work is asynchronous: a layer's next call reuses its scratch, so
+// calls on different streams must be ordered by the caller.
 class MlaAttention {
  public:
   explicit MlaAttention(const MlaAttentionConfig& config);
@@ -68,6 +76,10 @@ class MlaAttention {
   void process_weights_after_loading(const Tensor& kv_b_proj_weight);
   const Tensor& W_UK_T() const;  // [N, P, L]
   const Tensor& W_UV() const;    // [N, L, V]
+  // The owner of the memory W_UK_T() and W_UV() view now. Reloading the
+  // weights allocates new storage; a caller that keeps views beyond a
+  // reload holds this to keep the old memory valid (the Python bindings do).
+  std::shared_ptr<const void> weights_owner() const;
 
   // One layer's forward (see the file comment). Shapes:
   //   q            [T, N, P+R] or [T, N*(P+R)]   activation dtype

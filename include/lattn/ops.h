@@ -22,7 +22,9 @@ namespace lattn {
 //   k_pe         [T, R] or [T, 1, R], same dtype as kv_c
 //   slot_mapping [T'] int64, T' <= T, every slot < num_blocks * block_size
 //                (checked when slot_mapping is on the host: a bad slot
-//                raises ValueError before anything is written)
+//                raises ValueError before anything is written; on the device
+//                the kernel skips it and the ValueError follows at the next
+//                CUDA op, or right away with LATTN_CHECK_INDICES=1)
 void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
                           const Tensor& slot_mapping, Stream stream = nullptr);
 
@@ -35,8 +37,10 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
 // multiples of block_size (ValueError otherwise). Rows of dst past
 // cu_seq_lens[batch_size] are untouched. The index values (alignment, block
 // ids within the cache and the table) are checked when the index tensors
-// live on the host; device-resident indices are the caller's responsibility
-// (MlaAttention checks them from the metadata's host copies).
+// live on the host. Device-resident indices are checked by the kernel: an id
+// outside the cache (or the table) is skipped, nothing outside the cache is
+// read, and the violation raises ValueError at the next CUDA op on the device,
+// or right away with LATTN_CHECK_INDICES=1 (docs/reliability.md).
 //   dst          [>= cu_seq_lens[batch_size], L+R]  f16/bf16/f32, rows may be strided
 //   block_table  [>= batch_size, max_blocks] int32
 //   cu_seq_lens  [batch_size + 1] int32

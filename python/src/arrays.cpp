@@ -75,7 +75,7 @@ PyTensor import_read_only_numpy(py::handle obj, const char* op, const char* arg)
     strides.push_back(s / info.itemsize);
   }
   Tensor view(info.ptr, dtype, std::span<const int64_t>(shape), std::span<const int64_t>(strides), Device::cpu());
-  return PyTensor{view, keep_python_object(py::reinterpret_borrow<py::object>(obj))};
+  return PyTensor{view, keep_python_object(py::reinterpret_borrow<py::object>(obj)), true};
 }
 
 }  // namespace
@@ -173,6 +173,24 @@ PyTensor ArrayArgs::get_with_owner(py::handle obj, const char* arg) {
 Tensor ArrayArgs::get_optional(py::handle obj, const char* arg) {
   if (obj.is_none()) return Tensor();
   return get(obj, arg);
+}
+
+void throw_read_only(const char* op, const char* arg) {
+  throw ValueError(std::string(op) + ": argument '" + arg +
+                   "' is read-only memory (e.g. a NumPy array with flags.writeable == False, or one over a bytes "
+                   "object); lattn writes to it: pass a writable array");
+}
+
+Tensor ArrayArgs::get_writable(py::handle obj, const char* arg) {
+  PyTensor t = get_with_owner(obj, arg);
+  if (t.read_only) throw_read_only(op_, arg);
+  keep_alive_.push_back(std::move(t.owner));
+  return t.view;
+}
+
+Tensor ArrayArgs::get_writable_optional(py::handle obj, const char* arg) {
+  if (obj.is_none()) return Tensor();
+  return get_writable(obj, arg);
 }
 
 py::capsule export_capsule(const PyTensor& t) {

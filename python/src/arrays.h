@@ -29,9 +29,12 @@ namespace py = pybind11;
 
 // A lattn view and the owner of its memory (an OwnedTensor, a producer's
 // DLManagedTensor, or a Python object), shared by every export of it.
+// read_only: the producer said the memory must not be written (NumPy's
+// writeable=False, a read-only buffer); ops refuse it where they write.
 struct PyTensor {
   Tensor view;
   std::shared_ptr<void> owner;
+  bool read_only = false;
 };
 
 // Keeps a Python object alive from C++ without holding the GIL: the last
@@ -52,6 +55,10 @@ class ArrayArgs {
   PyTensor get_with_owner(py::handle obj, const char* arg);
   // None -> an undefined Tensor.
   Tensor get_optional(py::handle obj, const char* arg);
+  // An array the call writes: ValueError naming arg when its memory is
+  // read-only. get_writable_optional: None -> an undefined Tensor.
+  Tensor get_writable(py::handle obj, const char* arg);
+  Tensor get_writable_optional(py::handle obj, const char* arg);
   // Lets an array the call does not import (a cache's source array) settle
   // the stream, as get() would; None and host arrays change nothing.
   void note(py::handle obj);
@@ -70,6 +77,9 @@ class ArrayArgs {
 // Imports one array as a PyTensor (a view that keeps the producer's export
 // alive). stream: the consumer stream to hand to a CUDA producer.
 PyTensor import_array(py::handle obj, const char* op, const char* arg, Stream stream, bool has_stream);
+
+// ValueError "op: argument 'arg' is read-only memory ...; lattn writes to it".
+[[noreturn]] void throw_read_only(const char* op, const char* arg);
 
 // The DLPack capsule of t (named "dltensor"; freed by its destructor unless
 // a consumer renamed it "used_dltensor").

@@ -1,4 +1,5 @@
 // MlaAttention: one MLA layer's forward over a mixed batch (lattn/attention.h).
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -9,14 +10,36 @@
 #include "convert.h"
 #include "lattn/attention.h"
 #include "lattn/check.h"
+#include "lattn/errors.h"
 #include "lattn/kernel_label.h"
 #include "mla_metadata.h"
 
 namespace lattn::python {
 namespace {
 
+// in_use covers the binding's set_stream + forward pair, so that two Python
+// threads cannot interleave them (the layer itself refuses overlapping calls:
+// lattn/attention.h, "Threads").
 struct PyMlaAttention {
   std::shared_ptr<MlaAttention> layer;
+  std::shared_ptr<std::atomic<bool>> in_use = std::make_shared<std::atomic<bool>>(false);
+};
+
+// Holds a PyMlaAttention for one forward (RuntimeError when another thread does).
+class BindingUse {
+ public:
+  explicit BindingUse(std::atomic<bool>& in_use) : in_use_(in_use) {
+    bool expected = false;
+    if (!in_use_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
+      throw RuntimeError("MlaAttention.forward: this MlaAttention is already running a call on another thread; a "
+                         "layer's scratch memory serves one call at a time: give each thread its own layer, or "
+                         "serialize the calls");
+    }
+  }
+  ~BindingUse() { in_use_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool>& in_use_;
 };
 
 }  // namespace
@@ -73,8 +96,16 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
              a.layer->process_weights_after_loading(w);
            },
            py::arg("kv_b_proj_weight"), "The same as process_weights_after_loading.")
-      .def_property_readonly("W_UK_T", [](const PyMlaAttention& a) { return PyTensor{a.layer->W_UK_T(), a.layer}; })
-      .def_property_readonly("W_UV", [](const PyMlaAttention& a) { return PyTensor{a.layer->W_UV(), a.layer}; })
+      // Views own the weights they show: a later process_weights_after_loading
+      // allocates new storage and leaves these valid.
+      .def_property_readonly("W_UK_T", [](const PyMlaAttention& a) {
+        const Tensor view = a.layer->W_UK_T();
+        return PyTensor{view, std::const_pointer_cast<void>(a.layer->weights_owner())};
+      })
+      .def_property_readonly("W_UV", [](const PyMlaAttention& a) {
+        const Tensor view = a.layer->W_UV();
+        return PyTensor{view, std::const_pointer_cast<void>(a.layer->weights_owner())};
+      })
       .def_property_readonly("prefill_backend", [](const PyMlaAttention& a) { return a.layer->prefill_backend().name(); })
       .def_property_readonly("decode_backend", [](const PyMlaAttention& a) { return a.layer->decode_backend().name(); })
       .def_property_readonly("scale", [](const PyMlaAttention& a) { return a.layer->config().scale; },
@@ -91,8 +122,11 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
                              "What runs, in words: {'prefill': ..., 'decode': ...} (CPU ISA path, GEMM).")
       .def_property_readonly("workspace_bytes", [](const PyMlaAttention& a) { return a.layer->workspace_bytes(); })
       .def("forward",
-           [](PyMlaAttention& a, py::object q, py::object kv_c_normed, py::object k_pe, const PyLatentCache& cache,
+           [](PyMlaAttention& a, py::object q, py::object kv_c_normed, py::object k_pe, py::handle cache_obj,
               py::handle metadata, py::object out, py::object output_scale, py::object stream) {
+             const PyLatentCache& cache = class_arg<PyLatentCache>(cache_obj, "forward", "cache", "LatentCache");
+             const MlaMetadata& md = *class_arg<PyMlaMetadata>(metadata, "forward", "metadata", "MlaMetadata").md;
+             if (cache.read_only && md.num_actual_tokens > 0) throw_read_only("forward", "cache");
              ArrayArgs args("forward", stream);
              const Tensor tq = args.get(q, "q"), tkv = args.get(kv_c_normed, "kv_c_normed"),
                           tpe = args.get(k_pe, "k_pe"), tscale = args.get_optional(output_scale, "output_scale");
@@ -102,8 +136,8 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
                out = empty_like_framework(q, {tq.size(0), int64_t(c.dims.num_heads) * c.dims.v_head_dim},
                                           tscale.defined() ? DType::fp8_e4m3 : tq.dtype(), tq.device());
              }
-             const Tensor tout = args.get(out, "out");
-             const MlaMetadata& md = *metadata.cast<const PyMlaMetadata&>().md;
+             const Tensor tout = args.get_writable(out, "out");
+             const BindingUse use(*a.in_use);
              a.layer->set_stream(args.stream());
              {
                py::gil_scoped_release release;

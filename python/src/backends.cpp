@@ -1,6 +1,7 @@
 // Backend classes (what a backend supports, validate_configuration, create)
 // and prefill backend instances (prepare_metadata, run_*), for engines that
 // drive a backend themselves (lattn.vllm does).
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,10 +48,10 @@ RunOutputs outputs_for(ArrayArgs& args, py::handle q_obj, const Tensor& q, const
   RunOutputs r;
   r.out = out.is_none() ? empty_like_framework(q_obj, {q.size(0), q.size(1), v.size(2)}, out_dtype, q.device())
                         : out;
-  r.out_view = args.get(r.out, "out");
+  r.out_view = args.get_writable(r.out, "out");
   if (want_lse) {
     r.lse = lse.is_none() ? empty_like_framework(q_obj, {q.size(1), q.size(0)}, DType::f32, q.device()) : lse;
-    r.lse_view = args.get(r.lse, "lse");
+    r.lse_view = args.get_writable(r.lse, "lse");
   } else {
     r.lse = py::none();
   }
@@ -115,7 +116,7 @@ caller's current stream.)doc")
       .def_property_readonly("name", [](const PyPrefillBackend& b) { return b.backend->name(); })
       .def("prepare_metadata",
            [](PyPrefillBackend& b, py::object metadata) {
-             auto& md = metadata.cast<PyPrefillMetadata&>();
+             const auto& md = class_arg<PyPrefillMetadata>(metadata, "prepare_metadata", "metadata", "PrefillMetadata");
              b.backend->prepare_metadata(md.view);
              b.metadata = std::move(metadata);
            },
@@ -124,8 +125,13 @@ caller's current stream.)doc")
            [](const PyPrefillBackend& b, const std::string& key) { return b.backend->supports_quant_output(quant_key_arg(key)); },
            py::arg("quant_key"))
       .def("run_prefill_new_tokens",
-           [](PyPrefillBackend& b, py::object q, py::object k, py::object v, bool return_softmax_lse, py::object out,
+           [](PyPrefillBackend& b, py::object q, py::object k, py::object v, py::handle return_lse_obj, py::object out,
               py::object lse, py::object output_scale, py::object stream) {
+             if (!PyBool_Check(return_lse_obj.ptr()) && type_name(return_lse_obj) != "numpy.bool_") {
+               throw py::type_error(std::string(kNewTokens) + ": argument 'return_softmax_lse' must be a bool, got " +
+                                    type_name(return_lse_obj));
+             }
+             const bool return_softmax_lse = PyObject_IsTrue(return_lse_obj.ptr()) == 1;
              ArrayArgs args(kNewTokens, stream);
              const Tensor tq = args.get(q, "q"), tk = args.get(k, "k"), tv = args.get(v, "v");
              const Tensor scale = args.get_optional(output_scale, "output_scale");
@@ -142,8 +148,10 @@ caller's current stream.)doc")
            py::arg("lse") = py::none(), py::arg("output_scale") = py::none(), py::arg("stream") = py::none(),
            "Causal attention of each prefill's new tokens. Returns (out, lse); lse is None unless return_softmax_lse.")
       .def("run_prefill_context_chunk",
-           [](PyPrefillBackend& b, int chunk_idx, py::object q, py::object k, py::object v, py::object out,
+           [](PyPrefillBackend& b, py::handle chunk_idx_obj, py::object q, py::object k, py::object v, py::object out,
               py::object lse, py::object stream) {
+             const int chunk_idx =
+                 int(int_arg(chunk_idx_obj, kContextChunk, "chunk_idx", 0, std::numeric_limits<int>::max()));
              ArrayArgs args(kContextChunk, stream);
              const Tensor tq = args.get(q, "q"), tk = args.get(k, "k"), tv = args.get(v, "v");
              RunOutputs r = outputs_for(args, q, tq, tv, out, lse, true, tq.dtype());

@@ -1,6 +1,7 @@
 // The paged latent cache and its ops (lattn/cache.h, lattn/ops.h), with the
 // seeds' names: concat_and_cache_mla, gather_cache, merge_attn_states,
 // copy_blocks (the seeds' copy_blocks_mla), swap_blocks.
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,12 @@
 
 namespace lattn::python {
 
+const PyLatentCache& cache_arg(py::handle obj, const char* op, const char* arg, bool writable) {
+  const PyLatentCache& c = class_arg<PyLatentCache>(obj, op, arg, "LatentCache");
+  if (writable && c.read_only) throw_read_only(op, arg);
+  return c;
+}
+
 void bind_cache_ops(py::module_& m) {
   py::class_<PyLatentCache>(m, "LatentCache", R"doc(
 One layer's paged latent KV cache: data [num_blocks, block_size, L + R]
@@ -21,11 +28,15 @@ One layer's paged latent KV cache: data [num_blocks, block_size, L + R]
 LatentCache(data, ...) views any DLPack array (torch.uint8 or
 torch.float8_e4m3fn memory for fp8 is read as fp8_e4m3 when dtype='fp8_e4m3');
 LatentCache.empty(...) allocates one.)doc")
-      .def(py::init([](py::object data, int kv_lora_rank, int qk_rope_head_dim, float scale, py::object dtype) {
+      .def(py::init([](py::object data, py::handle kv_lora_rank, py::handle qk_rope_head_dim, float scale,
+                       py::object dtype) {
+             constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+             const int L = int(int_arg(kv_lora_rank, "LatentCache", "kv_lora_rank", 1, kIntMax));
+             const int R = int(int_arg(qk_rope_head_dim, "LatentCache", "qk_rope_head_dim", 1, kIntMax));
              ArrayArgs args("LatentCache", py::none());
              PyTensor t = args.get_with_owner(data, "data");
              if (!dtype.is_none()) t.view = t.view.reinterpret(dtype_arg(dtype));
-             PyLatentCache c{LatentCache{t.view, kv_lora_rank, qk_rope_head_dim, scale}, t.owner, data};
+             PyLatentCache c{LatentCache{t.view, L, R, scale}, t.owner, data, t.read_only};
              c.cache.validate("LatentCache");
              return c;
            }),
@@ -33,11 +44,16 @@ LatentCache.empty(...) allocates one.)doc")
            py::arg("dtype") = py::none(),
            "dtype: read the memory as this dtype of the same size (e.g. 'fp8_e4m3' for uint8 memory).")
       .def_static("empty",
-                  [](int64_t num_blocks, int64_t block_size, int kv_lora_rank, int qk_rope_head_dim, py::handle dtype,
-                     py::handle device, float scale) {
-                    auto owned = std::make_shared<OwnedLatentCache>(
-                        num_blocks, block_size, MlaDims{1, kv_lora_rank, 1, qk_rope_head_dim, 1}, dtype_arg(dtype),
-                        device_arg(device), scale);
+                  [](py::handle num_blocks, py::handle block_size, py::handle kv_lora_rank,
+                     py::handle qk_rope_head_dim, py::handle dtype, py::handle device, float scale) {
+                    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+                    constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+                    const char* op = "LatentCache.empty";
+                    const MlaDims dims{1, int(int_arg(kv_lora_rank, op, "kv_lora_rank", 1, kIntMax)), 1,
+                                       int(int_arg(qk_rope_head_dim, op, "qk_rope_head_dim", 1, kIntMax)), 1};
+                    auto owned = std::make_shared<OwnedLatentCache>(int_arg(num_blocks, op, "num_blocks", 0, kMax),
+                                                                    int_arg(block_size, op, "block_size", 1, kMax),
+                                                                    dims, dtype_arg(dtype), device_arg(device), scale);
                     return PyLatentCache{owned->cache(), owned, py::none()};
                   },
                   py::arg("num_blocks"), py::arg("block_size"), py::arg("kv_lora_rank"), py::arg("qk_rope_head_dim"),
@@ -61,7 +77,8 @@ LatentCache.empty(...) allocates one.)doc")
         "(num_blocks, block_size, head_size): MLA caches one latent vector per token.");
 
   m.def("concat_and_cache_mla",
-        [](py::object kv_c, py::object k_pe, const PyLatentCache& cache, py::object slot_mapping, py::object stream) {
+        [](py::object kv_c, py::object k_pe, py::handle cache_obj, py::object slot_mapping, py::object stream) {
+          const PyLatentCache& cache = cache_arg(cache_obj, "concat_and_cache_mla", "cache", true);
           ArrayArgs args("concat_and_cache_mla", stream);
           const Tensor tk = args.get(kv_c, "kv_c"), tp = args.get(k_pe, "k_pe"), ts = args.get(slot_mapping, "slot_mapping");
           args.note(cache.source);
@@ -73,10 +90,13 @@ LatentCache.empty(...) allocates one.)doc")
         "or [T, 1, R].");
 
   m.def("gather_cache",
-        [](const PyLatentCache& cache, py::object dst, py::object block_table, py::object cu_seq_lens, int batch_size,
-           py::object seq_starts, py::object stream) {
+        [](py::handle cache_obj, py::object dst, py::object block_table, py::object cu_seq_lens,
+           py::handle batch_size_obj, py::object seq_starts, py::object stream) {
+          const PyLatentCache& cache = cache_arg(cache_obj, "gather_cache", "cache", false);
+          const int batch_size =
+              int(int_arg(batch_size_obj, "gather_cache", "batch_size", 0, std::numeric_limits<int>::max()));
           ArrayArgs args("gather_cache", stream);
-          const Tensor td = args.get(dst, "dst"), tb = args.get(block_table, "block_table"),
+          const Tensor td = args.get_writable(dst, "dst"), tb = args.get(block_table, "block_table"),
                        tc = args.get(cu_seq_lens, "cu_seq_lens"), tss = args.get_optional(seq_starts, "seq_starts");
           args.note(cache.source);
           py::gil_scoped_release release;
@@ -91,9 +111,10 @@ LatentCache.empty(...) allocates one.)doc")
         [](py::object output, py::object prefix_output, py::object prefix_lse, py::object suffix_output,
            py::object suffix_lse, py::object output_lse, py::object stream) {
           ArrayArgs args("merge_attn_states", stream);
-          const Tensor o = args.get(output, "output"), po = args.get(prefix_output, "prefix_output"),
+          const Tensor o = args.get_writable(output, "output"), po = args.get(prefix_output, "prefix_output"),
                        pl = args.get(prefix_lse, "prefix_lse"), so = args.get(suffix_output, "suffix_output"),
-                       sl = args.get(suffix_lse, "suffix_lse"), ol = args.get_optional(output_lse, "output_lse");
+                       sl = args.get(suffix_lse, "suffix_lse"),
+                       ol = args.get_writable_optional(output_lse, "output_lse");
           py::gil_scoped_release release;
           merge_attn_states(o, ol, po, pl, so, sl, args.stream());
         },
@@ -103,11 +124,16 @@ LatentCache.empty(...) allocates one.)doc")
         "-inf give 0 and -inf.");
 
   m.def("copy_blocks",
-        [](const std::vector<PyLatentCache>& caches, py::object block_mapping, py::object stream) {
+        [](py::handle caches, py::object block_mapping, py::object stream) {
+          if (!py::isinstance<py::sequence>(caches)) {
+            throw py::type_error("copy_blocks: argument 'caches' must be a list of lattn.LatentCache, got " +
+                                 type_name(caches));
+          }
           ArrayArgs args("copy_blocks", stream);
           const Tensor map = args.get(block_mapping, "block_mapping");
           std::vector<LatentCache> views;
-          for (const PyLatentCache& c : caches) {
+          for (py::handle item : caches) {
+            const PyLatentCache& c = cache_arg(item, "copy_blocks", "caches", true);
             args.note(c.source);
             views.push_back(c.cache);
           }
@@ -119,7 +145,9 @@ LatentCache.empty(...) allocates one.)doc")
         "(int64 [n, 2], host).");
 
   m.def("swap_blocks",
-        [](const PyLatentCache& src, const PyLatentCache& dst, py::object block_mapping, py::object stream) {
+        [](py::handle src_obj, py::handle dst_obj, py::object block_mapping, py::object stream) {
+          const PyLatentCache& src = cache_arg(src_obj, "swap_blocks", "src", false);
+          const PyLatentCache& dst = cache_arg(dst_obj, "swap_blocks", "dst", true);
           ArrayArgs args("swap_blocks", stream);
           const Tensor map = args.get(block_mapping, "block_mapping");
           args.note(src.source);

@@ -13,10 +13,16 @@ namespace py = pybind11;
 
 // A LatentCache view, the owner of its memory, and the Python array it views
 // (None for lattn-owned caches): ops settle their CUDA stream from it.
+// read_only: the array's memory must not be written (ops that write refuse).
 struct PyLatentCache {
   LatentCache cache;
   std::shared_ptr<void> owner;
   py::object source;
+  bool read_only = false;
 };
+
+// The cache argument `arg` of `op`: TypeError unless it is a lattn.LatentCache;
+// with writable, ValueError when its memory is read-only.
+const PyLatentCache& cache_arg(py::handle obj, const char* op, const char* arg, bool writable);
 
 }  // namespace lattn::python

@@ -1,7 +1,10 @@
 // Python values to lattn values (see convert.h).
 #include "convert.h"
 
+#include <limits>
 #include <string>
+
+#include "lattn/errors.h"
 
 namespace lattn::python {
 
@@ -27,10 +30,32 @@ Device device_arg(py::handle obj) {
   return parse_device(py::str(obj).cast<std::string>());
 }
 
-std::vector<int64_t> shape_arg(py::handle obj) {
-  if (py::isinstance<py::int_>(obj)) return {obj.cast<int64_t>()};
+int64_t int_arg(py::handle obj, const char* op, const char* arg, int64_t lo, int64_t hi) {
+  const std::string name = std::string(op) + ": argument '" + arg + "'";
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (PyBool_Check(obj.ptr()) || !PyIndex_Check(obj.ptr())) {
+    throw py::type_error(name + " must be an int in " + range + ", got " +
+                         py::str(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).cast<std::string>());
+  }
+  py::int_ value = py::reinterpret_steal<py::int_>(PyNumber_Index(obj.ptr()));
+  if (!value) throw py::error_already_set();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (overflow != 0 || v < lo || v > hi) {
+    throw ValueError(name + " must be in " + range + ", got " + py::str(value).cast<std::string>());
+  }
+  return v;
+}
+
+std::vector<int64_t> shape_arg(py::handle obj, const char* op) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  if (PyIndex_Check(obj.ptr())) return {int_arg(obj, op, "shape", 0, kMax)};
+  if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj)) {
+    throw py::type_error(std::string(op) + ": argument 'shape' must be an int or a sequence of ints, got " +
+                         py::str(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).cast<std::string>());
+  }
   std::vector<int64_t> shape;
-  for (py::handle v : obj) shape.push_back(v.cast<int64_t>());
+  for (py::handle v : obj) shape.push_back(int_arg(v, op, "shape", 0, kMax));
   return shape;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <pybind11/pybind11.h>
@@ -19,8 +20,24 @@ namespace py = pybind11;
 DType dtype_arg(py::handle obj);
 // "cpu", "cuda", "cuda:1", torch.device("cuda", 1).
 Device device_arg(py::handle obj);
-// A tuple or list of ints (or one int).
-std::vector<int64_t> shape_arg(py::handle obj);
+// A tuple or list of non-negative ints (or one int); errors name `op`.
+std::vector<int64_t> shape_arg(py::handle obj, const char* op);
 py::tuple to_tuple(std::span<const int64_t> values);
+
+// An integer argument (int, or anything with __index__ such as numpy.int64)
+// in [lo, hi]: TypeError naming `arg` for another type, ValueError naming the
+// range for a value outside it (never pybind11's "Unable to cast").
+int64_t int_arg(py::handle obj, const char* op, const char* arg, int64_t lo, int64_t hi);
+
+// The C++ object behind a bound class argument, or TypeError
+// "op: argument 'arg' must be a lattn.<python_type>, got <type>".
+template <class T>
+const T& class_arg(py::handle obj, const char* op, const char* arg, const char* python_type) {
+  if (!py::isinstance<T>(obj)) {
+    throw py::type_error(std::string(op) + ": argument '" + arg + "' must be a lattn." + python_type + ", got " +
+                         py::str(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).cast<std::string>());
+  }
+  return obj.cast<const T&>();
+}
 
 }  // namespace lattn::python

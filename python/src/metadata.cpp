@@ -1,4 +1,6 @@
 // The metadata builder and its views (lattn/metadata.h): the per-step plan.
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -8,6 +10,7 @@
 #include "bind.h"
 #include "convert.h"
 #include "lattn/common_metadata.h"
+#include "lattn/errors.h"
 #include "lattn/metadata.h"
 #include "mla_metadata.h"
 #include "prefill_metadata.h"
@@ -28,16 +31,54 @@ struct PyCommonAttentionMetadata {
 
 PyTensor array(const Tensor& t, std::shared_ptr<void> owner) { return PyTensor{t, std::move(owner)}; }
 
-std::vector<RequestSpec> requests_arg(py::handle requests) {
-  std::vector<RequestSpec> specs;
-  for (py::handle r : requests) {
-    if (py::isinstance<RequestSpec>(r)) {
-      specs.push_back(r.cast<RequestSpec>());
-    } else {
-      py::tuple t = py::tuple(py::reinterpret_borrow<py::object>(r));
-      specs.push_back(RequestSpec{t[0].cast<int32_t>(), t[1].cast<int32_t>(), t[2].cast<std::vector<int32_t>>()});
-    }
+constexpr int64_t kI32Min = std::numeric_limits<int32_t>::min(), kI32Max = std::numeric_limits<int32_t>::max();
+
+bool is_sequence(py::handle obj) {
+  return py::isinstance<py::sequence>(obj) && !py::isinstance<py::str>(obj) && !py::isinstance<py::bytes>(obj);
+}
+
+// A block table given as a sequence of int32 block ids (list, tuple, NumPy array).
+std::vector<int32_t> block_table_arg(py::handle obj, const char* op, const std::string& arg) {
+  if (!is_sequence(obj) && !py::hasattr(obj, "__iter__")) {
+    throw py::type_error(std::string(op) + ": argument '" + arg + "' must be a sequence of int block ids, got " +
+                         type_name(obj));
   }
+  std::vector<int32_t> table;
+  size_t j = 0;
+  for (py::handle v : obj) {
+    const std::string item = arg + "[" + std::to_string(j++) + "]";
+    table.push_back(int32_t(int_arg(v, op, item.c_str(), kI32Min, kI32Max)));
+  }
+  return table;
+}
+
+// requests[i]: a RequestSpec or a (query_len, num_computed_tokens, block_table) sequence.
+RequestSpec request_arg(py::handle r, size_t i, const char* op) {
+  if (py::isinstance<RequestSpec>(r)) return r.cast<RequestSpec>();
+  const std::string arg = "requests[" + std::to_string(i) + "]";
+  if (!is_sequence(r)) {
+    throw py::type_error(std::string(op) + ": argument '" + arg +
+                         "' must be a lattn.RequestSpec or a (query_len, num_computed_tokens, block_table) tuple, got " +
+                         type_name(r));
+  }
+  const py::sequence t = py::reinterpret_borrow<py::sequence>(r);
+  if (t.size() != 3) {
+    throw ValueError(std::string(op) + ": argument '" + arg +
+                     "' must have 3 items (query_len, num_computed_tokens, block_table), got " +
+                     std::to_string(t.size()));
+  }
+  return RequestSpec{int32_t(int_arg(t[0], op, (arg + "[0] (query_len)").c_str(), kI32Min, kI32Max)),
+                     int32_t(int_arg(t[1], op, (arg + "[1] (num_computed_tokens)").c_str(), kI32Min, kI32Max)),
+                     block_table_arg(t[2], op, arg + "[2] (block_table)")};
+}
+
+std::vector<RequestSpec> requests_arg(py::handle requests, const char* op) {
+  if (!is_sequence(requests) && !py::hasattr(requests, "__iter__")) {
+    throw py::type_error(std::string(op) + ": argument 'requests' must be a sequence of requests, got " +
+                         type_name(requests));
+  }
+  std::vector<RequestSpec> specs;
+  for (py::handle r : requests) specs.push_back(request_arg(r, specs.size(), op));
   return specs;
 }
 
@@ -51,8 +92,13 @@ void bind_metadata(py::module_& m) {
   m.def("mla_supported_head_sizes", &mla_supported_head_sizes);
 
   py::class_<RequestSpec>(m, "RequestSpec", "One request of a batch (decodes first).")
-      .def(py::init([](int32_t q, int32_t c, std::vector<int32_t> table) { return RequestSpec{q, c, std::move(table)}; }),
-           py::arg("query_len"), py::arg("num_computed_tokens") = 0, py::arg("block_table") = std::vector<int32_t>{})
+      .def(py::init([](py::handle q, py::handle c, py::handle table) {
+             const char* op = "RequestSpec";
+             return RequestSpec{int32_t(int_arg(q, op, "query_len", kI32Min, kI32Max)),
+                                int32_t(int_arg(c, op, "num_computed_tokens", kI32Min, kI32Max)),
+                                table.is_none() ? std::vector<int32_t>{} : block_table_arg(table, op, "block_table")};
+           }),
+           py::arg("query_len"), py::arg("num_computed_tokens") = 0, py::arg("block_table") = py::none())
       .def_readwrite("query_len", &RequestSpec::query_len)
       .def_readwrite("num_computed_tokens", &RequestSpec::num_computed_tokens)
       .def_readwrite("block_table", &RequestSpec::block_table);
@@ -79,6 +125,8 @@ into slot_mapping[num_actual_tokens:] of the caller's array).)doc")
              auto take = [&](py::handle obj, const char* arg) {
                if (obj.is_none()) return Tensor();
                PyTensor t = args.get_with_owner(obj, arg);
+               // The constructor writes PAD_SLOT_ID into the tail of slot_mapping.
+               if (t.read_only && std::string(arg) == "slot_mapping") throw_read_only("CommonAttentionMetadata", arg);
                c.keep_alive.push_back(t.owner);
                return t.view;
              };
@@ -193,7 +241,7 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
       .def("build",
            [](const MlaMetadataBuilder& b, py::handle requests, bool is_profile_run,
               std::optional<int> cudagraph_batch_size) {
-             const std::vector<RequestSpec> specs = requests_arg(requests);
+             const std::vector<RequestSpec> specs = requests_arg(requests, "MlaMetadataBuilder.build");
              BuildOptions options;
              options.is_profile_run = is_profile_run;
              options.cudagraph_batch_size = cudagraph_batch_size;
@@ -203,8 +251,9 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
            py::arg("requests"), py::arg("is_profile_run") = false, py::arg("cudagraph_batch_size") = py::none(),
            "requests: RequestSpec objects or (query_len, num_computed_tokens, block_table) tuples, decodes first.")
       .def("build_common",
-           [](const MlaMetadataBuilder& b, const PyCommonAttentionMetadata& common, int common_prefix_len,
-              bool fast_build) {
+           [](const MlaMetadataBuilder& b, py::handle common_obj, int common_prefix_len, bool fast_build) {
+             const PyCommonAttentionMetadata& common = class_arg<PyCommonAttentionMetadata>(
+                 common_obj, "MlaMetadataBuilder.build_common", "common", "CommonAttentionMetadata");
              return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build(common.view, common_prefix_len, fast_build))};
            },
            py::arg("common"), py::arg("common_prefix_len") = 0, py::arg("fast_build") = false,
@@ -212,7 +261,7 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
       .def("padded_batch_size", &MlaMetadataBuilder::padded_batch_size, py::arg("num_reqs"))
       .def("build_for_cudagraph",
            [](const MlaMetadataBuilder& b, py::handle requests, std::optional<int> batch_size) {
-             return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build_for_cudagraph(requests_arg(requests), batch_size))};
+             return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build_for_cudagraph(requests_arg(requests, "MlaMetadataBuilder.build_for_cudagraph"), batch_size))};
            },
            py::arg("requests"), py::arg("batch_size") = py::none());
 }

@@ -2,6 +2,7 @@
 // vLLM adapter's prepare_metadata), for PrefillBackend.prepare_metadata.
 #include "prefill_metadata.h"
 
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -45,10 +46,13 @@ std::pair<Tensor, Tensor> index_pair(ArrayArgs& args, PyPrefillMetadata& md, py:
 
 int32_t at_i32(const Tensor& t, int64_t i) { return *static_cast<const int32_t*>(t.ptr_at({i})); }
 
-PyPrefillMetadata from_arrays(py::handle query_start_loc, int max_query_len, py::handle query_start_loc_cpu,
+PyPrefillMetadata from_arrays(py::handle query_start_loc, py::handle max_query_len_obj, py::handle query_start_loc_cpu,
                               py::handle chunk_cu_seq_lens, py::handle chunk_cu_seq_lens_cpu, py::handle chunk_starts,
                               py::handle chunk_starts_cpu, std::optional<std::vector<int32_t>> chunk_seq_tot,
-                              std::optional<std::vector<int32_t>> chunk_max_seq_lens, int block_size) {
+                              std::optional<std::vector<int32_t>> chunk_max_seq_lens, py::handle block_size_obj) {
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  const int max_query_len = int(int_arg(max_query_len_obj, kOp, "max_query_len", 0, kIntMax));
+  const int block_size = int(int_arg(block_size_obj, kOp, "block_size", 0, kIntMax));
   ArrayArgs args(kOp, py::none());
   PyPrefillMetadata md;
   PrefillMetadata& p = md.view;

@@ -1,7 +1,9 @@
 // The CPU device-ops table (see core/ops/device_ops.h): host memory, the host
 // ops of cpu/ops_cpu.h and the CPU GEMM.
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -21,10 +23,21 @@ void* host_malloc(size_t bytes, int) {
   // Without THP (or with it off) madvise fails harmlessly.
   constexpr size_t kHugePage = size_t(2) << 20;
   const size_t align = bytes >= kHugePage ? kHugePage : 64;
+  // More than memory + swap can never be backed (Linux refuses such a
+  // request too); asking would only trip sanitizers' allocation limits.
+  // (Asked once: a syscall per allocation would tax every metadata build.)
+  static const size_t backing = [] {
+    struct sysinfo info {};
+    return sysinfo(&info) == 0 ? (size_t(info.totalram) + info.totalswap) * info.mem_unit : SIZE_MAX;
+  }();
+  if (bytes > SIZE_MAX - align || bytes > backing) {
+    throw OutOfMemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed (this machine has " +
+                           std::to_string(backing) + " bytes of memory and swap)");
+  }
   const size_t rounded = (bytes + align - 1) / align * align;
   void* data = std::aligned_alloc(align, rounded);
   if (data && align == kHugePage) madvise(data, rounded, MADV_HUGEPAGE);
-  if (!data) throw OutOfMemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed");
+  if (!data) throw OutOfMemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed (out of memory)");
   return data;
 }
 

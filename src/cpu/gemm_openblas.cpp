@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <mutex>
 #include <vector>
 
 #include "cpu/attention_kernels.h"
@@ -67,6 +68,13 @@ void one_gemm(const detail::GemmProblem& p, int64_t b, std::vector<float>& abuf,
 }  // namespace
 
 void gemm_openblas(const detail::GemmProblem& problem, int threads) {
+  // OpenBLAS's thread count is one process-wide setting, and
+  // openblas_set_num_threads is not safe while another thread is inside a
+  // threaded OpenBLAS call: two layers running on two threads would change
+  // each other's setting mid-GEMM. GEMMs through OpenBLAS therefore run one
+  // at a time (each still uses every thread it is given).
+  static std::mutex openblas_mutex;
+  const std::lock_guard<std::mutex> lock(openblas_mutex);
   detail::GemmProblem p = problem;
   // An A shared by every batch entry (the prefill up-projections: one latent
   // for all heads) is converted once, not once per head.

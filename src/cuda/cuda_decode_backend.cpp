@@ -11,6 +11,7 @@
 #include "cuda/common/context.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
+#include "cuda/common/index_check.h"
 #include "cuda/sm80/decode/decode_launch.h"
 #include "cuda/smxx/decode_combine.h"
 #include "cuda/smxx/decode_generic.h"
@@ -188,6 +189,7 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   if (decode_metadata_ != &md || planned_batch_ != md.num_decodes) prepare_metadata(md);
 
   DeviceGuard guard(device.index);
+  raise_pending_index_violation(device.index, kRun);
   DecodeParams p;
   p.q_nope = ql_nope.data();
   p.q_nope_stride_t = ql_nope.stride(0);
@@ -202,6 +204,9 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   p.query_start_loc = md.query_start_loc.data_as<const int32_t>();
   p.block_table = md.block_table.data_as<const int32_t>();
   p.block_table_stride = md.block_table.stride(0);
+  p.num_blocks = cache.num_blocks();
+  p.table_width = md.block_table.size(1);
+  p.index_violations = index_violation_words(device.index);
   p.out = out.data();
   p.out_stride_t = out.stride(0);
   p.out_stride_h = out.stride(1);
@@ -227,6 +232,10 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   } else {
     launch_decode_generic(p, T, stream);
   }
+  check_launch_indices(device.index, stream, kRun, "block_table",
+                       "hold block ids in [0, num_blocks = " + std::to_string(p.num_blocks) +
+                           ") for every key of its sequence, within its " + std::to_string(p.table_width) +
+                           " columns");
 }
 
 std::unique_ptr<DecodeBackend> CudaDecodeBackendClass::create(const DecodeBackendParams& params) const {

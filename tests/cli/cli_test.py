@@ -186,6 +186,82 @@ def bad_trace_lines_name_their_number(lattn):
 
 
 # ---------------------------------------------------------------------------
+# hostile flags: every one ends in its documented exit code and a sentence
+# naming the flag, never an internal text (stoi, bad_alloc, vector sizes) or
+# a crash (each case reproduced one of those before its fix)
+
+def check_no_internal_text(err):
+    for internal in ["stoi", "bad_alloc", "max_size()", "std::", "terminate", "Assertion", "stalled",
+                     "Traceback", "self.", "scheduler_config"]:
+        check(internal not in err, f"internal text {internal!r} in stderr:\n{err}")
+
+
+@case
+def hostile_threads_are_bounded(lattn):
+    for value in ["100000", "20000", "-3"]:
+        err = lattn("bench", "--threads", value, "--phase", "decode", "--batch", "1", "--seq", "64", "-q",
+                    expect=EXIT_USAGE, timeout=60).stderr
+        check_in("--threads must be in [0, ", err, "stderr")
+        check_no_internal_text(err)
+
+
+@case
+def hostile_token_counts_are_refused_up_front(lattn):
+    # prompt + output past 2^31 with block size 1: refused before any step (was: "the scheduler stalled" after minutes)
+    trace = write(os.path.join(lattn.workdir, "huge.jsonl"),
+                  '{"prompt_len": 2147483000, "output_len": 2000}\n')
+    err = lattn("run", "--trace", trace, "--block-size", "1", "--num-blocks", "64", "--layers", "1", "-q",
+                expect=EXIT_NO_BACKEND, timeout=60).stderr
+    check_in("tokens one sequence may hold", err, "stderr")
+    check_no_internal_text(err)
+    # a cache larger than this machine's memory: refused with what would fit
+    err = lattn("run", "--num-blocks", "2147483647", "--block-size", "1024", "-q", expect=EXIT_NO_BACKEND,
+                timeout=60).stderr
+    check_in("--num-blocks 2147483647", err, "stderr")
+    check_in("blocks fit", err, "stderr")
+    check_no_internal_text(err)
+    # a workspace that cannot hold max_num_seqs blocks: the flags, not vLLM's internal names
+    err = lattn("run", "--max-num-seqs", "100000", "-q", expect=EXIT_USAGE, timeout=60).stderr
+    check_in("--max-num-seqs 100000", err, "stderr")
+    check_in("sequences fit at this block size", err, "stderr")
+    check_no_internal_text(err)
+
+
+@case
+def hostile_generator_parameters_are_refused(lattn):
+    for flag, value in [("--prompt-len-median", "inf"), ("--prompt-len-median", "nan"),
+                        ("--prompt-len-sigma", "1e300"), ("--output-len-mean", "inf"),
+                        ("--request-rate", "0"), ("--request-rate", "-1"), ("--request-rate", "nan")]:
+        err = lattn("run", flag, value, "--layers", "1", "-q", expect=EXIT_USAGE, timeout=60).stderr
+        check_no_internal_text(err)
+    err = lattn("run", "--seed", "-1", "-q", expect=EXIT_USAGE, timeout=60).stderr
+    check_in("--seed", err, "stderr")
+    # a saved extreme (but valid) trace replays
+    saved = os.path.join(lattn.workdir, "extreme.jsonl")
+    lattn("run", "--prompt-len-median", "1", "--prompt-len-sigma", "10", "--max-prompt-len", "64",
+          "--num-requests", "6", "--save-trace", saved, "--layers", "1", *SMALL_RUN, timeout=300)
+    lattn("run", "--trace", saved, "--layers", "1", *SMALL_RUN, timeout=300)
+
+
+@case
+def hostile_paths_and_devices_say_what_is_wrong(lattn):
+    err = lattn("run", "--device", "cuda:99999999999", "-q", expect=EXIT_USAGE, timeout=60).stderr
+    check_in("--device must be auto, cpu, cuda or cuda:N", err, "stderr")
+    check_no_internal_text(err)
+    err = lattn("run", "--trace", lattn.workdir, "--layers", "1", "-q", expect=EXIT_BAD_INPUT, timeout=60).stderr
+    check_in("is a directory", err, "stderr")
+    # a number past double's range (found by fuzz_trace_jsonl: exit 1 with the JSON library's internal text)
+    huge = write(os.path.join(lattn.workdir, "huge_number.jsonl"), '{"prompt_len": 70E544, "output_len": 2}\n')
+    err = lattn("run", "--trace", huge, "--layers", "1", "-q", expect=EXIT_BAD_INPUT, timeout=60).stderr
+    check_in("line 1: not valid JSON", err, "stderr")
+    check_no_internal_text(err)
+    err = lattn("bench", "--plot", os.path.join(lattn.workdir, "no", "such", "dir", "x.png"), "--phase", "decode",
+                "--batch", "1", "--seq", "64", "-q", expect=EXIT_USAGE, timeout=60).stderr
+    check_in("does not exist", err, "stderr")
+    check_no_internal_text(err)
+
+
+# ---------------------------------------------------------------------------
 # run --verify on small presets
 
 def run_verified(lattn, *args, layers=1):

@@ -231,8 +231,9 @@ TEST(Scheduler, RandomWorkloadsFinishEveryRequestAndReturnEveryBlock) {
     int32_t largest_blocks = 1;
     for (int i = 0; i < num_requests; ++i) {
       requests.push_back(make_request(i, int32_t(1 + rng.next_u64() % 80), int32_t(1 + rng.next_u64() % 20)));
-      largest_blocks = std::max(largest_blocks, blocks_for_tokens(requests.back().prompt_len + requests.back().output_len - 1,
-                                                                  config.block_size));
+      largest_blocks = std::max(largest_blocks,
+                                int32_t(blocks_for_tokens(requests.back().prompt_len + requests.back().output_len - 1,
+                                                          config.block_size)));
     }
     config.num_blocks = largest_blocks + int32_t(rng.next_u64() % 8);  // from barely enough to roomy
     config.shuffle_seed = rng.next_u64();

@@ -285,7 +285,10 @@ RunReport ServingEngine::run(const std::vector<Request>& trace,
     report.mean_block_utilisation = block_utilisation_sum / double(report.steps.size());
     report.mean_token_utilisation = token_utilisation_sum / double(report.steps.size());
   }
-  if (recorder) report.verify = recorder->verify();
+  if (recorder) {
+    if (c.on_verify_start) c.on_verify_start(c.verify_requests);
+    report.verify = recorder->verify();
+  }
   return report;
 }
 

@@ -39,6 +39,9 @@ struct EngineConfig {
   SchedulerConfig scheduler;           // budget, max_num_seqs, block size, blocks
   uint64_t seed = 0;                   // weights and activations
   int verify_requests = 0;             // requests re-computed with `reference` (0: no --verify)
+  // Called once before that re-computation starts (it can take tens of
+  // seconds): the command prints a progress line. May be empty.
+  std::function<void(int64_t requests)> on_verify_start;
   // false: the engine clock advances by each step's measured time. true: by
   // modelled_step_seconds() of the step, so a seed gives the same schedule,
   // latencies and summary on any machine (the layers still run).

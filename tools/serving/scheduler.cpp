@@ -2,6 +2,7 @@
 #include "serving/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -47,7 +48,15 @@ void Scheduler::add_request(const Request& request) {
   }
   // The longest sequence the request ever holds: prompt + all outputs but the last.
   const int64_t max_positions = int64_t(request.prompt_len) + request.output_len - 1;
-  const int32_t needed = blocks_for_tokens(max_positions, config_.block_size);
+  // Token counts are 32-bit in the metadata (seq_lens, num_computed_tokens).
+  if (max_positions + 1 > std::numeric_limits<int32_t>::max()) {
+    throw std::invalid_argument("request " + std::to_string(request.id) + " (prompt " +
+                                std::to_string(request.prompt_len) + " + output " +
+                                std::to_string(request.output_len) + " tokens) is longer than the " +
+                                std::to_string(std::numeric_limits<int32_t>::max()) +
+                                " tokens one sequence may hold (token counts are 32-bit)");
+  }
+  const int64_t needed = blocks_for_tokens(max_positions, config_.block_size);
   if (needed > config_.num_blocks) {
     throw std::invalid_argument("request " + std::to_string(request.id) + " (prompt " +
                                 std::to_string(request.prompt_len) + " + output " +
@@ -74,9 +83,9 @@ int64_t Scheduler::cached_tokens() const {
 }
 
 bool Scheduler::ensure_blocks(RequestState& state, int32_t tokens) {
-  const int32_t missing = blocks_for_tokens(tokens, config_.block_size) - int32_t(state.blocks.size());
+  const int64_t missing = blocks_for_tokens(tokens, config_.block_size) - int64_t(state.blocks.size());
   if (missing <= 0) return true;
-  auto blocks = allocator_.allocate(missing);
+  auto blocks = allocator_.allocate(int32_t(missing));
   if (!blocks) return false;
   state.blocks.insert(state.blocks.end(), blocks->begin(), blocks->end());
   return true;

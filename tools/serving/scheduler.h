@@ -114,6 +114,10 @@ class Scheduler {
   const BlockAllocator& allocator() const { return allocator_; }
   const RequestState& request(int64_t id) const;
   const std::unordered_map<int64_t, RequestState>& requests() const { return states_; }
+  // Ids of the running requests (admission order) and of the waiting queue
+  // (for invariant checks that must not scan every finished request).
+  const std::vector<int64_t>& running_ids() const { return running_; }
+  const std::deque<int64_t>& waiting_ids() const { return waiting_; }
   int32_t num_waiting() const { return int32_t(waiting_.size()); }
   int32_t num_running() const { return int32_t(running_.size()); }
   int32_t num_finished() const { return num_finished_; }

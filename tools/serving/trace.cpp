@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -57,11 +58,17 @@ void TraceConfig::validate() const {
     if (!ok) throw std::invalid_argument(message);
   };
   require(num_requests >= 1, "the number of requests must be at least 1, got " + std::to_string(num_requests));
-  require(!std::isnan(request_rate), "the request rate must be a number of requests per second (or inf)");
-  require(prompt_len_median >= 1, "the median prompt length must be at least 1 token");
-  require(prompt_len_sigma >= 0 && std::isfinite(prompt_len_sigma), "the prompt length sigma must be >= 0");
+  // Finite and bounded parameters only: exp(mu + sigma * z) of an infinite or
+  // huge one is inf or NaN, which no integer clamp can repair.
+  require(request_rate > 0, "the request rate must be > 0 requests per second (inf: all arrive at t = 0), got " +
+                                std::to_string(request_rate));
+  require(prompt_len_median >= 1 && prompt_len_median <= 1e9,
+          "the median prompt length must be a number of tokens in [1, 1e9], got " + std::to_string(prompt_len_median));
+  require(prompt_len_sigma >= 0 && prompt_len_sigma <= 10,
+          "the prompt length sigma must be in [0, 10] (natural log), got " + std::to_string(prompt_len_sigma));
   require(max_prompt_len >= 1, "the maximum prompt length must be at least 1 token");
-  require(output_len_mean >= 1, "the mean output length must be at least 1 token");
+  require(output_len_mean >= 1 && output_len_mean <= 1e9,
+          "the mean output length must be a number of tokens in [1, 1e9], got " + std::to_string(output_len_mean));
   require(max_output_len >= 1, "the maximum output length must be at least 1 token");
 }
 
@@ -79,9 +86,11 @@ std::vector<Request> generate_trace(const TraceConfig& config) {
     r.id = i;
     if (!all_at_once && i > 0) clock += arrivals.exponential(1.0 / config.request_rate);
     r.arrival_s = clock;
+    // Clamp as doubles, then round: llround of a value past long long is undefined.
     const double prompt = std::exp(mu + config.prompt_len_sigma * prompts.normal());
-    r.prompt_len = int32_t(std::clamp(std::llround(prompt), 1ll, (long long)config.max_prompt_len));
-    r.output_len = int32_t(std::min<int64_t>(outputs.geometric(config.output_len_mean), config.max_output_len));
+    const double clamped = std::isnan(prompt) ? 1.0 : std::clamp(prompt, 1.0, double(config.max_prompt_len));
+    r.prompt_len = int32_t(std::llround(clamped));
+    r.output_len = int32_t(std::clamp<int64_t>(outputs.geometric(config.output_len_mean), 1, config.max_output_len));
   }
   return trace;
 }
@@ -90,9 +99,14 @@ TraceError::TraceError(const std::string& path, int line, const std::string& mes
     : std::runtime_error(format_message(path, line, message)), path_(path), line_(line) {}
 
 std::vector<Request> load_trace_jsonl(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw TraceError(path, 0, "is a directory, not a JSON-lines file");
   std::ifstream in(path);
   if (!in) throw TraceError(path, 0, "cannot be opened for reading");
+  return read_trace_jsonl(in, path);
+}
 
+std::vector<Request> read_trace_jsonl(std::istream& in, const std::string& path) {
   std::vector<Request> trace;
   std::string text;
   int line = 0;
@@ -104,6 +118,13 @@ std::vector<Request> load_trace_jsonl(const std::string& path) {
       object = nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
       throw TraceError(path, line, describe_parse_error(e));
+    } catch (const nlohmann::json::exception& e) {
+      // Not a syntax error: e.g. a number past double's range ("70E544",
+      // out_of_range.406), which used to escape as an internal error (exit 1).
+      const std::string what = e.what();
+      const auto bracket = what.find("] ");
+      throw TraceError(path, line, "not valid JSON (" + (bracket == std::string::npos ? what : what.substr(bracket + 2)) +
+                                       ")");
     }
     if (!object.is_object()) {
       throw TraceError(path, line,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <istream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -23,7 +24,7 @@ struct Request {
 struct TraceConfig {
   uint64_t seed = 0;
   int num_requests = 64;
-  double request_rate = 32.0;      // requests per second (Poisson); <= 0 or inf: all arrive at t = 0
+  double request_rate = 32.0;      // requests per second (Poisson), > 0; inf: all arrive at t = 0
   double prompt_len_median = 256;  // tokens; log-normal median e^mu
   double prompt_len_sigma = 0.8;   // log-normal sigma (natural log)
   int32_t max_prompt_len = 2048;   // clamp of the log-normal tail
@@ -56,6 +57,8 @@ class TraceError : public std::runtime_error {
 // arrival (stable), with ids in file order. Throws TraceError naming the file
 // and line.
 std::vector<Request> load_trace_jsonl(const std::string& path);
+// The same from a stream; `path` names it in messages (the fuzz target's entry).
+std::vector<Request> read_trace_jsonl(std::istream& in, const std::string& path);
 
 // Writes a trace in the format load_trace_jsonl reads.
 void save_trace_jsonl(const std::vector<Request>& requests, const std::string& path);

@@ -95,7 +95,7 @@ VerifiedRequest OutputRecorder::replay(const Recorded& rec) const {
 
   result.complete = result.positions == max_positions(r);
 
-  const int32_t num_blocks = blocks_for_tokens(max_positions(r), config_.block_size);
+  const int32_t num_blocks = int32_t(blocks_for_tokens(max_positions(r), config_.block_size));
   RequestSpec spec;
   spec.block_table.resize(size_t(num_blocks));
   std::iota(spec.block_table.begin(), spec.block_table.end(), 0);  // contiguous, unlike the run's scattered blocks

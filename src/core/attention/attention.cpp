@@ -1,6 +1,8 @@
 // MlaAttention: construction, backend choice and the forward's orchestration
 // (see lattn/attention.h and core/attention/attention_impl.h for the pieces).
 #include <cmath>
+#include <memory>
+#include <utility>
 
 #include "core/attention/attention_impl.h"
 #include "core/types/batch_invariant.h"
@@ -69,7 +71,21 @@ MlaAttention& MlaAttention::operator=(MlaAttention&&) noexcept = default;
 
 const MlaAttentionConfig& MlaAttention::config() const { return impl_->config; }
 
+namespace detail {
+
+ExclusiveUse::ExclusiveUse(std::atomic<bool>& in_use, const char* op) : in_use_(in_use) {
+  bool expected = false;
+  if (!in_use_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
+    throw RuntimeError(std::string(op) +
+                       ": this MlaAttention is already running a call on another thread; a layer's scratch memory "
+                       "serves one call at a time: give each thread its own layer, or serialize the calls");
+  }
+}
+
+}  // namespace detail
+
 void MlaAttention::set_stream(Stream stream) {
+  const detail::ExclusiveUse use(impl_->in_use, "MlaAttention::set_stream");
   impl_->config.stream = stream;
   impl_->prefill->set_stream(stream);
   impl_->decode->set_stream(stream);
@@ -79,18 +95,24 @@ const PrefillBackend& MlaAttention::prefill_backend() const { return *impl_->pre
 const DecodeBackend& MlaAttention::decode_backend() const { return *impl_->decode; }
 
 const Tensor& MlaAttention::W_UK_T() const {
-  if (!impl_->w_uk_t.tensor().defined()) throw ValueError("MlaAttention::W_UK_T: process_weights_after_loading was not called");
-  return impl_->w_uk_t.tensor();
+  if (!impl_->w_uk_t) throw ValueError("MlaAttention::W_UK_T: process_weights_after_loading was not called");
+  return impl_->w_uk_t->tensor();
 }
 
 const Tensor& MlaAttention::W_UV() const {
-  if (!impl_->w_uv.tensor().defined()) throw ValueError("MlaAttention::W_UV: process_weights_after_loading was not called");
-  return impl_->w_uv.tensor();
+  if (!impl_->w_uv) throw ValueError("MlaAttention::W_UV: process_weights_after_loading was not called");
+  return impl_->w_uv->tensor();
+}
+
+std::shared_ptr<const void> MlaAttention::weights_owner() const {
+  using Pair = std::pair<std::shared_ptr<const OwnedTensor>, std::shared_ptr<const OwnedTensor>>;
+  return std::make_shared<const Pair>(impl_->w_uk_t, impl_->w_uv);
 }
 
 Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
                              const MlaMetadata& metadata, const Tensor& out, const Tensor& output_scale) {
   Impl& im = *impl_;
+  const detail::ExclusiveUse use(im.in_use, "MlaAttention::forward");
   // As the seed, refuse fused output quantization first when the backends cannot provide it.
   if (output_scale.defined() && !im.supports_quant_output()) {
     throw NotImplementedError("fused output quantization is not yet supported for MLAImplBase");

@@ -23,7 +23,7 @@ void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   GemmProblem absorb;
   absorb.m = Td, absorb.n = L, absorb.k = P, absorb.batch = N;
   absorb.a = q.data(), absorb.a_dtype = dtype, absorb.lda = q.stride(0), absorb.batch_stride_a = q.stride(1);
-  absorb.b = impl.w_uk_t.data(), absorb.b_dtype = dtype, absorb.ldb = L, absorb.batch_stride_b = P * L;
+  absorb.b = impl.w_uk_t->data(), absorb.b_dtype = dtype, absorb.ldb = L, absorb.batch_stride_b = P * L;
   absorb.c = ql_nope.data(), absorb.c_dtype = dtype, absorb.ldc = N * L, absorb.batch_stride_c = L;
   gemm(absorb, ctx);
 
@@ -36,7 +36,7 @@ void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   GemmProblem v_up;
   v_up.m = Td, v_up.n = V, v_up.k = L, v_up.batch = N;
   v_up.a = latent_out.data(), v_up.a_dtype = dtype, v_up.lda = N * L, v_up.batch_stride_a = L;
-  v_up.b = impl.w_uv.data(), v_up.b_dtype = dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
+  v_up.b = impl.w_uv->data(), v_up.b_dtype = dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
   v_up.c = out_rows.data(), v_up.c_dtype = out_rows.dtype(), v_up.ldc = out_rows.stride(0), v_up.batch_stride_c = V;
   gemm(v_up, ctx);
 }

@@ -7,6 +7,7 @@
 //   attention_prefill.cpp   prefill rows: up-project, causal + chunked context, merge
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "core/attention/workspace.h"
@@ -20,9 +21,14 @@ struct MlaAttention::Impl {
   std::shared_ptr<const DecodeBackendClass> decode_class;
   std::unique_ptr<PrefillBackend> prefill;
   std::unique_ptr<DecodeBackend> decode;
-  OwnedTensor w_uk_t;  // [N, P, L] activation dtype, on config.device
-  OwnedTensor w_uv;    // [N, L, V]
+  // Shared, so a view a caller took (W_UK_T() with weights_owner()) keeps
+  // its memory when process_weights_after_loading replaces the weights.
+  std::shared_ptr<const OwnedTensor> w_uk_t;  // [N, P, L] activation dtype, on config.device; null until loaded
+  std::shared_ptr<const OwnedTensor> w_uv;    // [N, L, V]
   detail::Workspace workspace;
+  // Set while a call uses the layer's state (scratch, weights, stream):
+  // a second thread's call is refused rather than sharing the scratch.
+  std::atomic<bool> in_use{false};
 
   const MlaDims& dims() const { return config.dims; }
   RunContext run_context() const { return {config.device, config.stream, 0, config.batch_invariant}; }
@@ -48,6 +54,19 @@ struct ForwardArgs {
 ForwardArgs validate_forward(const MlaAttention::Impl& impl, const Tensor& q, const Tensor& kv_c_normed,
                              const Tensor& k_pe, const LatentCache& cache, const MlaMetadata& metadata,
                              const Tensor& out, const Tensor& output_scale);
+
+// Holds impl.in_use for a scope: RuntimeError naming `op` when another
+// thread's call holds it (the thread-safety contract of lattn/attention.h).
+class ExclusiveUse {
+ public:
+  ExclusiveUse(std::atomic<bool>& in_use, const char* op);
+  ~ExclusiveUse() { in_use_.store(false, std::memory_order_release); }
+  ExclusiveUse(const ExclusiveUse&) = delete;
+  ExclusiveUse& operator=(const ExclusiveUse&) = delete;
+
+ private:
+  std::atomic<bool>& in_use_;
+};
 
 // Decode rows [0, num_decode_tokens) (absorbed path).
 //   out_rows [Td, N*V] activation dtype (rows may be strided)

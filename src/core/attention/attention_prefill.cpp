@@ -36,7 +36,7 @@ void up_project(const MlaAttention::Impl& impl, const Tensor& kv_c, const Tensor
   GemmProblem k_nope;
   k_nope.m = X, k_nope.n = P, k_nope.k = L, k_nope.batch = N;
   k_nope.a = kv_c.data(), k_nope.a_dtype = kv_c.dtype(), k_nope.lda = kv_c.stride(0), k_nope.batch_stride_a = 0;
-  k_nope.b = impl.w_uk_t.data(), k_nope.b_dtype = impl.config.dtype, k_nope.ldb = L, k_nope.batch_stride_b = P * L;
+  k_nope.b = impl.w_uk_t->data(), k_nope.b_dtype = impl.config.dtype, k_nope.ldb = L, k_nope.batch_stride_b = P * L;
   k_nope.trans_b = true;
   k_nope.c = k.data(), k_nope.c_dtype = k.dtype(), k_nope.ldc = N * (P + R), k_nope.batch_stride_c = P + R;
   gemm(k_nope, ctx);
@@ -47,7 +47,7 @@ void up_project(const MlaAttention::Impl& impl, const Tensor& kv_c, const Tensor
   GemmProblem v_up;
   v_up.m = X, v_up.n = V, v_up.k = L, v_up.batch = N;
   v_up.a = kv_c.data(), v_up.a_dtype = kv_c.dtype(), v_up.lda = kv_c.stride(0), v_up.batch_stride_a = 0;
-  v_up.b = impl.w_uv.data(), v_up.b_dtype = impl.config.dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
+  v_up.b = impl.w_uv->data(), v_up.b_dtype = impl.config.dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
   v_up.c = v.data(), v_up.c_dtype = v.dtype(), v_up.ldc = N * v_width, v_up.batch_stride_c = v_width;
   gemm(v_up, ctx);
 }

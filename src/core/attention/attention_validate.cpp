@@ -182,7 +182,7 @@ ForwardArgs validate_forward(const MlaAttention::Impl& impl, const Tensor& q, co
   const MlaDims& d = c.dims;
   const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim,
                 V = d.v_head_dim;
-  if (!impl.w_uk_t.tensor().defined()) {
+  if (!impl.w_uk_t) {
     throw ValueError("forward: process_weights_after_loading must be called before the first forward");
   }
   ForwardArgs args;

@@ -7,6 +7,7 @@
 // and permutes; here the same indices are written out directly into
 // contiguous tensors in the activation dtype (the seed keeps 16-bit copies
 // too: there is no quantized bmm for them).
+#include <memory>
 #include <string>
 
 #include "core/attention/attention_impl.h"
@@ -32,6 +33,7 @@ std::string transposed_shape_repr(const Tensor& w) {
 void MlaAttention::process_weights_after_loading(const Tensor& kv_b_proj_weight) {
   const char* op = "process_weights_after_loading";
   Impl& im = *impl_;
+  const detail::ExclusiveUse use(im.in_use, "MlaAttention::process_weights_after_loading");
   const MlaDims& d = im.dims();
   const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, V = d.v_head_dim;
   check_defined(op, "kv_b_proj_weight", kv_b_proj_weight);
@@ -58,15 +60,19 @@ void MlaAttention::process_weights_after_loading(const Tensor& kv_b_proj_weight)
       for (int64_t v = 0; v < V; ++v) store_from_f32(uv.data(), dtype, (n * L + l) * V + v, weight(head_row + P + v, l));
     }
   }
+  // New storage each time: views of the previous weights (held with
+  // weights_owner()) stay valid.
   if (im.config.device.is_cpu()) {
-    im.w_uk_t = std::move(uk_t);
-    im.w_uv = std::move(uv);
+    im.w_uk_t = std::make_shared<const OwnedTensor>(std::move(uk_t));
+    im.w_uv = std::make_shared<const OwnedTensor>(std::move(uv));
     return;
   }
-  im.w_uk_t = OwnedTensor::empty({N, P, L}, dtype, im.config.device);
-  im.w_uv = OwnedTensor::empty({N, L, V}, dtype, im.config.device);
-  copy_tensor(uk_t.tensor(), im.w_uk_t.tensor());
-  copy_tensor(uv.tensor(), im.w_uv.tensor());
+  auto dev_uk_t = std::make_shared<OwnedTensor>(OwnedTensor::empty({N, P, L}, dtype, im.config.device));
+  auto dev_uv = std::make_shared<OwnedTensor>(OwnedTensor::empty({N, L, V}, dtype, im.config.device));
+  copy_tensor(uk_t.tensor(), dev_uk_t->tensor());
+  copy_tensor(uv.tensor(), dev_uv->tensor());
+  im.w_uk_t = std::move(dev_uk_t);
+  im.w_uv = std::move(dev_uv);
 }
 
 }  // namespace lattn

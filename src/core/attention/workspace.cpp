@@ -3,13 +3,17 @@
 
 #include <algorithm>
 
+#include "lattn/overflow.h"
+
 namespace lattn::detail {
 
 Tensor Workspace::get(WorkspaceSlot slot, std::initializer_list<int64_t> shape, DType dtype) {
-  size_t bytes = size_t(dtype_size(dtype));
-  for (int64_t s : shape) bytes *= size_t(s);
+  int64_t bytes = dtype_size(dtype);
+  for (int64_t s : shape) bytes = checked_mul(bytes, s, "workspace size");
   Buffer& buffer = buffers_[size_t(slot)];
-  if (buffer.size() < bytes || buffer.data() == nullptr) buffer = Buffer(std::max<size_t>(bytes, 64), device_);
+  if (buffer.size() < size_t(bytes) || buffer.data() == nullptr) {
+    buffer = Buffer(std::max<size_t>(size_t(bytes), 64), device_);
+  }
   return Tensor(buffer.data(), dtype, shape, device_);
 }
 

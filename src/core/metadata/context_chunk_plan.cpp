@@ -28,7 +28,20 @@ ContextChunkSizing size_context_chunks(bool planning_enabled, int num_prefills, 
   }
   // cdiv over the longest context of the whole batch, decodes included, as
   // the seed does: trailing chunks may be empty for every prefill.
-  s.num_chunks = int((max_context_len_all + s.max_context_chunk - 1) / s.max_context_chunk);
+  // cdiv without the overflow of (x + chunk - 1) for a chunk near 2^63 (found by fuzzing).
+  const int64_t num_chunks = max_context_len_all <= 0 ? 0 : (max_context_len_all - 1) / s.max_context_chunk + 1;
+  // The plan holds ~2 ints per (chunk, prefill): a context of billions of
+  // tokens cut into tiny chunks would ask for gigabytes (found by fuzzing).
+  constexpr int64_t kMaxChunks = int64_t(1) << 20, kMaxPlanEntries = int64_t(1) << 22;
+  if (num_chunks > kMaxChunks || num_chunks * (int64_t(num_prefills) + 1) > kMaxPlanEntries) {
+    throw ValueError("context chunk plan: the longest context (" + std::to_string(max_context_len_all) +
+                     " tokens) in chunks of " + std::to_string(s.max_context_chunk) + " tokens for " +
+                     std::to_string(num_prefills) + " prefills needs " + std::to_string(num_chunks) +
+                     " chunks, more than a plan holds (" + std::to_string(kMaxChunks) + " chunks, " +
+                     std::to_string(kMaxPlanEntries) + " chunk x prefill entries); raise "
+                     "context_chunk_workspace_size");
+  }
+  s.num_chunks = int(num_chunks);
   return s;
 }
 

@@ -17,6 +17,7 @@
 #include "core/types/batch_invariant.h"
 #include "lattn/errors.h"
 #include "lattn/metadata.h"
+#include "lattn/overflow.h"
 
 namespace lattn {
 namespace {
@@ -599,8 +600,12 @@ int64_t mla_context_chunk_workspace_size(int64_t max_model_len, int64_t max_num_
   // Enough for 8 full-length requests or 4 pages per request, capped at
   // 128k tokens for long-context models (seed 002; its comment's "64k" is
   // stale, the code's 128 * 1024 is authoritative, docs/metadata.md).
-  const int64_t workspace = std::min(std::max(8 * max_model_len, 4 * max_num_seqs * block_size), int64_t(128) * 1024);
-  if (workspace < max_num_seqs * block_size) {
+  const int64_t seq_blocks = checked_mul(max_num_seqs, block_size, op + "max_num_seqs * block_size");
+  const int64_t workspace =
+      std::min(std::max(checked_mul(8, max_model_len, op + "8 * max_model_len"),
+                        checked_mul(4, seq_blocks, op + "4 * max_num_seqs * block_size")),
+               int64_t(128) * 1024);
+  if (workspace < seq_blocks) {
     throw AssertionError("context_chunk_workspace_size >= scheduler_config.max_num_seqs * cache_config.block_size (" +
                          std::to_string(workspace) + " < " + std::to_string(max_num_seqs) + " * " +
                          std::to_string(block_size) + " = " + std::to_string(max_num_seqs * block_size) + ")");

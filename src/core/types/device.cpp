@@ -13,7 +13,11 @@ Device parse_device(const std::string& text) {
   if (text == "cuda") return Device::cuda(0);
   if (text.rfind("cuda:", 0) == 0) {
     const std::string num = text.substr(5);
-    if (!num.empty() && num.find_first_not_of("0123456789") == std::string::npos) return Device::cuda(std::stoi(num));
+    // At most 6 digits: no machine has a million GPUs, and std::stoi would
+    // throw its own out_of_range text past 2^31.
+    if (!num.empty() && num.size() <= 6 && num.find_first_not_of("0123456789") == std::string::npos) {
+      return Device::cuda(std::stoi(num));
+    }
   }
   throw ValueError("unknown device '" + text + "'; expected cpu, cuda or cuda:N");
 }

@@ -1,6 +1,8 @@
 // DLPack import/export (see lattn/dlpack_interop.h).
 #include "lattn/dlpack_interop.h"
 
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "lattn/errors.h"
@@ -35,22 +37,35 @@ DType from_dl_dtype(DLDataType t) {
 }
 
 Tensor from_dlpack(const DLTensor& t) {
+  // The device type as the integer the producer stored: a C producer may
+  // store a code this header's enum does not list (reading that as the enum
+  // would be undefined behaviour).
+  int32_t device_type = 0;
+  static_assert(sizeof(t.device.device_type) == sizeof(device_type));
+  std::memcpy(&device_type, &t.device.device_type, sizeof device_type);
   Device device;
-  if (t.device.device_type == kDLCPU || t.device.device_type == kDLCUDAHost) {
+  if (device_type == kDLCPU || device_type == kDLCUDAHost) {
     device = Device::cpu();
-  } else if (t.device.device_type == kDLCUDA) {
+  } else if (device_type == kDLCUDA && t.device.device_id >= 0) {
     device = Device::cuda(t.device.device_id);
   } else {
-    throw ValueError("from_dlpack: unsupported device type " + std::to_string(int(t.device.device_type)) +
-                     "; expected CPU or CUDA");
+    throw ValueError("from_dlpack: unsupported device (type " + std::to_string(device_type) + ", id " +
+                     std::to_string(t.device.device_id) + "); expected CPU or CUDA with an id >= 0");
   }
-  if (t.ndim > kMaxDims) {
-    throw ValueError("from_dlpack: at most " + std::to_string(kMaxDims) + " dims are supported, got " +
+  if (t.ndim < 0 || t.ndim > kMaxDims) {
+    throw ValueError("from_dlpack: 0 to " + std::to_string(kMaxDims) + " dims are supported, got " +
                      std::to_string(t.ndim));
   }
+  if (t.ndim > 0 && t.shape == nullptr) throw ValueError("from_dlpack: the producer gave no shape array");
   const DType dtype = from_dl_dtype(t.dtype);
   std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-  void* data = static_cast<char*>(t.data) + t.byte_offset;
+  // data + byte_offset in integer arithmetic: an offset past the address
+  // space is refused instead of overflowing a pointer.
+  const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
+  if (t.byte_offset > UINTPTR_MAX - base) {
+    throw ValueError("from_dlpack: byte_offset " + std::to_string(t.byte_offset) + " overflows the data pointer");
+  }
+  void* data = reinterpret_cast<void*>(base + t.byte_offset);
   if (t.strides == nullptr) return Tensor(data, dtype, std::span<const int64_t>(shape), device);
   std::vector<int64_t> strides(t.strides, t.strides + t.ndim);
   return Tensor(data, dtype, std::span<const int64_t>(shape), std::span<const int64_t>(strides), device);

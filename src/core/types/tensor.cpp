@@ -1,12 +1,15 @@
 // Tensor views, owning buffers and host copies (see lattn/tensor.h).
 #include "lattn/tensor.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "core/ops/device_ops.h"
 #include "lattn/errors.h"
+#include "lattn/overflow.h"
 
 namespace lattn {
 namespace {
@@ -20,6 +23,27 @@ std::string join_dims(std::span<const int64_t> dims) {
   return s + "]";
 }
 
+// Refuses a shape whose element count or byte count (or, for a strided view,
+// whose farthest element's byte offset) does not fit in int64: every later
+// offset computation (ptr_at, kernels' row * stride) is then free of
+// overflow.
+void check_extent(std::span<const int64_t> shape, std::span<const int64_t> strides, int element_size) {
+  const std::string what = "Tensor: shape " + join_dims(shape);
+  int64_t numel = 1, last_offset = 0, contiguous_span = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    numel = checked_mul(numel, shape[d], what + " (element count)");
+    contiguous_span = checked_mul(contiguous_span, std::max<int64_t>(shape[d], 1), what + " (element count)");
+  }
+  checked_mul(numel, element_size, what + " (bytes)");
+  if (numel == 0) return;
+  for (size_t d = 0; d < strides.size(); ++d) {
+    const int64_t stride = strides[d] == INT64_MIN ? INT64_MAX : (strides[d] < 0 ? -strides[d] : strides[d]);
+    last_offset = checked_add(last_offset, checked_mul(shape[d] - 1, stride, what + " (strided extent)"),
+                              what + " (strided extent)");
+  }
+  checked_mul(checked_add(last_offset, 1, what + " (strided extent)"), element_size, what + " (strided extent in bytes)");
+}
+
 }  // namespace
 
 Tensor::Tensor(void* data, DType dtype, std::span<const int64_t> shape, Device device)
@@ -28,9 +52,12 @@ Tensor::Tensor(void* data, DType dtype, std::span<const int64_t> shape, Device d
     throw ValueError("Tensor: at most " + std::to_string(kMaxDims) + " dims are supported, got " +
                      std::to_string(shape.size()));
   }
+  for (int64_t s : shape) {
+    if (s < 0) throw ValueError("Tensor: negative size in shape " + join_dims(shape));
+  }
+  check_extent(shape, {}, element_size());
   int64_t stride = 1;
   for (int d = ndim_ - 1; d >= 0; --d) {
-    if (shape[d] < 0) throw ValueError("Tensor: negative size in shape " + join_dims(shape));
     shape_[d] = shape[d];
     strides_[d] = stride;
     stride *= std::max<int64_t>(shape[d], 1);
@@ -53,6 +80,7 @@ Tensor::Tensor(void* data, DType dtype, std::span<const int64_t> shape, std::spa
     shape_[d] = shape[d];
     strides_[d] = strides[d];
   }
+  check_extent(shape, strides, element_size());
 }
 
 int Tensor::norm_dim(int d) const {
@@ -101,7 +129,7 @@ void* Tensor::ptr_at(std::initializer_list<int64_t> index) const {
 
 Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
   const int d = norm_dim(dim);
-  if (start < 0 || length < 0 || start + length > shape_[d]) {
+  if (start < 0 || length < 0 || start > shape_[d] || length > shape_[d] - start) {
     throw ValueError("Tensor::narrow: range [" + std::to_string(start) + ", " + std::to_string(start + length) +
                      ") out of bounds for dim " + std::to_string(d) + " of " + shape_str());
   }
@@ -139,12 +167,12 @@ Tensor Tensor::view(std::span<const int64_t> shape) const {
       if (infer >= 0) throw ValueError("Tensor::view: only one -1 allowed in " + join_dims(shape));
       infer = int(i);
     } else {
-      known *= s[i];
+      known = checked_mul(known, s[i], "Tensor::view: shape " + join_dims(shape));
     }
   }
   if (infer >= 0) s[infer] = known == 0 ? 0 : numel() / known;
   int64_t n = 1;
-  for (int64_t v : s) n *= v;
+  for (int64_t v : s) n = checked_mul(n, v, "Tensor::view: shape " + join_dims(shape));
   if (n != numel()) {
     throw ValueError("Tensor::view: shape " + join_dims(shape) + " does not match " + std::to_string(numel()) +
                      " elements of " + shape_str());
@@ -229,10 +257,11 @@ void Buffer::reset() {
 }
 
 OwnedTensor OwnedTensor::empty(std::span<const int64_t> shape, DType dtype, Device device) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  // The view first: it refuses negative sizes and byte counts past int64
+  // before anything is allocated.
+  const Tensor checked(nullptr, dtype, shape, device);
   OwnedTensor t;
-  t.storage_ = Buffer(size_t(n) * size_t(dtype_size(dtype)), device);
+  t.storage_ = Buffer(checked.nbytes(), device);
   t.view_ = Tensor(t.storage_.data(), dtype, shape, device);
   return t;
 }

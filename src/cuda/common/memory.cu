@@ -4,6 +4,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/device_ops.h"
+#include "lattn/errors.h"
 
 namespace lattn::cuda {
 

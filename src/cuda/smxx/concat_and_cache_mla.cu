@@ -11,6 +11,7 @@
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
 #include "cuda/device_ops.h"
+#include "cuda/common/index_check.cuh"
 
 namespace lattn::cuda {
 namespace {
@@ -25,6 +26,7 @@ struct ConcatParams {
   int64_t block_size, num_slots;  // num_slots = num_blocks * block_size
   int num_tokens, L, R;
   float scale;               // fp8 caches store fp8(x / scale); 1 otherwise
+  uint32_t* violations;      // index_check.h words of this device (may be nullptr)
 };
 
 constexpr int kWarpsPerBlock = 8;
@@ -35,9 +37,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) concat_and_cache_mla_kern
   const int lane = threadIdx.x % 32;
   if (token >= p.num_tokens) return;
   const int64_t slot = p.slots[token * p.slot_stride];
-  // PAD_SLOT_ID (and any negative slot) is skipped; slots past the cache were
-  // refused by the host-side validation and are skipped here as a last guard.
-  if (slot < 0 || slot >= p.num_slots) return;
+  // PAD_SLOT_ID (and any negative slot) is skipped. A slot past the cache
+  // (a device-resident slot_mapping the host could not check) is skipped and
+  // recorded: the host raises ValueError for it (index_check.h).
+  if (slot < 0) return;
+  if (slot >= p.num_slots) {
+    if (lane == 0) record_index_violation(p.violations, kBadSlot);
+    return;
+  }
   C* dst = static_cast<C*>(p.cache) + (slot / p.block_size) * p.cache_block_stride +
            (slot % p.block_size) * int64_t(p.L + p.R);
   const In* kv = static_cast<const In*>(p.kv_c) + token * p.kv_c_stride;
@@ -86,7 +93,9 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
   using namespace lattn::cuda;
   const int num_tokens = int(slot_mapping.size(0));
   if (num_tokens == 0 || cache.num_blocks() == 0) return;
-  DeviceGuard guard(cache.device().index);
+  const int device = cache.device().index;
+  DeviceGuard guard(device);
+  raise_pending_index_violation(device, "concat_and_cache_mla");
   ConcatParams p{};
   p.kv_c = kv_c.data();
   p.k_pe = k_pe.data();
@@ -102,6 +111,7 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
   p.L = cache.kv_lora_rank;
   p.R = cache.qk_rope_head_dim;
   p.scale = cache.is_fp8() ? cache.scale : 1.f;
+  p.violations = index_violation_words(device);
 
   const int in_size = kv_c.element_size();
   const int cache_size = cache.data.element_size();
@@ -122,6 +132,9 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
     });
   });
   LATTN_CUDA_CHECK_LAUNCH("concat_and_cache_mla_kernel");
+  check_launch_indices(device, s, "concat_and_cache_mla", "slot_mapping",
+                       "hold slots < num_blocks * block_size = " + std::to_string(p.num_slots) +
+                           " (or PAD_SLOT_ID -1)");
 }
 
 }  // namespace lattn::cuda

@@ -8,6 +8,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/common/index_check.cuh"
 
 namespace lattn::cuda {
 namespace {
@@ -51,7 +52,10 @@ __global__ void __launch_bounds__(kWarps * 32) decode_generic_kernel(const __gri
   float* my_acc = acc + warp * p.L;
   float m = -INFINITY, l = 0.f;
   for (int key = warp; key < limit; key += kWarps) {
-    const int64_t entry = int64_t(table[key / p.block_size]) * p.cache_block_stride + int64_t(key % p.block_size) * D;
+    // Checked (index_check.cuh): a block outside the cache is recorded and its key skipped.
+    const int64_t block = checked_block_id(table, key / p.block_size, p.table_width, p.num_blocks, p.index_violations);
+    if (block < 0) continue;  // warp-uniform: one key per warp
+    const int64_t entry = block * p.cache_block_stride + int64_t(key % p.block_size) * D;
     float dot = 0.f;
     for (int d = lane; d < D; d += 32) dot += q[d] * load_f32(p.cache, ct, entry + d);
     for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);

@@ -56,6 +56,11 @@ struct DecodeParams {
   const int32_t* query_start_loc = nullptr;  // [batch + 1] token offsets, [0] == 0
   const int32_t* block_table = nullptr;      // [batch, max_blocks]
   int64_t block_table_stride = 0;
+  // Bounds of the device-resident block table, checked by the kernels
+  // (cuda/common/index_check.h); 0 = not checked.
+  int64_t num_blocks = 0;                    // ids must be in [0, num_blocks)
+  int64_t table_width = 0;                   // max_blocks
+  uint32_t* index_violations = nullptr;      // this device's violation words (may be nullptr)
   void* out = nullptr;           // [T, H, L] activation dtype
   int64_t out_stride_t = 0, out_stride_h = 0;
   float* lse = nullptr;          // [H, T] f32 natural log; may be nullptr

@@ -11,6 +11,7 @@
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
 #include "cuda/device_ops.h"
+#include "cuda/common/index_check.cuh"
 
 namespace lattn::cuda {
 namespace {
@@ -22,8 +23,12 @@ struct GatherParams {
   const int32_t* cu_seq_lens;   // [batch + 1]
   const int32_t* seq_starts;    // [batch] or nullptr (all 0); multiples of block_size
   int64_t cache_block_stride, dst_stride, bt_stride;
+  int64_t num_blocks;           // block ids must be in [0, num_blocks)
+  int64_t table_width;          // block_table columns (max_blocks)
+  int64_t dst_rows;             // rows of dst
   int block_size, D;
   float scale;                  // fp8 dequantization scale (1 for 16-bit caches)
+  uint32_t* violations;         // index_check.h words of this device (may be nullptr)
 };
 
 constexpr int kWarps = 8;
@@ -33,12 +38,21 @@ __global__ void __launch_bounds__(kWarps * 32) gather_cache_kernel(GatherParams 
   const int b = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int32_t row0 = p.cu_seq_lens[b];
-  const int32_t n = p.cu_seq_lens[b + 1] - row0;
+  const int64_t n = int64_t(p.cu_seq_lens[b + 1]) - row0;
   const int32_t first_block = p.seq_starts ? p.seq_starts[b] / p.block_size : 0;
-  const int32_t* table = p.block_table + b * p.bt_stride + first_block;
+  const int32_t* row = p.block_table + b * p.bt_stride;
   constexpr bool kSameType = std::is_same_v<C, Dst>;
-  for (int32_t j = blockIdx.y * kWarps + warp; j < n; j += gridDim.y * kWarps) {
-    const int64_t block = table[j / p.block_size];
+  // Device-resident indices: a token whose block is outside the cache (or
+  // past the table, or whose destination row is past dst) is skipped and
+  // recorded (index_check.h); the host raises ValueError for it.
+  if (row0 < 0 || (n > 0 && int64_t(row0) + n > p.dst_rows)) {
+    if (threadIdx.x == 0 && blockIdx.y == 0) record_index_violation(p.violations, kBadRowRange);
+    return;
+  }
+  for (int64_t j = blockIdx.y * kWarps + warp; j < n; j += gridDim.y * kWarps) {
+    const int64_t block =
+        checked_block_id(row, int64_t(first_block) + j / p.block_size, p.table_width, p.num_blocks, p.violations);
+    if (block < 0) continue;
     const C* src = static_cast<const C*>(p.cache) + block * p.cache_block_stride + int64_t(j % p.block_size) * p.D;
     Dst* dst = static_cast<Dst*>(p.dst) + (row0 + j) * p.dst_stride;
     if constexpr (kVec && kSameType && sizeof(C) == 2) {
@@ -75,7 +89,9 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
                   int batch_size, const Tensor& seq_starts, Stream stream) {
   using namespace lattn::cuda;
   if (batch_size == 0) return;
-  DeviceGuard guard(cache.device().index);
+  const int device = cache.device().index;
+  DeviceGuard guard(device);
+  raise_pending_index_violation(device, "gather_cache");
   GatherParams p{};
   p.cache = cache.data.data();
   p.dst = dst.data();
@@ -88,6 +104,10 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
   p.block_size = int(cache.block_size());
   p.D = int(cache.entry_dim());
   p.scale = cache.is_fp8() ? cache.scale : 1.f;
+  p.num_blocks = cache.num_blocks();
+  p.table_width = block_table.size(1);
+  p.dst_rows = dst.size(0);
+  p.violations = index_violation_words(device);
   const int cs = cache.data.element_size(), ds = dst.element_size();
   const bool vec = p.D % 8 == 0 && is_aligned(p.cache, 8 * cs) && (p.cache_block_stride * cs) % (8 * cs) == 0 &&
                    is_aligned(p.dst, 16) && (p.dst_stride * ds) % 16 == 0;
@@ -105,6 +125,9 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
     });
   });
   LATTN_CUDA_CHECK_LAUNCH("gather_cache_kernel");
+  check_launch_indices(device, s, "gather_cache", "block_table",
+                       "hold block ids in [0, num_blocks = " + std::to_string(p.num_blocks) + ") for every token, "
+                       "within its " + std::to_string(p.table_width) + " columns");
 }
 
 }  // namespace lattn::cuda

@@ -11,6 +11,7 @@
 
 #include "cuda/sm80/decode/decode_traits.h"
 #include "cuda/sm80/mma.cuh"
+#include "cuda/common/index_check.cuh"
 #include "cuda/smxx/decode_params.h"
 
 namespace lattn::cuda::sm80 {
@@ -67,21 +68,26 @@ __device__ __forceinline__ void load_kv(const DecodeParams& p, const RequestView
   const Cache* cache = static_cast<const Cache*>(p.cache);
   // Fast path: the whole tile lies in one page (page size a multiple of kBlockN).
   const bool one_page = p.block_size % K::kBlockN == 0;
-  int64_t tile_base = 0;
+  // Block ids are checked (index_check.cuh): a bad one is recorded and its
+  // keys are zero-filled instead of read from outside the cache.
+  int64_t tile_base = 0, tile_block = 0;
   if (one_page) {
-    tile_base = int64_t(rv.table[key0 / p.block_size]) * p.cache_block_stride + int64_t(key0 % p.block_size) * K::kD;
+    tile_block = checked_block_id(rv.table, key0 / p.block_size, p.table_width, p.num_blocks, p.index_violations);
+    tile_base = tile_block < 0 ? 0 : tile_block * p.cache_block_stride + int64_t(key0 % p.block_size) * K::kD;
   }
   for (int c = threadIdx.x; c < K::kBlockN * kChunks; c += K::kThreads) {
     const int row = c / kChunks, chunk = c % kChunks;
     const int key = key0 + row;
-    const bool valid = key < rv.seq_len;
-    int64_t entry;
+    bool valid = key < rv.seq_len;
+    int64_t entry = 0;
     if (one_page) {
+      valid = valid && tile_block >= 0;
       entry = tile_base + int64_t(row) * K::kD;
-    } else {
-      entry = valid ? int64_t(rv.table[key / p.block_size]) * p.cache_block_stride +
-                          int64_t(key % p.block_size) * K::kD
-                    : 0;
+    } else if (valid) {
+      const int64_t block =
+          checked_block_id(rv.table, key / p.block_size, p.table_width, p.num_blocks, p.index_violations);
+      valid = block >= 0;
+      entry = valid ? block * p.cache_block_stride + int64_t(key % p.block_size) * K::kD : 0;
     }
     const Cache* src = cache + entry + chunk * kElemsPerChunk;
     uint32_t d;
