@@ -2,7 +2,8 @@
 // table (internal). The core reaches them only through that table
 // (core/ops/device_ops.h, cuda_device_ops() in device_ops_cuda.cpp), never by
 // name; see the table for each entry's shapes. Arguments arrive validated;
-// index values on the device are unchecked.
+// index values on the device are bound-checked by the kernels
+// (cuda/common/index_check.cuh).
 #pragma once
 
 #include <cstddef>
