@@ -8,7 +8,9 @@
 #include <string>
 
 #include "core/cuda_hooks.h"
+#include "core/sparse_cuda_hooks.h"
 #include "cpu/ops_cpu.h"
+#include "cpu/sparse_cpu.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
 
@@ -89,7 +91,13 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
     }
   }
 
-  if (cache.device().is_cuda()) {
+  if (cache.is_fp8_ds_mla()) {  // per-tile quantization: lattn/sparse.h
+    if (cache.device().is_cuda()) {
+      cuda_hooks::concat_and_cache_ds_mla(kv_c, pe, cache, slot_mapping, stream);
+    } else {
+      cpu::concat_and_cache_ds_mla(kv_c, pe, cache, slot_mapping);
+    }
+  } else if (cache.device().is_cuda()) {
     cuda_hooks::concat_and_cache_mla(kv_c, pe, cache, slot_mapping, stream);
   } else {
     cpu::concat_and_cache_mla(kv_c, pe, cache, slot_mapping);
@@ -106,7 +114,7 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
   check_dim(op, "dst", dst, 2);
   check_dtype_in(op, "dst", dst, kActivationDtypes);
   check_device(op, "dst", dst, device);
-  check_shape(op, "dst", dst, {kAnySize, cache.entry_dim()});
+  check_shape(op, "dst", dst, {kAnySize, int64_t(cache.kv_lora_rank) + cache.qk_rope_head_dim});
   check_last_dim_contiguous(op, "dst", dst);
 
   check_dtype(op, "block_table", block_table, DType::i32);
@@ -155,7 +163,13 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
     const int64_t total = batch_size > 0 ? index_at(cu_seq_lens, batch_size) : 0;
     check_arg(total <= dst.size(0), op, "dst", "have at least cu_seq_lens[batch_size] = " + std::to_string(total) + " rows",
               dst.shape_str());
-    cpu::gather_cache(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts);
+    if (cache.is_fp8_ds_mla()) {
+      cpu::gather_cache_ds_mla(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts);
+    } else {
+      cpu::gather_cache(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts);
+    }
+  } else if (cache.is_fp8_ds_mla()) {
+    cuda_hooks::gather_cache_ds_mla(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts, stream);
   } else {
     cuda_hooks::gather_cache(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts, stream);
   }
