@@ -221,7 +221,9 @@ void topk_positions(const Tensor& logits, const Tensor& lengths, const Tensor& o
   check_dim(op, "out", out, 2);
   check_arg(out.size(0) == T && out.size(1) >= 1, op, "out", "have shape [" + str(T) + ", topk >= 1]", out.shape_str());
   check_last_dim_contiguous(op, "out", out);
-#pragma omp parallel for schedule(dynamic, 1)
+  // One row needs no team: waking a second thread costs more than the row
+  // (tens of ms on a loaded machine).
+#pragma omp parallel for schedule(dynamic, 1) if (T > 1)
   for (int64_t t = 0; t < T; ++t) {
     cpu::topk_one_row(logits.data_as<const float>() + t * logits.stride(0), i32_at(lengths, t), int(out.size(1)),
                       out.data_as<int32_t>() + t * out.stride(0));

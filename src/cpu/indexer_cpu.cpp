@@ -167,9 +167,13 @@ void indexer_token_logits_cpu(const IndexerArgs& a, const IndexerKeyCache& c, co
 }
 
 void topk_one_row(const float* logits, int n, int k, int32_t* out) {
-  thread_local std::vector<uint32_t> keys;
-  thread_local std::vector<int32_t> hist;
-  thread_local std::vector<int32_t> chosen;
+  // References bound once: each thread_local access in a shared library is a
+  // __tls_get_addr call, too slow inside the sort's comparator.
+  thread_local std::vector<uint32_t> tls_keys;
+  thread_local std::vector<int32_t> tls_hist, tls_chosen;
+  std::vector<uint32_t>& keys = tls_keys;
+  std::vector<int32_t>& hist = tls_hist;
+  std::vector<int32_t>& chosen = tls_chosen;
   keys.resize(size_t(n));
   for (int i = 0; i < n; ++i) keys[size_t(i)] = sort_key(logits[i]);
   chosen.clear();
@@ -196,7 +200,7 @@ void topk_one_row(const float* logits, int n, int k, int32_t* out) {
       if (keys[size_t(i)] == tau) chosen.push_back(i), --need;
     }
   }
-  std::sort(chosen.begin(), chosen.end(), [](int32_t x, int32_t y) {
+  std::sort(chosen.begin(), chosen.end(), [&keys](int32_t x, int32_t y) {
     const uint32_t kx = keys[size_t(x)], ky = keys[size_t(y)];
     return kx != ky ? kx > ky : x < y;
   });

@@ -28,4 +28,9 @@ void dequant_ds_mla_rows_bf16(const uint8_t* cache_base, const int64_t* row_offs
 void dequant_ds_mla_rows_bf16_avx512(const uint8_t* cache_base, const int64_t* row_offsets, int rows,
                                      int kv_lora_rank, int rope_dim, uint16_t* out);
 
+// The same into f32 rows (exact products: used for f32/f16 queries, whose
+// error model bf16 rows would break).
+void dequant_ds_mla_rows_f32(const uint8_t* cache_base, const int64_t* row_offsets, int rows, int kv_lora_rank,
+                             int rope_dim, float* out);
+
 }  // namespace lattn::cpu

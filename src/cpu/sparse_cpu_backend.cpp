@@ -105,13 +105,16 @@ void CpuSparseClass::run(const SparseMlaArgs& a, const LatentCache& cache, Strea
   std::partial_sum(first_chunk.begin(), first_chunk.end(), first_chunk.begin());
 
   const DType q_dtype = a.q.dtype();
-  const DType data_dtype = ds ? DType::bf16 : cache.dtype();
+  // fp8_ds_mla rows are dequantized to bf16 for bf16 queries (the bf16 dot
+  // path, within bf16's error model) and to f32 otherwise (f32's model).
+  const DType ds_rows = q_dtype == DType::bf16 ? DType::bf16 : DType::f32;
+  const DType data_dtype = ds ? ds_rows : cache.dtype();
   const MathPath path = kt.decode_path(q_dtype, data_dtype);
   static thread_local HostWorkspace partials;  // the calling thread's; workers only get the pointer
   float* partial = static_cast<float*>(partials.reserve(chunks.size() * size_t(N) * size_t(L + 1) * 4 + 64));
   float* partial_lse = partial + chunks.size() * size_t(N) * size_t(L);
   const size_t kernel_scratch = (kt.decode_scratch_bytes(N, L, R) + 4095) / 4096 * 4096;
-  const size_t dequant_scratch = ds ? size_t(kMaxChunk) * size_t(D) * 2 + 4096 : 0;
+  const size_t dequant_scratch = ds ? size_t(kMaxChunk) * size_t(D) * size_t(dtype_size(ds_rows)) + 4096 : 0;
   const size_t esize = size_t(dtype_size(q_dtype));
   const bool avx512 = cpu_isa() >= CpuIsa::avx512;
   static const std::vector<int32_t> identity = [] {
@@ -124,7 +127,7 @@ void CpuSparseClass::run(const SparseMlaArgs& a, const LatentCache& cache, Strea
   {
     static thread_local HostWorkspace scratch_ws;
     char* scratch = static_cast<char*>(scratch_ws.reserve(kernel_scratch + dequant_scratch));
-    uint16_t* rows_bf16 = reinterpret_cast<uint16_t*>(scratch + kernel_scratch);
+    uint16_t* rows_bf16 = reinterpret_cast<uint16_t*>(scratch + kernel_scratch);  // or f32 rows (ds_rows)
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < int64_t(chunks.size()); ++i) {
       const Chunk& c = chunks[size_t(i)];
@@ -148,13 +151,15 @@ void CpuSparseClass::run(const SparseMlaArgs& a, const LatentCache& cache, Strea
       if (ds) {
         const int64_t* offsets = byte_offsets.data() + size_t(c.token) * topk + c.begin;
         const auto* base = static_cast<const uint8_t*>(cache.data.data());
-        if (avx512) {
+        if (ds_rows == DType::f32) {
+          dequant_ds_mla_rows_f32(base, offsets, n, L, R, reinterpret_cast<float*>(rows_bf16));
+        } else if (avx512) {
           dequant_ds_mla_rows_bf16_avx512(base, offsets, n, L, R, rows_bf16);
         } else {
           dequant_ds_mla_rows_bf16(base, offsets, n, L, R, rows_bf16);
         }
         job.cache = rows_bf16;
-        job.cache_dtype = DType::bf16;
+        job.cache_dtype = ds_rows;
         job.cache_scale = 1.f;
         job.block_table = identity.data();
       } else {

@@ -221,6 +221,9 @@ std::vector<SparseCase> backend_cases() {
   SparseCase fp8;
   fp8.dtype = DType::f16, fp8.cache_dtype = DType::fp8_e4m3, fp8.seed = seed++;
   cases.push_back(fp8);
+  SparseCase f32_ds;  // f32 queries on fp8_ds_mla: f32's error model, not bf16's
+  f32_ds.dtype = DType::f32, f32_ds.cache_dtype = kFp8DsMla, f32_ds.pattern = 1, f32_ds.seed = seed++;
+  cases.push_back(f32_ds);
   SparseCase small_dims;  // non-DeepSeek dims (a 128-multiple latent for fp8_ds_mla)
   small_dims.L = 256, small_dims.R = 32, small_dims.N = 7, small_dims.cache_dtype = kFp8DsMla, small_dims.seed = seed++;
   cases.push_back(small_dims);
