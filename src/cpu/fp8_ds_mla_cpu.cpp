@@ -1,5 +1,5 @@
 // Host fp8_ds_mla cache ops (src/cpu/sparse_cpu.h): the cache write
-// quantizes each token with the codec of src/core/fp8_ds_mla.cpp, gather
+// quantizes each token with the codec of src/core/sparse/fp8_ds_mla.cpp, gather
 // dequantizes, and the sparse backend's row dequantizer (scalar version).
 #include <cstring>
 #include <vector>

@@ -17,7 +17,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/gemm.h"
+#include "core/ops/gemm.h"
 #include "cpu/host_workspace.h"
 #include "lattn/dtype.h"
 

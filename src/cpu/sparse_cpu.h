@@ -1,6 +1,6 @@
 // src/cpu/sparse_cpu.h — host implementations of the fp8_ds_mla cache ops
 // and the helpers of the `cpu` sparse backend and indexer (internal).
-// Arguments arrive validated (src/core/ops.cpp, src/core/sparse_ops.cpp).
+// Arguments arrive validated (src/core/ops/ops.cpp, src/core/sparse/).
 #pragma once
 
 #include <cstdint>

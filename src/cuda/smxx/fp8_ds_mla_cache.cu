@@ -1,12 +1,12 @@
 // The fp8_ds_mla cache write and gather on CUDA (lattn/sparse.h). One warp
 // per token: each 128-element tile is 4 elements per lane, its amax a warp
 // reduction; the scale and every rounding are the host codec's
-// (src/core/fp8_ds_mla.cpp), so device and host caches match bit for bit.
+// (src/core/sparse/fp8_ds_mla.cpp), so device and host caches match bit for bit.
 #include <cuda_runtime.h>
 
 #include <cfloat>
 
-#include "core/sparse_cuda_hooks.h"
+#include "core/sparse/sparse_cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"

@@ -9,7 +9,7 @@
 
 #include <cfloat>
 
-#include "core/sparse_cuda_hooks.h"
+#include "core/sparse/sparse_cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dtype_device.cuh"
