@@ -3,6 +3,7 @@
 // checks every argument — for host indices every value — before any backend
 // writes anything.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
