@@ -28,3 +28,5 @@
 #include "lattn/cpu.h"
 #include "lattn/plugin.h"
 #include "lattn/attention.h"
+#include "lattn/communicator.h"
+#include "lattn/dcp.h"
