@@ -37,7 +37,14 @@ __m256i f32_to_bf16x16(__m512 x) {
 void dequant_ds_mla_rows_bf16_avx512(const uint8_t* cache_base, const int64_t* row_offsets, int rows,
                                      int kv_lora_rank, int rope_dim, uint16_t* out) {
   const int width = kv_lora_rank + rope_dim, tiles = kv_lora_rank / 128;
+  const int entry_bytes = kv_lora_rank + 4 * tiles + 2 * rope_dim;
   for (int r = 0; r < rows; ++r) {
+    // Rows are scattered over the cache: fetch a few rows ahead so their
+    // memory latency overlaps this row's work.
+    if (r + 4 < rows) {
+      const char* next = reinterpret_cast<const char*>(cache_base + row_offsets[r + 4]);
+      for (int b = 0; b < entry_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+    }
     const uint8_t* e = cache_base + row_offsets[r];
     uint16_t* o = out + int64_t(r) * width;
     for (int tile = 0; tile < tiles; ++tile) {
