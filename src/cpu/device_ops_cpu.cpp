@@ -11,6 +11,7 @@
 #include "core/ops/device_ops.h"
 #include "cpu/gemm_paths.h"
 #include "cpu/ops_cpu.h"
+#include "cpu/sparse_cpu.h"
 #include "lattn/errors.h"
 
 namespace lattn::detail {
@@ -71,6 +72,13 @@ const DeviceOps& cpu_device_ops() {
     t.gather_cache = [](const LatentCache& cache, const Tensor& dst, const Tensor& block_table,
                         const Tensor& cu_seq_lens, int batch_size, const Tensor& seq_starts,
                         Stream) { cpu::gather_cache(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts); };
+    t.concat_and_cache_ds_mla = [](const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
+                                   const Tensor& slot_mapping,
+                                   Stream) { cpu::concat_and_cache_ds_mla(kv_c, k_pe, cache, slot_mapping); };
+    t.gather_cache_ds_mla = [](const LatentCache& cache, const Tensor& dst, const Tensor& block_table,
+                               const Tensor& cu_seq_lens, int batch_size, const Tensor& seq_starts, Stream) {
+      cpu::gather_cache_ds_mla(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts);
+    };
     t.merge_attn_states = [](const Tensor& out, const Tensor& out_lse, const Tensor& prefix_out,
                              const Tensor& prefix_lse, const Tensor& suffix_out, const Tensor& suffix_lse, Stream) {
       cpu::merge_attn_states(out, out_lse, prefix_out, prefix_lse, suffix_out, suffix_lse);

@@ -1,6 +1,7 @@
 // The CUDA device-ops table (see core/ops/device_ops.h): the entries are the
 // implementations of cuda/device_ops.h.
 #include "core/ops/device_ops.h"
+#include "core/sparse/sparse_cuda_hooks.h"
 #include "cuda/device_ops.h"
 
 namespace lattn::detail {
@@ -27,6 +28,9 @@ const DeviceOps& cuda_device_ops() {
     t.swap_blocks = cuda::swap_blocks;
     t.advance_step = cuda::advance_step;
     t.quantize_fp8 = cuda::quantize_fp8;
+    // Defined in cuda/smxx/fp8_ds_mla_cache.cu, or by core/sparse's stand-in without CUDA.
+    t.concat_and_cache_ds_mla = cuda_hooks::concat_and_cache_ds_mla;
+    t.gather_cache_ds_mla = cuda_hooks::gather_cache_ds_mla;
     t.gemm = [](const GemmProblem& p, const RunContext& ctx) { cuda::gemm(p, ctx.device.index, ctx.stream, ctx.batch_invariant); };
     return t;
   }();

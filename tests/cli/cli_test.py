@@ -95,7 +95,7 @@ def bad_flags_are_usage_errors(lattn):
     err = lattn("run", "--trace", "x.jsonl", "--num-requests", "3", expect=EXIT_USAGE).stderr
     check_in("--num-requests shapes a generated trace; it cannot be combined with --trace", err, "stderr")
     err = lattn("bench", "--phase", "warmup", expect=EXIT_USAGE).stderr
-    check_in("--phase takes prefill and/or decode separated by commas; got 'warmup'", err, "stderr")
+    check_in("--phase takes prefill, decode, sparse-decode, sparse-prefill and/or indexer separated by commas; got 'warmup'", err, "stderr")
     err = lattn("bench", "--batch", "1,x", expect=EXIT_USAGE).stderr
     check_in("--batch takes integers >= 1 separated by commas; got 'x'", err, "stderr")
     err = lattn("bench", "-o", "yaml", expect=EXIT_USAGE).stderr

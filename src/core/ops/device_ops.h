@@ -70,6 +70,12 @@ struct DeviceOps {
   void (*advance_step)(int num_seqs, int num_queries, int block_size, const Tensor& input_tokens,
                        const Tensor& sampled_token_ids, const Tensor& input_positions, const Tensor& seq_lens,
                        const Tensor& slot_mapping, const Tensor& block_tables, Stream stream) = nullptr;
+  // The same two for an fp8_ds_mla cache (per-tile scales, lattn/sparse.h).
+  void (*concat_and_cache_ds_mla)(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
+                                  const Tensor& slot_mapping, Stream stream) = nullptr;
+  void (*gather_cache_ds_mla)(const LatentCache& cache, const Tensor& dst, const Tensor& block_table,
+                              const Tensor& cu_seq_lens, int batch_size, const Tensor& seq_starts,
+                              Stream stream) = nullptr;
   //   src [rows, cols] f16/bf16/f32, dst [rows, cols] fp8_e4m3 (last dims contiguous),
   //   scale [1] f32 on this device;  dst = fp8(src / scale[0])
   void (*quantize_fp8)(const Tensor& src, const Tensor& dst, const Tensor& scale, Stream stream) = nullptr;

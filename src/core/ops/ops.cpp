@@ -88,7 +88,12 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
     }
   }
 
-  detail::device_ops(cache.device()).concat_and_cache_mla(kv_c, pe, cache, slot_mapping, stream);
+  const detail::DeviceOps& dev = detail::device_ops(cache.device());
+  if (cache.is_fp8_ds_mla()) {  // per-tile quantization: lattn/sparse.h
+    dev.concat_and_cache_ds_mla(kv_c, pe, cache, slot_mapping, stream);
+  } else {
+    dev.concat_and_cache_mla(kv_c, pe, cache, slot_mapping, stream);
+  }
 }
 
 void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& block_table, const Tensor& cu_seq_lens,
@@ -101,7 +106,7 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
   check_dim(op, "dst", dst, 2);
   check_dtype_in(op, "dst", dst, kActivationDtypes);
   check_device(op, "dst", dst, device);
-  check_shape(op, "dst", dst, {kAnySize, cache.entry_dim()});
+  check_shape(op, "dst", dst, {kAnySize, int64_t(cache.kv_lora_rank) + cache.qk_rope_head_dim});
   check_last_dim_contiguous(op, "dst", dst);
 
   check_dtype(op, "block_table", block_table, DType::i32);
@@ -151,7 +156,12 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
     check_arg(total <= dst.size(0), op, "dst",
               "have at least cu_seq_lens[batch_size] = " + std::to_string(total) + " rows", dst.shape_str());
   }
-  detail::device_ops(device).gather_cache(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts, stream);
+  if (cache.is_fp8_ds_mla()) {
+    detail::device_ops(device).gather_cache_ds_mla(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts,
+                                                   stream);
+  } else {
+    detail::device_ops(device).gather_cache(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts, stream);
+  }
 }
 
 void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& prefix_out, const Tensor& prefix_lse,

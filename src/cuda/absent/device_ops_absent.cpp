@@ -3,6 +3,7 @@
 // fails clearly instead of crashing, and the device query says why there is
 // no device.
 #include "core/ops/device_ops.h"
+#include "core/sparse/sparse_cuda_hooks.h"
 #include "lattn/errors.h"
 
 namespace lattn::detail {
@@ -41,6 +42,9 @@ const DeviceOps& cuda_device_ops() {
     t.advance_step = [](int, int, int, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                         const Tensor&, Stream) { no_cuda("advance_step"); };
     t.quantize_fp8 = [](const Tensor&, const Tensor&, const Tensor&, Stream) { no_cuda("quantize_fp8"); };
+    // Defined in cuda/smxx/fp8_ds_mla_cache.cu, or by core/sparse's stand-in without CUDA.
+    t.concat_and_cache_ds_mla = cuda_hooks::concat_and_cache_ds_mla;
+    t.gather_cache_ds_mla = cuda_hooks::gather_cache_ds_mla;
     t.gemm = [](const GemmProblem&, const RunContext&) { no_cuda("gemm"); };
     return t;
   }();
