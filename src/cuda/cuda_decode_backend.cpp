@@ -12,6 +12,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/sm80/decode_launch.h"
+#include "cuda/sm90/decode/decode_launch.h"
 #include "cuda/smxx/decode_combine.h"
 #include "cuda/smxx/decode_generic.h"
 #include "cuda/smxx/decode_scheduler.h"
@@ -45,9 +46,9 @@ bool rows_are_16_byte(const Tensor& t) {
 
 }  // namespace
 
-CudaDecodeBackend::CudaDecodeBackend(const DecodeBackendParams& params)
-    : DecodeBackend(params), workspace_(params.context.device.index) {
-  const char* op = "cuda decode backend";
+CudaDecodeBackend::CudaDecodeBackend(const DecodeBackendParams& params, bool hopper)
+    : DecodeBackend(params), hopper_(hopper), workspace_(params.context.device.index) {
+  const char* op = hopper ? "hopper decode backend" : "cuda decode backend";
   check_arg(params.context.device.is_cuda(), op, "context.device", "a CUDA device",
             device_name(params.context.device));
   check_arg(params.num_heads > 0, op, "num_heads", "positive", std::to_string(params.num_heads));
@@ -100,7 +101,12 @@ void CudaDecodeBackend::check_metadata(const DecodeMetadata& md, const char* op)
 
 void CudaDecodeBackend::prepare_metadata(const DecodeMetadata& md) {
   DecodeBackend::prepare_metadata(md);
+  plan(md, true);
+}
+
+void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   planned_batch_ = -1;
+  sm90_ = false;
   if (md.num_decodes == 0) return;
   check_metadata(md, kPlan);
   const int device = params_.context.device.index;
@@ -112,9 +118,20 @@ void CudaDecodeBackend::prepare_metadata(const DecodeMetadata& md) {
   const DeviceContext& ctx = device_context(device);
   const bool fp8 = params_.kv_cache_dtype == DType::fp8_e4m3;
   const int rows = params_.num_heads * md.max_decode_query_len;
-  config_ = sm80::choose_decode_tiles(rows, ctx.max_smem_per_block_optin, fp8);
+  // hopper: the wgmma kernel where it serves the layout (the cache pointer is
+  // checked again at run time).
+  sm90_ = hopper_ && allow_sm90 &&
+          sm90::decode_sm90_unsupported_reason(params_.dtype, params_.kv_cache_dtype, params_.kv_lora_rank,
+                                               params_.qk_rope_head_dim, md.block_size, nullptr, 0)
+              .empty();
+  int ctas_per_sm = 1;
+  if (sm90_) {
+    config_ = sm80::DecodeTileConfig{sm90::kDecodeBlockM, sm90::kDecodeBlockN, 9, 2};
+  } else {
+    config_ = sm80::choose_decode_tiles(rows, ctx.max_smem_per_block_optin, fp8);
+    ctas_per_sm = std::max(1, sm80::decode_ctas_per_sm(config_, params_.dtype, params_.kv_cache_dtype));
+  }
   m_tiles_ = (rows + config_.block_m - 1) / config_.block_m;
-  const int ctas_per_sm = std::max(1, sm80::decode_ctas_per_sm(config_, params_.dtype, params_.kv_cache_dtype));
   // One wave: every SM busy with a CTA of each co-resident slot.
   const int parts = std::clamp(ctx.sm_count * ctas_per_sm / m_tiles_, 1, 1024);
   const int rows_capacity = m_tiles_ * config_.block_m;
@@ -159,6 +176,13 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   }
   if (md.num_decodes == 0 || T == 0) return;
   if (decode_metadata_ != &md || planned_batch_ != md.num_decodes) prepare_metadata(md);
+  // A cache the bulk tensor copy engine cannot address (unaligned base or
+  // page stride: views only) falls back to the sm80 kernel with its own plan.
+  if (sm90_ && !sm90::decode_sm90_unsupported_reason(params_.dtype, cache.dtype(), L, R, int(cache.block_size()),
+                                                     cache.data.data(), cache.data.stride(0))
+                    .empty()) {
+    plan(md, false);
+  }
 
   DeviceGuard guard(device.index);
   DecodeParams p;
@@ -194,7 +218,10 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   p.out_dtype = uint8_t(out.dtype());
   p.plan = plan_;
   auto stream = reinterpret_cast<cudaStream_t>(params_.context.stream);
-  if (fast_) {
+  if (sm90_) {
+    sm90::launch_decode_sm90(p, params_.dtype, cache.num_blocks(), m_tiles_, stream);
+    launch_decode_combine(p, params_.dtype, stream);
+  } else if (fast_) {
     sm80::launch_decode_sm80(p, config_, params_.dtype, params_.kv_cache_dtype, m_tiles_, stream);
     launch_decode_combine(p, params_.dtype, stream);
   } else {
