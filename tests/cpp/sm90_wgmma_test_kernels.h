@@ -14,7 +14,8 @@ enum class WgmmaCase { kSsKMajorB, kSsMnMajorB, kRsKMajorB, kRsMnMajorB };
 // 16-bit patterns; A and B are loaded by TMA with the 128-byte swizzle (RS
 // cases read A fragments from global memory into registers instead). d
 // receives [64][n] floats, a_smem_raw the raw bytes of A's shared-memory tile
-// (2 boxes of 64 x 64, 16 KB). n: 32, 64, 128 or 256; bf16, else f16.
+// (2 boxes of 64 x 64, 16 KB). n: 32, 64, 128 or 256 (MN-major: 64 and up,
+// whole 64-wide boxes); bf16, else f16.
 // Returns false (and does nothing) when the device is not sm90.
 bool run_wgmma_case(WgmmaCase c, int n, bool bf16, const std::vector<uint16_t>& a, const std::vector<uint16_t>& b,
                     std::vector<float>& d, std::vector<uint8_t>& a_smem_raw);

@@ -6,8 +6,10 @@
 // latent-cache entry of kD = 576 = 512 (kv_c, also V) + 64 (k_pe) elements.
 // Warps: two consumer warpgroups (threads 0..255) and a producer warpgroup
 // (threads 256..383) of which one thread issues the bulk tensor copies; the
-// producer gives its registers to the consumers (setmaxnreg 32 / 240: ptxas
-// budgets registers per warpgroup, so a lone producer warp would cost as much).
+// producer gives its registers to the consumers (setmaxnreg 24 / 240: ptxas
+// budgets registers per warpgroup, so a lone producer warp would cost as much,
+// and the launch allocates 168 x 384 registers, which 24 x 128 + 240 x 256
+// uses exactly: setmaxnreg.inc waits forever for registers the CTA lacks).
 //  * S = Q K^T: consumer warpgroup g computes the 64 rows x keys
 //    [32g, 32g + 32) (wgmma m64n32k16 over 36 k16 steps, Q and K from shared
 //    memory).
@@ -39,8 +41,10 @@ struct DecodeTraits {
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kProducerThreads = 128;
-  static constexpr int kProducerRegs = 32, kConsumerRegs = 240;  // 32 * 128 + 240 * 256 = 64 K
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  static_assert(kProducerRegs * kProducerThreads + kConsumerRegs * kConsumerThreads <= 168 * kThreads,
+                "setmaxnreg may only redistribute the registers allocated at launch (168 per thread)");
   static constexpr int kKeysPerWarpgroup = kBlockN / kConsumerWarpgroups;  // QK N = 32
   static constexpr int kColsPerWarpgroup = kL / kConsumerWarpgroups;       // PV N = 256
 
