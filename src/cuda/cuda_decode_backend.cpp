@@ -29,6 +29,10 @@ constexpr const char* kPlan = "cuda decode prepare_metadata";
 // KV tiles; FlashMLA uses a similar constant.
 constexpr int kOverheadTiles = 4;
 
+// The hopper backend runs its wgmma kernel from this many packed rows
+// (heads x query tokens) per request; fewer go to the sm80 kernel's 16-row tiles.
+constexpr int kSm90MinRows = 17;
+
 void check_index(const char* op, const char* arg, const Tensor& t, Device device, int dims) {
   check_defined(op, arg, t);
   check_device(op, arg, t, device);
@@ -119,8 +123,11 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   const bool fp8 = params_.kv_cache_dtype == DType::fp8_e4m3;
   const int rows = params_.num_heads * md.max_decode_query_len;
   // hopper: the wgmma kernel where it serves the layout (the cache pointer is
-  // checked again at run time).
-  sm90_ = hopper_ && allow_sm90 &&
+  // checked again at run time) and has more than 16 rows per request: with
+  // at most 16 (H16 with one query token) the sm80 kernel's 16-row tiles
+  // measured faster on an H100 than the wgmma kernel's 64-row tiles, which are
+  // then 3/4 padding (docs/perf.md, "Hopper decode").
+  sm90_ = hopper_ && allow_sm90 && rows >= kSm90MinRows &&
           sm90::decode_sm90_unsupported_reason(params_.dtype, params_.kv_cache_dtype, params_.kv_lora_rank,
                                                params_.qk_rope_head_dim, md.block_size, nullptr, 0)
               .empty();

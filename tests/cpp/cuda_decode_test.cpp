@@ -6,7 +6,8 @@
 // fp8 caches, DeepSeek and other latent dims; plus split-KV scheduling on
 // unbalanced batches and CUDA-graph capture/replay of the decode step.
 // `hopper` runs every case too where the GPU is sm90 (its wgmma kernel on the
-// 16-bit page-64/128 cases, the cuda kernels it delegates to on the rest).
+// 16-bit cases with pages of 64/128/256 keys and more than 16 rows per
+// request, the cuda kernels it delegates to on the rest).
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -333,15 +334,17 @@ const DecodeCase kCases[] = {
      ones(4, 2)},
     {"generic_l128_r64_h3_page1_fp8", 3, 128, 64, 1, DType::f16, DType::fp8_e4m3, random_lens(3, 1, 200, 8), ones(3)},
     {"generic_bf16_acts_f16_cache", 16, 512, 64, 64, DType::bf16, DType::f16, random_lens(3, 1, 300, 9), ones(3)},
-    // Shapes of the hopper kernel's fast path (16-bit, pages of 64 or 128 keys):
-    {"h16_sq1_page128_bf16", 16, 512, 64, 128, DType::bf16, DType::bf16, random_lens(7, 1, 3000, 12), ones(7)},
-    {"h3_sq4_page64_f16", 3, 512, 64, 64, DType::f16, DType::f16, random_lens(5, 4, 900, 13), lens({4, 1, 3, 4, 2})},
+    // Shapes of the hopper wgmma kernel (16-bit, pages of 64/128/256 keys,
+    // more than 16 rows per request; with fewer, hopper runs the cuda kernel):
+    {"h32_sq1_page128_bf16", 32, 512, 64, 128, DType::bf16, DType::bf16, random_lens(7, 1, 3000, 12), ones(7)},
+    {"h5_sq4_page64_f16", 5, 512, 64, 64, DType::f16, DType::f16, random_lens(5, 4, 900, 13), lens({4, 1, 3, 4, 2})},
     {"h128_sq2_page64_bf16", 128, 512, 64, 64, DType::bf16, DType::bf16, lens({1030, 2, 129, 64}), ones(4, 2)},
     {"h64_sq1_page64_f16_misaligned_q", 64, 512, 64, 64, DType::f16, DType::f16, random_lens(5, 1, 700, 14), ones(5),
      false, true},
-    {"h1_sq1_page64_bf16_strided", 1, 512, 64, 64, DType::bf16, DType::bf16, random_lens(6, 1, 1300, 15), ones(6),
+    {"h17_sq1_page64_bf16_strided", 17, 512, 64, 64, DType::bf16, DType::bf16, random_lens(6, 1, 1300, 15), ones(6),
      true},
     {"h32_sq2_page256_bf16", 32, 512, 64, 256, DType::bf16, DType::bf16, random_lens(4, 2, 2000, 16), ones(4, 2)},
+    {"h32_b1_long_split", 32, 512, 64, 64, DType::bf16, DType::bf16, lens({20000}), ones(1)},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaDecode, ::testing::Combine(::testing::Values("cuda", "hopper"), ::testing::ValuesIn(kCases)),
@@ -453,7 +456,9 @@ TEST(CudaDecodeGraph, CapturedPlanAndRunReplayWithNewMetadata) {
   for (auto [cache_dtype, page] : {std::pair{DType::bf16, 16}, std::pair{DType::fp8_e4m3, 16}, std::pair{DType::bf16, 64}}) {
     SCOPED_TRACE(name + " page " + std::to_string(page));
     cuda::StreamHandle stream(0);
-    const DecodeCase c{"graph", 16, 512, 64, page, DType::bf16, cache_dtype, random_lens(6, 1, 600, 10), ones(6)};
+    // Page 64 with 32 heads: hopper's wgmma kernel (16 heads would run the cuda kernel).
+    const DecodeCase c{"graph", page == 64 ? 32 : 16, 512, 64, page, DType::bf16, cache_dtype, random_lens(6, 1, 600, 10),
+                       ones(6)};
     std::mt19937_64 rng(77);
     auto b = make_batch(c, rng, /*capacity_blocks=*/2240 / page);  // room for 2200 keys per request
     auto backend = make_backend(*b, stream.get(), name);
