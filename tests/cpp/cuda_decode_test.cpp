@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda_hooks.h"
-#include "core/gemm.h"
+#include "core/ops/cuda_hooks.h"
+#include "core/ops/gemm.h"
 #include "cuda/common/runtime_utils.h"
 #include "lattn/backend.h"
 #include "lattn/cache.h"
