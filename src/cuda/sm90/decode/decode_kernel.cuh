@@ -55,7 +55,8 @@ __device__ __forceinline__ void for_each_piece(const DecodeParams& p, int part, 
 
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1)
-    mla_decode_sm90_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap cache_map) {
+    mla_decode_sm90_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap cache_map,
+                           CacheHint kv_hint) {
 #ifdef LATTN_SM90_DECODE_BODY
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -87,7 +88,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
         const int s = it % K::kStages, round = it / K::kStages;
         if (round > 0) mbarrier_wait(&empty[s], (round - 1) & 1);
-        producer_load_tile<K>(&cache_map, p, pv, tile, kv_smem + s * K::kKVTileBytes, &full[s]);
+        producer_load_tile<K>(&cache_map, p, pv, tile, kv_smem + s * K::kKVTileBytes, &full[s], kv_hint);
       }
     });
     return;

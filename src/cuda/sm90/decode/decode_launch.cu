@@ -6,7 +6,9 @@
 #include <cuda_fp16.h>
 
 #include <array>
+#include <cstdlib>
 
+#include "cuda/sm90/common/tma.cuh"
 #include "cuda/sm90/common/tma_host.h"
 #include "cuda/sm90/decode/decode_launcher.h"
 #include "lattn/errors.h"
@@ -32,6 +34,23 @@ CUtensorMap cache_tensor_map(const DecodeParams& p, DType dtype, int64_t num_blo
   return make_tensor_map(s);
 }
 
+// L2 policy of the KV copies: evict-first (streamed tiles leave L2 to what is
+// reused). Measured on an H100 against evict-normal and evict-last for H128
+// (two CTAs read each tile of a request): B128 S4096 434 / 431 / 462 us,
+// B32 S4096 149 / 165 / 160 us (docs/perf.md). LATTN_HOPPER_KV_HINT=first|
+// normal|last forces one (benchmarks).
+uint64_t kv_cache_hint() {
+  static const char* env = std::getenv("LATTN_HOPPER_KV_HINT");
+  if (env && *env) {
+    const std::string v = env;
+    if (v == "first") return uint64_t(CacheHint::kEvictFirst);
+    if (v == "normal") return uint64_t(CacheHint::kEvictNormal);
+    if (v == "last") return uint64_t(CacheHint::kEvictLast);
+    throw ValueError("LATTN_HOPPER_KV_HINT: expected first, normal or last, got '" + v + "'");
+  }
+  return uint64_t(CacheHint::kEvictFirst);
+}
+
 }  // namespace
 
 std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
@@ -47,11 +66,12 @@ std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L
 
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream) {
   const CUtensorMap map = cache_tensor_map(p, dtype, num_blocks);
+  const uint64_t hint = kv_cache_hint();
   switch (dtype) {
     case DType::bf16:
-      return DecodeSm90Launcher<__nv_bfloat16>::launch(p, map, m_tiles, stream);
+      return DecodeSm90Launcher<__nv_bfloat16>::launch(p, map, m_tiles, hint, stream);
     case DType::f16:
-      return DecodeSm90Launcher<__half>::launch(p, map, m_tiles, stream);
+      return DecodeSm90Launcher<__half>::launch(p, map, m_tiles, hint, stream);
     default:
       throw NotImplementedError(std::string("hopper decode: activation dtype ") + dtype_name(dtype) +
                                 " (supported: f16, bf16)");

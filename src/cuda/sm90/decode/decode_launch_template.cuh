@@ -14,7 +14,7 @@ namespace lattn::cuda::sm90 {
 
 template <class T>
 void DecodeSm90Launcher<T>::launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles,
-                                   cudaStream_t stream) {
+                                   uint64_t kv_hint, cudaStream_t stream) {
   using K = DecodeTraits<T>;
   // Raise the dynamic shared-memory limit once per device (the first launch
   // is an eager one: the backend plans before any capture).
@@ -27,7 +27,7 @@ void DecodeSm90Launcher<T>::launch(const DecodeParams& p, const CUtensorMap& cac
                                           int(K::kSmemBytes)));
   });
   const dim3 grid(unsigned(m_tiles), unsigned(p.plan.num_parts));
-  mla_decode_sm90_kernel<K><<<grid, K::kThreads, K::kSmemBytes, stream>>>(p, cache_map);
+  mla_decode_sm90_kernel<K><<<grid, K::kThreads, K::kSmemBytes, stream>>>(p, cache_map, CacheHint(kv_hint));
   LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_kernel");
 }
 

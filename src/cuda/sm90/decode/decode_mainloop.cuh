@@ -36,17 +36,19 @@ struct PieceView {
 // [64 tile, +64), inside one page because the page size is a multiple of 64)
 // into `dst` as 9 boxes of [64 keys][64 columns], completing on `full`.
 // Keys past seq_len come from the same page (garbage or poison there: the
-// consumers mask their scores and zero their V rows).
+// consumers mask their scores and zero their V rows). `hint`: the L2 policy
+// of the copies (decode_launch.cu chooses it).
 template <class K>
 __device__ __forceinline__ void producer_load_tile(const CUtensorMap* cache_map, const DecodeParams& p,
-                                                   const PieceView& pv, int tile, uint8_t* dst, uint64_t* full) {
+                                                   const PieceView& pv, int tile, uint8_t* dst, uint64_t* full,
+                                                   CacheHint hint) {
   const int key0 = tile * K::kBlockN;
   const int page = pv.table[key0 / p.block_size];
   const int row = key0 % p.block_size;
   mbarrier_arrive_expect_tx(full, K::kKVTileTxBytes);
 #pragma unroll
   for (int c = 0; c < K::kBoxes; ++c) {
-    tma_load_3d(dst + c * K::kBlockN * 128, cache_map, full, c * K::kBoxCols, row, page, CacheHint::kEvictFirst);
+    tma_load_3d(dst + c * K::kBlockN * 128, cache_map, full, c * K::kBoxCols, row, page, hint);
   }
 }
 
