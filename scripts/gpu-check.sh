@@ -159,10 +159,13 @@ note "SASS: decode kernels with HMMA: $(echo "$decode_lines" | grep -c -v 'HMMA=
 {
   echo
   echo "# hopper decode kernel (mla_decode_sm90_kernel): HGMMA / LDL / STL per instantiation"
+  # (sm_90a code only: the sm_80 pass compiles the kernel to an empty body)
   cuobjdump -sass "$lib" 2>/dev/null | awk '
-    /Function :/ { if (name ~ /mla_decode_sm90_kernel/) print name, hg, ldl, stl; name=$3; hg=ldl=stl=0; next }
+    function flush() { if (name ~ /mla_decode_sm90_kernel/ && arch == "sm_90a") print name, hg, ldl, stl }
+    /arch = / { flush(); name = ""; arch = $3; next }
+    /Function :/ { flush(); name=$3; hg=ldl=stl=0; next }
     / HGMMA/ { hg++ } / LDL/ { ldl++ } / STL/ { stl++ }
-    END { if (name ~ /mla_decode_sm90_kernel/) print name, hg, ldl, stl }' |
+    END { flush() }' |
     c++filt | awk '{ printf "HGMMA=%-4s LDL=%-3s STL=%-3s %s\n", $(NF-2), $(NF-1), $NF, substr($0, 1, 120) }'
 } >> "$OUT/sass.txt" 2>&1
 hopper_lines=$(grep -E '^HGMMA=' "$OUT/sass.txt")
