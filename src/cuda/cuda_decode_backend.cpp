@@ -22,8 +22,9 @@
 namespace lattn::cuda {
 namespace {
 
-constexpr const char* kRun = "cuda decode run";
-constexpr const char* kPlan = "cuda decode prepare_metadata";
+// Operation names in error messages, per backend name (cuda, hopper).
+const char* run_op(bool hopper) { return hopper ? "hopper decode run" : "cuda decode run"; }
+const char* plan_op(bool hopper) { return hopper ? "hopper decode prepare_metadata" : "cuda decode prepare_metadata"; }
 
 // Plan cost of a request's fixed work (Q load, epilogue, combine share), in
 // KV tiles; FlashMLA uses a similar constant.
@@ -112,7 +113,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   planned_batch_ = -1;
   sm90_ = false;
   if (md.num_decodes == 0) return;
-  check_metadata(md, kPlan);
+  check_metadata(md, plan_op(hopper_));
   const int device = params_.context.device.index;
   DeviceGuard guard(device);
   if (!fast_) {
@@ -143,7 +144,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   const int parts = std::clamp(ctx.sm_count * ctas_per_sm / m_tiles_, 1, 1024);
   const int rows_capacity = m_tiles_ * config_.block_m;
   const size_t bytes = decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank);
-  workspace_.reserve(bytes, params_.context.stream, kPlan);
+  workspace_.reserve(bytes, params_.context.stream, plan_op(hopper_));
   carve_decode_plan(workspace_.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_);
   plan_.tile_keys = config_.block_n;
   plan_.overhead_tiles = kOverheadTiles;
@@ -154,6 +155,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
 
 void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache,
                             const DecodeMetadata& md, const Tensor& out, const Tensor& lse) {
+  const char* const kRun = run_op(hopper_);
   const Device device = params_.context.device;
   const int T = md.num_decode_tokens, H = params_.num_heads, L = params_.kv_lora_rank, R = params_.qk_rope_head_dim;
   // Validate everything before launching anything.
