@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh OUT_DIR — everything lattn's CUDA backend promises, in
 # one command on a GPU machine: build for sm_90a, run every CUDA test, the
-# compute-sanitizer checks (memcheck, racecheck) on small cases, the CUDA
+# compute-sanitizer checks (memcheck, racecheck, synccheck) on small cases, the CUDA
 # benchmarks, and the SASS / resource checks of the kernels. Logs and JSON go
 # to OUT_DIR (at most 8 files); a summary table is printed last.
 #
@@ -116,6 +116,10 @@ if command -v compute-sanitizer >/dev/null; then
   san memcheck cuda_backend_test '*tiny_mixed:*deepseek_mixed:*tiny_fp8_cache'
   san racecheck cuda_decode_test 'CudaDecodeSmall.SanitizerCase:CudaDecodeSmall.LseIsOptional'
   san racecheck cuda_ops_test '*Merge*:*Gather*'
+  # The hopper backend (sm90): its wrapper unit test and the small decode case
+  # (which runs hopper's wgmma kernel on this GPU) under every tool.
+  san memcheck sm90_wgmma_test '*'
+  san synccheck cuda_decode_test 'CudaDecodeSmall.SanitizerCase'
   # Other CUDA tests (other issues' work): their small/sanitizer cases, else the whole binary.
   for extra_test in $(ls $CUDA_TESTS | xargs -n1 basename | sed 's/\.cpp$//' | grep -v -E '^cuda_(ops|decode|gemm|backend)_test$'); do
     small='*Small*:*small*:*Sanitizer*'
@@ -151,6 +155,21 @@ lib=$(ls "$BUILD"/src/liblattn.so* | head -1)
 } > "$OUT/sass.txt" 2>&1
 decode_lines=$(grep -E 'mla_decode_kernel' "$OUT/sass.txt" | grep -E '^HMMA')
 note "SASS: decode kernels with HMMA: $(echo "$decode_lines" | grep -c -v 'HMMA=0 ') of $(echo "$decode_lines" | grep -c .); with LDL/STL: $(echo "$decode_lines" | grep -c -v -E 'LDL=0 +STL=0 ')"
+# The hopper decode kernel (sm_90a): wgmma shows as HGMMA; no local memory.
+{
+  echo
+  echo "# hopper decode kernel (mla_decode_sm90_kernel): HGMMA / LDL / STL per instantiation"
+  # (sm_90a code only: the sm_80 pass compiles the kernel to an empty body)
+  cuobjdump -sass "$lib" 2>/dev/null | awk '
+    function flush() { if (name ~ /mla_decode_sm90_kernel/ && arch == "sm_90a") print name, hg, ldl, stl }
+    /arch = / { flush(); name = ""; arch = $3; next }
+    /Function :/ { flush(); name=$3; hg=ldl=stl=0; next }
+    / HGMMA/ { hg++ } / LDL/ { ldl++ } / STL/ { stl++ }
+    END { flush() }' |
+    c++filt | awk '{ printf "HGMMA=%-4s LDL=%-3s STL=%-3s %s\n", $(NF-2), $(NF-1), $NF, substr($0, 1, 120) }'
+} >> "$OUT/sass.txt" 2>&1
+hopper_lines=$(grep -E '^HGMMA=' "$OUT/sass.txt")
+note "SASS: hopper decode kernels with HGMMA: $(echo "$hopper_lines" | grep -c -v 'HGMMA=0 ') of $(echo "$hopper_lines" | grep -c .); with LDL/STL: $(echo "$hopper_lines" | grep -c -v -E 'LDL=0 +STL=0 ')"
 
 # ---- benchmarks -------------------------------------------------------------------------
 bench_rc=0
