@@ -360,7 +360,7 @@ void BM_ChunkedContext(benchmark::State& state) {
   }
 
   for (auto _ : state) {
-    const double ms_unchunked = median_ms([&] { all.run(unchunked, kernel); }, 2, 10);
+    const double ms_unchunked = median_ms([&] { all.run(unchunked, kernel); }, 3, 30);
     const double ms_chunked = median_ms(
         [&] {
           all.run(new_tokens, kernel, context);
@@ -369,7 +369,7 @@ void BM_ChunkedContext(benchmark::State& state) {
             if (merge_available) lattn::cuda_hooks::merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk, nullptr);
           }
         },
-        2, 10);
+        3, 30);
     const std::string shape = "ctx" + std::to_string(context) + " new" + std::to_string(fresh) + " H128 [" +
                               (is_hopper(kernel) ? std::string("hopper") : std::string("cuda")) + "]";
     report(state, "context unchunked " + shape, ms_unchunked, flops);

@@ -21,6 +21,10 @@ struct HopperPrefillConfig {
   // block n's softmax while P V runs (two S/P register sets' worth of
   // overlap); false: the three steps one after the other.
   bool overlap;
+  // true (with overlap): the two consumer warpgroups take turns issuing their
+  // matrix products (FlashAttention-3's ping-pong, two named barriers), so
+  // one's softmax runs while the other's products occupy the tensor cores.
+  bool pingpong;
   bool candidate;   // true: kept for benchmarks and tests, never the default
   const char* name;
 };
@@ -30,9 +34,10 @@ struct HopperPrefillConfig {
 // consumer warpgroup holds S (64x128 f32, 64 registers/thread) and O (64x128
 // f32, 64) plus P (32), well inside the 240 registers setmaxnreg gives it.
 inline constexpr HopperPrefillConfig kHopperPrefillConfigs[] = {
-    // qk   v   bm   bn  stages overlap candidate
-    {192, 128, 128, 128, 2, true, false, "qk192_v128_m128_n128_s2_overlap"},
-    {192, 128, 128, 128, 2, false, true, "qk192_v128_m128_n128_s2_serial"},
+    // qk   v   bm   bn  stages overlap pingpong candidate
+    {192, 128, 128, 128, 2, true, true, false, "qk192_v128_m128_n128_s2_pingpong"},
+    {192, 128, 128, 128, 2, true, false, true, "qk192_v128_m128_n128_s2_overlap"},
+    {192, 128, 128, 128, 2, false, false, true, "qk192_v128_m128_n128_s2_serial"},
 };
 inline constexpr int kNumHopperPrefillConfigs = int(sizeof(kHopperPrefillConfigs) / sizeof(kHopperPrefillConfigs[0]));
 

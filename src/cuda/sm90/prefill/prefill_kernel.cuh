@@ -80,14 +80,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int warp = warp_in_warpgroup();
     const int lane = int(threadIdx.x % 32);
     const float scale_log2 = params.scale * 1.4426950408889634f;  // softmax in base 2
-    const int num_tiles = Scheduler::max_m_blocks(params) * params.num_heads * params.batch;
+    const int num_units = int(Scheduler::num_units(params));
     const uint8_t* q_rows = smem + Traits::kSmemQ + cwg * Traits::kRowsPerWarpgroup * 128;
     uint32_t kv_iter = 0;
     uint32_t q_iter = 0;
+    // Ping-pong: a warpgroup issues its products only in its turn (a
+    // "section"), and hands the turn to the other after issuing. Every
+    // warpgroup runs n_blocks + 1 sections per tile (dummy ones for blocks it
+    // skips), so the turns stay paired. Warpgroup 0 goes first.
+    const auto section_begin = [&] {
+      if constexpr (Traits::kPingPong) named_barrier_sync(Traits::kTurnBarrier + cwg, 256);
+    };
+    const auto section_end = [&] {
+      if constexpr (Traits::kPingPong) named_barrier_arrive(Traits::kTurnBarrier + (1 - cwg), 256);
+    };
+    if (cwg == 1) section_end();
 
-    for (int index = blockIdx.x; index < num_tiles; index += gridDim.x) {
+    // The walk of PrefillMainloop::produce: units c, c + grid, ..., two halves each.
+    for (int work = 2 * blockIdx.x; work < 2 * num_units; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
       PrefillTile t;
-      if (!Scheduler::get_tile(params, index, t)) continue;
+      if (!Scheduler::get_tile(params, work / 2, work & 1, t)) continue;
       const int wg_row0 = t.row0 + cwg * Traits::kRowsPerWarpgroup;  // request-relative
       const int wg_rows = min(Traits::kRowsPerWarpgroup, t.seqlen_q - wg_row0);  // may be <= 0
       Element* out_rows = static_cast<Element*>(params.out) + int64_t(t.q_start + wg_row0) * params.out_row_stride +
@@ -139,6 +151,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         if (nb == 0) release_q();
         release(&bars->k_empty[stage]);
         release(&bars->v_empty[stage]);
+        section_begin();
+        section_end();
       }
 
       if constexpr (!Traits::kOverlap) {
@@ -164,7 +178,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           Mainloop::pv_done(o, pf);
           release(&bars->v_empty[stage]);
         }
-      } else if (nb >= 0) {
+      } else if (nb < 0) {
+        section_begin();  // no block to compute: the tile's last section
+        section_end();
+      } else {
         // Block n's Q Kᵀ runs on the tensor cores together with block n+1's
         // P V, and block n's softmax overlaps that P V.
         int prev_stage = int(kv_iter % 2);
@@ -173,7 +190,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         {
           float s[Mainloop::kNRegS];
           mbarrier_wait(&bars->k_full[prev_stage], prev_phase);
+          section_begin();
           Mainloop::issue_qk(s, q_rows, smem + Traits::kSmemK + prev_stage * Traits::kKBytes);
+          section_end();
           wgmma_wait_group<0>();
           fence_operands(s);
           if (nb == 0) release_q();
@@ -191,12 +210,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           const int key0 = nb * kBlockN;
           float s[Mainloop::kNRegS];
           mbarrier_wait(&bars->k_full[stage], phase);
-          Mainloop::issue_qk(s, q_rows, smem + Traits::kSmemK + stage * Traits::kKBytes);
           mbarrier_wait(&bars->v_full[prev_stage], prev_phase);
           if (prev_key0 + kBlockN > t.seqlen_k) {
             Mainloop::zero_v_tail(v_tile_of(prev_stage), t.seqlen_k - prev_key0, wg_thread, cwg);
           }
+          section_begin();
+          Mainloop::issue_qk(s, q_rows, smem + Traits::kSmemK + stage * Traits::kKBytes);
           Mainloop::issue_pv(o, pf, v_tile_of(prev_stage));
+          section_end();
           wgmma_wait_group<1>();  // Q Kᵀ done (groups complete in order)
           fence_operands(s);
           if (nb == 0) release_q();
@@ -216,7 +237,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         if (prev_key0 + kBlockN > t.seqlen_k) {
           Mainloop::zero_v_tail(v_tile_of(prev_stage), t.seqlen_k - prev_key0, wg_thread, cwg);
         }
+        section_begin();
         Mainloop::issue_pv(o, pf, v_tile_of(prev_stage));
+        section_end();
         wgmma_wait_group<0>();
         Mainloop::pv_done(o, pf);
         release(&bars->v_empty[prev_stage]);
@@ -228,6 +251,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                         lse_rows == nullptr ? nullptr : lse_rows + r, r < wg_rows, r + 8 < wg_rows, lane);
       }
     }
+    if (cwg == 0) section_begin();  // takes the last turn warpgroup 1 handed over
   }
 #endif
 }

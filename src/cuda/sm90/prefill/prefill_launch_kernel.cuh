@@ -24,10 +24,10 @@ void launch_hopper_prefill_kernel(const sm80::PrefillParams& params, const CUten
   using Scheduler = PrefillTileScheduler<Traits::kBlockM, Traits::kBlockN, kCausal>;
   auto* kernel = &hopper_prefill_kernel<Traits, kCausal>;
 
-  const long long tiles = Scheduler::num_tiles(params);
-  if (tiles == 0) return;
-  if (tiles > 0x7fffffffLL) {
-    throw ValueError("hopper prefill attention: " + std::to_string(tiles) + " tiles exceed 2^31 - 1");
+  const long long units = Scheduler::num_units(params);
+  if (units == 0) return;
+  if (units > 0x3fffffffLL) {
+    throw ValueError("hopper prefill attention: " + std::to_string(units) + " work units exceed 2^30 - 1");
   }
   int device = 0;
   LATTN_CUDA_CHECK(cudaGetDevice(&device));
@@ -47,7 +47,7 @@ void launch_hopper_prefill_kernel(const sm80::PrefillParams& params, const CUten
   }
 
   // Persistent: one CTA per SM at most (the tiles fill an SM's shared memory).
-  const unsigned grid = static_cast<unsigned>(std::min<long long>(tiles, ctx.sm_count));
+  const unsigned grid = static_cast<unsigned>(std::min<long long>(units, ctx.sm_count));
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, tmap_q, tmap_k, tmap_v);
   LATTN_CUDA_CHECK_LAUNCH("hopper_prefill_kernel");
 }

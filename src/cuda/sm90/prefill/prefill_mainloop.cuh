@@ -67,12 +67,12 @@ struct PrefillMainloop {
   // (the next request's) are masked or never written by the consumers.
   __device__ static void produce(const PrefillParams& p, const CUtensorMap* tmap_q, const CUtensorMap* tmap_k,
                                  const CUtensorMap* tmap_v, uint8_t* smem, PrefillBarriers* bars) {
-    const int num_tiles = int(Scheduler::max_m_blocks(p)) * p.num_heads * p.batch;
+    const int num_units = int(Scheduler::num_units(p));
     uint32_t kv_iter = 0;  // key blocks loaded so far (stage = iter % 2, phase = iter / 2 % 2)
     uint32_t q_iter = 0;   // Q tiles loaded so far
-    for (int index = blockIdx.x; index < num_tiles; index += gridDim.x) {
+    for (int work = 2 * blockIdx.x; work < 2 * num_units; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
       PrefillTile t;
-      if (!Scheduler::get_tile(p, index, t) || t.n_blocks == 0) continue;
+      if (!Scheduler::get_tile(p, work / 2, work & 1, t) || t.n_blocks == 0) continue;
       mbarrier_wait(&bars->q_empty, (q_iter & 1) ^ 1);
       mbarrier_arrive_expect_tx(&bars->q_full, Traits::kQBytes);
 #pragma unroll

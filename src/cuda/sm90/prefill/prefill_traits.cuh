@@ -53,6 +53,11 @@ struct HopperPrefillTraits {
   static constexpr int kBlockN = kCfg.block_n;
   static constexpr int kStages = kCfg.stages;
   static constexpr bool kOverlap = kCfg.overlap;
+  static constexpr bool kPingPong = kCfg.pingpong;
+  static_assert(!kPingPong || kOverlap, "ping-pong is built on the overlapped consumer");
+  // Named barriers: 1 + wg, a consumer warpgroup's own (128 threads);
+  // kTurnBarrier + wg, "warpgroup wg may issue" (both consumer warpgroups, 256).
+  static constexpr int kTurnBarrier = 3;
 
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kRowsPerWarpgroup = kBlockM / kConsumerWarpgroups;
