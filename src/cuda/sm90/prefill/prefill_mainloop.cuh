@@ -70,7 +70,7 @@ struct PrefillMainloop {
     const int num_units = int(Scheduler::num_units(p));
     uint32_t kv_iter = 0;  // key blocks loaded so far (stage = iter % 2, phase = iter / 2 % 2)
     uint32_t q_iter = 0;   // Q tiles loaded so far
-    for (int work = 2 * blockIdx.x; work < 2 * num_units; work = next_work(work)) {
+    for (int work = 2 * blockIdx.x; work < 2 * num_units; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
       PrefillTile t;
       if (!Scheduler::get_tile(p, work / 2, work & 1, t) || t.n_blocks == 0) continue;
       mbarrier_wait(&bars->q_empty, (q_iter & 1) ^ 1);
@@ -81,7 +81,6 @@ struct PrefillMainloop {
                     t.head, t.q_start + t.row0);
       }
       ++q_iter;
-      prefetch_next_tile(p, tmap_q, tmap_k, tmap_v, work, 2 * num_units);
       for (int nb = t.n_blocks - 1; nb >= 0; --nb, ++kv_iter) {
         const int stage = int(kv_iter % 2);
         const uint32_t phase = (kv_iter / 2) & 1;
@@ -101,33 +100,6 @@ struct PrefillMainloop {
                       &bars->v_full[stage], c * Traits::kBoxCols, t.head, key_row);
         }
       }
-    }
-  }
-
-  // The CTA's walk: work item w = 2 unit + half; the next one after w.
-  __device__ static int next_work(int w) { return w + ((w & 1) ? 2 * int(gridDim.x) - 1 : 1); }
-
-  // Pulls the next tile's Q and its first K/V block into L2 while this tile
-  // runs: its Q (and, at a new head, its K/V) would otherwise come from HBM
-  // at the tile boundary, where the consumers wait for them. Looks at most 4
-  // work items ahead (skipped slots of short requests).
-  __device__ static void prefetch_next_tile(const PrefillParams& p, const CUtensorMap* tmap_q,
-                                            const CUtensorMap* tmap_k, const CUtensorMap* tmap_v, int work,
-                                            int work_end) {
-    PrefillTile n;
-    int w = next_work(work);
-    for (int tries = 0; tries < 4 && w < work_end; ++tries, w = next_work(w)) {
-      if (!Scheduler::get_tile(p, w / 2, w & 1, n) || n.n_blocks == 0) continue;
-#pragma unroll
-      for (int c = 0; c < Traits::kQBoxes; ++c) {
-        tma_prefetch_l2_3d(tmap_q, c * Traits::kBoxCols, n.head, n.q_start + n.row0);
-      }
-      const int key_row = n.k_start + (n.n_blocks - 1) * kBlockN;
-#pragma unroll
-      for (int c = 0; c < Traits::kQBoxes; ++c) tma_prefetch_l2_3d(tmap_k, c * Traits::kBoxCols, n.head, key_row);
-#pragma unroll
-      for (int c = 0; c < Traits::kVBoxes; ++c) tma_prefetch_l2_3d(tmap_v, c * Traits::kBoxCols, n.head, key_row);
-      return;
     }
   }
 
