@@ -39,15 +39,6 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) 
   asm volatile("prefetch.tensormap [%0];" ::"l"(tmap_ptr(map)) : "memory");
 }
 
-// cp.async.bulk.prefetch.tensor.3d.L2.global.tile [map, {c0, c1, c2}]: pulls
-// one box into L2 without a destination or barrier (a hint: a later
-// tma_load_3d of the box then hits L2). Coordinates as for tma_load_3d.
-__device__ __forceinline__ void tma_prefetch_l2_3d(const CUtensorMap* map, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(tmap_ptr(map)), "r"(c0),
-               "r"(c1), "r"(c2)
-               : "memory");
-}
-
 // fence.proxy.async.shared::cta: orders this thread's generic-proxy shared
 // memory accesses (ordinary stores) with later async-proxy accesses (TMA,
 // wgmma operand reads) — needed before a barrier after which wgmma reads data
