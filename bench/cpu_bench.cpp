@@ -1,5 +1,5 @@
 // bench/cpu_bench.cpp — the `cpu` backend's target benchmarks (issue 6,
-// TARGETS.md) through the shared harness: bf16, DeepSeek dims, 16 heads;
+// docs/bench-method.md) through the shared harness: bf16, DeepSeek dims, 16 heads;
 // prefill causal 1 x 1024, prefill 1024 new + 8192 context in 4 chunks,
 // decode 8 x 4096 with block sizes 16 and 64; ceilings measured in the same
 // run (before every case and after the last, the best kept); optionally the

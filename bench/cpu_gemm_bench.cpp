@@ -8,7 +8,7 @@
 
 #include <random>
 
-#include "core/gemm.h"
+#include "core/ops/gemm.h"
 #include "cpu/gemm_paths.h"
 #include "lattn/cpu.h"
 #include "lattn/tensor.h"

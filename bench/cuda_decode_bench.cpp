@@ -1,12 +1,12 @@
 // CUDA benchmarks: the same-run ceilings (device-to-device copy of 2 GiB,
-// cuBLAS bf16 8192^3 GEMM), then the `cuda` decode backend on TARGETS.md's
+// cuBLAS bf16 8192^3 GEMM), then the `cuda` decode backend on docs/bench-method.md's
 // shapes. Every number is a median of CUDA-event timings after warm-up, each
 // sample after an L2 flush (256 MiB written), so no input is served from L2.
 // Decode rows report eager runs (attention + combine launches) and CUDA-graph
 // replays of the same step, and the plan kernel on its own.
 //
 // Vocabulary (shared with bench/harness): us = median microseconds; TFLOP/s and
-// GB/s from TARGETS.md's counts; frac_copy / frac_gemm = fraction of the
+// GB/s from the counts of docs/bench-method.md; frac_copy / frac_gemm = fraction of the
 // ceiling measured in this run. Output: Google Benchmark's console/JSON
 // (--benchmark_out=FILE --benchmark_out_format=json), then a summary table.
 #include <benchmark/benchmark.h>
@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_hooks.h"
-#include "core/gemm.h"
+#include "core/ops/cuda_hooks.h"
+#include "core/ops/gemm.h"
 #include "cuda/common/runtime_utils.h"
 #include "cuda/cuda_decode_backend.h"
 #include "lattn/backend.h"
@@ -91,7 +91,7 @@ const Ceilings& ceilings() {
   return c;
 }
 
-// One decode shape of TARGETS.md.
+// One decode shape of docs/bench-method.md.
 struct DecodeShape {
   std::string name;
   int heads;

@@ -2,15 +2,16 @@
 // varlen attention and, on an sm90 GPU, the `hopper` backend's sm_90a kernel
 // ("[hopper]" rows) — against the same-run ceiling: a cuBLAS bf16 8192^3 GEMM.
 //
-// Cases: causal 192/128 bf16 at H128 x one request of 8192 tokens, 4 x 4096
-// and 16 x 1024, and H16 x 8 x 8192, each with the default kernel, the
-// candidate tile configurations and the hopper kernel; and chunked context
-// (32k cached tokens + 2k new, workspace 64k and 8k tokens) against the same
-// attention done in one bottom-right causal launch, with either kernel. Each row: median µs of many event-timed
-// launches after warm-up, TFLOP/s by TARGETS.md's formula, and the fraction
-// of the GEMM rate. A summary table is printed last.
+// Cases (docs/bench-method.md): causal 192/128 bf16 at H128 x one request
+// of 8192 tokens, 4 x 4096 and 16 x 1024, and H16 x 8 x 8192, each with the
+// default kernel, the candidate tile configurations and the hopper kernels;
+// and chunked context (32k cached tokens + 2k new, workspace 64k and 8k
+// tokens) against the same attention done in one bottom-right causal launch,
+// with either backend's kernel. Each row: median µs of many event-timed
+// launches after warm-up, TFLOP/s by the count of docs/bench-method.md, and
+// the fraction of the GEMM rate. A summary table is printed last.
 //
-// This benchmark reaches the internal launchers (src/cuda/sm80/prefill_launch.h,
+// This benchmark reaches the internal launchers (src/cuda/sm80/prefill/prefill_launch.h,
 // src/cuda/sm90/prefill/prefill_launch.h)
 // for the candidate configurations and for the bottom-right causal launch
 // the unchunked baseline needs; the public backend runs the same kernels.
@@ -28,9 +29,9 @@
 #include <tuple>
 #include <vector>
 
-#include "core/cuda_hooks.h"
-#include "cuda/sm80/prefill_config.h"
-#include "cuda/sm80/prefill_launch.h"
+#include "core/ops/cuda_hooks.h"
+#include "cuda/sm80/prefill/prefill_config.h"
+#include "cuda/sm80/prefill/prefill_launch.h"
 #include "cuda/sm90/prefill/prefill_launch.h"
 #include "lattn/device.h"
 #include "lattn/dtype.h"
@@ -169,7 +170,7 @@ double gemm_ceiling_tflops() {
 
 constexpr int kDqk = 192, kDv = 128;
 
-// FLOPs per TARGETS.md: 2 H (Dqk + Dv) sum(Sq Sk - Sq (Sq - 1) / 2) causal,
+// FLOPs per docs/bench-method.md: 2 H (Dqk + Dv) sum(Sq Sk - Sq (Sq - 1) / 2) causal,
 // 2 H (Dqk + Dv) Sq Sk otherwise.
 double attention_flops(int heads, const std::vector<int>& sq, const std::vector<int>& sk, bool causal) {
   double pairs = 0;

@@ -88,7 +88,7 @@ done
 
 # The decode tests once more with every instantiated tile configuration forced
 # (the default run covers only the configurations this GPU picks).
-for cfg in $(grep -oE 'X\([0-9]+, [0-9]+, [0-9]+, [0-9]+\)' src/cuda/sm80/decode_config.h | tr -d 'X( )' |
+for cfg in $(grep -oE 'X\([0-9]+, [0-9]+, [0-9]+, [0-9]+\)' src/cuda/sm80/decode/decode_config.h | tr -d 'X( )' |
              awk -F, '{ printf "m%sn%sw%ss%s\n", $1, $2, $3, $4 }'); do
   echo "### LATTN_DECODE_TILES=$cfg" >> "$OUT/tests.log"
   LATTN_DECODE_TILES=$cfg timeout 300 "$BUILD/tests/cuda_decode_test" --gtest_color=no \

@@ -1,4 +1,4 @@
-// Benchmark cases and their work by TARGETS.md (see bench_case.h).
+// Benchmark cases and their work by docs/bench-method.md (see bench_case.h).
 #include "harness/bench_case.h"
 
 #include "lattn/errors.h"

@@ -1,5 +1,5 @@
 // bench/harness/bench_case.h — what one benchmark case runs, and how much
-// work it is by the formulas of TARGETS.md (public API only).
+// work it is by the formulas of docs/bench-method.md (public API only).
 #pragma once
 
 #include <string>
@@ -47,12 +47,12 @@ struct BenchCase {
   void validate() const;
 };
 
-// The work of a case by TARGETS.md:
+// The work of a case by docs/bench-method.md:
 //   prefill FLOPs = 2 H (Dqk + Dv) sum_req (S_q S_k - S_q (S_q - 1) / 2) for the
 //                   causal new tokens, + 2 H (Dqk + Dv) S_q S_ctx for the context;
 //   decode  FLOPs = 2 H s_q sum_req S_k (L + R + L),
 //           bytes = sum_req S_k (L + R) bytes_per_cache_element (the cache read once).
-// Prefill bytes (not in TARGETS.md; compute bounds it by far): q, k, v and
+// Prefill bytes (not in docs/bench-method.md; compute bounds it by far): q, k, v and
 // out each moved once, in the activation dtype.
 struct Work {
   double flops = 0;
@@ -60,7 +60,7 @@ struct Work {
 };
 Work work_of(const BenchCase& c);
 
-// The cases of the CPU backend's targets (issue 6, TARGETS.md), for `backend`:
+// The cases of the CPU backend's targets (issue 6, docs/bench-method.md), for `backend`:
 // bf16, DeepSeek dims with 16 heads: prefill causal 1 x 1024; prefill 1024 new
 // + 8192 context in 4 chunks; decode 8 x 4096 with block sizes 16 and 64.
 std::vector<BenchCase> cpu_target_cases(const std::string& backend = "cpu", int num_threads = 0);

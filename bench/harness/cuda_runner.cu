@@ -2,7 +2,7 @@
 // CUDA events around each timed step, and the device's ceilings measured in
 // the same run — a device-to-device copy of 2 GiB (bytes read + written) for
 // bandwidth and cuBLAS bf16 / f16 8192³ GEMMs on random data for the matrix
-// rates (TARGETS.md). Uses lattn's public API plus the CUDA runtime and
+// rates (docs/bench-method.md). Uses lattn's public API plus the CUDA runtime and
 // cuBLAS; built only with CUDA.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>

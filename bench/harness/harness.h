@@ -8,8 +8,8 @@
 //   }
 //   std::puts(format_table(ceil, rows).c_str());           // or to_json(ceil, rows)
 //
-// Vocabulary (STYLE.md §11): median µs over repeats after warm-up, FLOPs and
-// bytes by TARGETS.md, GFLOP/s, GB/s, and the fraction of the roofline built
+// Vocabulary (docs/bench-method.md): median µs over repeats after warm-up, FLOPs and
+// bytes by docs/bench-method.md, GFLOP/s, GB/s, and the fraction of the roofline built
 // from ceilings measured in the same run.
 #pragma once
 

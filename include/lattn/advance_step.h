@@ -1,7 +1,7 @@
 // lattn/advance_step.h — multi-step decoding: advance a decode-only
 // metadata by one token in place after sampling, without a new build
 // (seed 002's MLACommonMetadata.advance_step + advance_step_flashattn,
-// SPEC §3.5).
+// docs/metadata.md).
 #pragma once
 
 #include "lattn/metadata.h"

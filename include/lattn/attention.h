@@ -11,7 +11,7 @@
 //      merge_attn_states; then merge context with new tokens
 //
 // The attention owns only kv_b_proj (W_UK, W_UV) and their absorbed forms;
-// the model owns W_DQ/W_UQ/W_QR/W_DKV/W_KR, RoPE and W_O (SPEC §1.3).
+// the model owns W_DQ/W_UQ/W_QR/W_DKV/W_KR, RoPE and W_O (docs/mla.md).
 #pragma once
 
 #include <cstddef>
@@ -59,7 +59,7 @@ class MlaAttention {
   // Loads kv_b_proj's weight, (out, in) = [N*(P+V), L], any floating dtype,
   // on any device; splits it per head into W_UK_T [N, P, L] and W_UV [N, L, V]
   // (contiguous, activation dtype, on the layer's device). A wrong shape raises
-  // AssertionError with the seed's text (SPEC TV-WEIGHTS).
+  // AssertionError with the seed's text (docs/mla.md).
   void process_weights_after_loading(const Tensor& kv_b_proj_weight);
   const Tensor& W_UK_T() const;  // [N, P, L]
   const Tensor& W_UV() const;    // [N, L, V]
@@ -94,7 +94,7 @@ class MlaAttention {
   const PrefillBackend& prefill_backend() const;
   const DecodeBackend& decode_backend() const;
 
-  struct Impl;  // opaque: the layer's state (src/core/attention_impl.h)
+  struct Impl;  // opaque: the layer's state (src/core/attention/attention_impl.h)
 
  private:
   std::unique_ptr<Impl> impl_;

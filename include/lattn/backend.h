@@ -150,7 +150,7 @@ class PrefillBackend {
   const PrefillMetadata* prefill_metadata_ = nullptr;
 };
 
-// The seeds' _pad_v rule (SPEC §1.10, TV-PADV): V is padded unless the
+// The seeds' _pad_v rule (docs/mla.md): V is padded unless the
 // kernel is FlashAttention 3 on a compute capability 9.x device.
 //   flash_attn_version  nullopt = no FlashAttention (padding needed)
 inline bool mla_pad_v(std::optional<int> flash_attn_version, std::optional<DeviceCapability> capability) {
@@ -176,7 +176,7 @@ class PrefillBackendClass {
   bool supports_dtype(DType dtype) const;  // dtype in supported_dtypes()
 
   // Ordered reasons why this backend cannot serve `config` on a device of
-  // `capability` (nullopt = the CPU); empty = valid. Texts are the seeds' (SPEC TV-VALIDATE):
+  // `capability` (nullopt = the CPU); empty = valid. Texts are the seeds' (docs/backends.md):
   //   "compute capability 8.0 not supported" (no capability: "compute capability none (cpu) not supported")
   //   "dtype torch.float32 not supported"
   //   "required dependencies not available"

@@ -1,5 +1,5 @@
 // lattn/batch_reorder.h — putting decodes before prefills, and finding the
-// boundary of a reordered batch (seed 004, SPEC §11.8–§11.9).
+// boundary of a reordered batch (seed 004, docs/metadata.md).
 //
 // A request is a decode when its number of scheduled (query) tokens is
 // <= decode_threshold: 1 by default; backends that decode several query

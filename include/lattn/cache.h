@@ -45,7 +45,7 @@ inline KvCacheShape get_kv_cache_shape(int64_t num_blocks, int64_t block_size, i
   return {num_blocks, block_size, head_size};
 }
 
-// The seeds' MLACommonBackend class facts (SPEC §6.2, TV-SHAPE), kept for
+// The seeds' MLACommonBackend class facts (docs/mla.md), kept for
 // parity with code written against vLLM. They describe the seed backend,
 // which only accepted DeepSeek's 576-wide entries; lattn's own cache and
 // MlaAttention accept any kv_lora_rank + qk_rope_head_dim.

@@ -1,5 +1,5 @@
 // lattn/common_metadata.h — vLLM v1's CommonAttentionMetadata (seed 004,
-// SPEC §3.6): the per-batch description shared by every layer and backend,
+// docs/metadata.md): the per-batch description shared by every layer and backend,
 // from which a metadata builder makes its backend's metadata.
 //
 // It holds non-owning Tensor views (the runner owns the arrays), host and

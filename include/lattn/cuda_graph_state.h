@@ -1,5 +1,5 @@
 // lattn/cuda_graph_state.h — the per-runner attention state of seed 002's
-// MLACommonState (SPEC §5): the context-chunk workspace, and the capture
+// MLACommonState (docs/metadata.md): the context-chunk workspace, and the capture
 // buffers a decode step is captured into and replayed from as a CUDA graph.
 //
 // Capture / replay protocol (V0 style):

@@ -1,7 +1,7 @@
 // lattn/errors.h — the exception kinds of lattn's public API.
 //
 // They mirror the Python exception kinds the vLLM seeds raise, so a message
-// written by the seeds (SPEC §14) keeps both its text and its kind, and the
+// written by the seeds (docs/vllm.md) keeps both its text and its kind, and the
 // Python bindings translate each kind to the matching Python exception.
 #pragma once
 

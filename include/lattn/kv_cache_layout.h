@@ -1,5 +1,5 @@
 // lattn/kv_cache_layout.h — the KV-cache layout name shared with other
-// attention backends and KV connectors (seed 004, SPEC §11.5).
+// attention backends and KV connectors (seed 004, docs/metadata.md).
 //
 // Precedence: set_kv_cache_layout() override > environment variable
 // LATTN_KV_CACHE_LAYOUT > the connector's layout (default "NHD").

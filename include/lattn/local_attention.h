@@ -1,5 +1,5 @@
 // lattn/local_attention.h — chunked local attention as "virtual batches"
-// (seed 004's make_local_attention_virtual_batches, SPEC §11.10).
+// (seed 004's make_local_attention_virtual_batches, docs/metadata.md).
 //
 // With local attention of chunk size C, a query token attends only to the
 // keys of its own C-token chunk. Each request is split into one virtual

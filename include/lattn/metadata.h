@@ -14,7 +14,7 @@
 //            filled by MlaMetadata::to_device (plan time, not run time).
 // Copies of an MlaMetadata share storage, so views stay valid as long as one
 // copy lives. All index arrays are int32 except slot_mapping (int64), as in
-// the seeds' uploads (SPEC §4.4 step 5).
+// the seeds' uploads (docs/metadata.md).
 //
 // Terms (seed 002): context_len = tokens already computed and cached
 // (num_computed_tokens), query_len = new tokens this step,
@@ -40,7 +40,7 @@ namespace lattn {
 inline constexpr int64_t PAD_SLOT_ID = -1;
 
 // Context-chunk plan of the prefill rows (seed 002, MLACommonMetadataBuilder.build;
-// SPEC §4.4 step 6). Chunk i gathers, for prefill p, context tokens
+// docs/metadata.md). Chunk i gathers, for prefill p, context tokens
 // [starts[i][p], starts[i][p] + (cu_seq_lens[i][p+1] - cu_seq_lens[i][p])) into
 // workspace rows [cu_seq_lens[i][p], cu_seq_lens[i][p+1]).
 //
@@ -89,7 +89,7 @@ struct DecodeMetadata {
 // Prefill view (seed: prefill_metadata): request rows [num_decodes, num_reqs)
 // and token rows [num_decode_tokens, num_decode_tokens + num_prefill_tokens)
 // of the parent, with query_start_loc REBASED to start at 0 (the seed's
-// decode-view rule applied to the rows that follow the others, SPEC §3.4).
+// decode-view rule applied to the rows that follow the others, docs/metadata.md).
 struct PrefillMetadata {
   int num_prefills = 0;
   int num_prefill_tokens = 0;
@@ -109,7 +109,7 @@ struct PrefillMetadata {
 };
 
 namespace detail {
-struct MetadataStorage;  // owns the arrays behind every Tensor view (src/core/metadata_storage.h)
+struct MetadataStorage;  // owns the arrays behind every Tensor view (src/core/metadata/metadata_storage.h)
 }
 
 // Attention metadata of one step (seed 002's MLACommonMetadata, v1 order).
@@ -199,14 +199,14 @@ struct MetadataBuilderConfig {
   // decode several query tokens per request (speculative / MTP) raise it).
   int reorder_batch_threshold = 1;
   // Sliding window (tokens) of the model: prefill tokens that fall out of the
-  // window get PAD_SLOT_ID slots (SPEC §2.6, compute_slot_mapping). nullopt: none.
+  // window get PAD_SLOT_ID slots (docs/metadata.md, compute_slot_mapping). nullopt: none.
   std::optional<int> sliding_window;
   // Cache size in blocks; when > 0, block ids used by a request must be below
   // it (slot ids beyond the cache are refused). <= 0: not checked (ids must
   // still be >= 0).
   int64_t num_cache_blocks = 0;
   // The model's head size (kv_lora_rank + rope dim); when set it must be one
-  // of MLA's supported head sizes ({576}, SPEC §3.1, E1).
+  // of MLA's supported head sizes ({576}, docs/metadata.md).
   std::optional<int> head_dim;
   // Enables CUDA-graph builds (build_for_cudagraph / padded builds).
   std::optional<CudaGraphConfig> cudagraph;
@@ -223,7 +223,7 @@ struct BuildOptions {
   bool is_profile_run = false;
 };
 
-// The seeds' workspace sizing (MLACommonState.__init__, SPEC §5.1, TV-WS):
+// The seeds' workspace sizing (MLACommonState.__init__, docs/metadata.md):
 //   min(max(8 * max_model_len, 4 * max_num_seqs * block_size), 128 * 1024)
 // Throws AssertionError when the result is below max_num_seqs * block_size
 // (one page per request), and ValueError for non-positive arguments.
@@ -277,7 +277,7 @@ class MlaMetadataBuilder {
   MlaMetadata build(const CommonAttentionMetadata& common, const BuildOptions& options, int common_prefix_len = 0,
                     bool fast_build = false) const;
 
-  // v1 hooks (SPEC §4.5).
+  // v1 hooks (docs/metadata.md).
   // MLA needs decodes first: reorders with this builder's
   // reorder_batch_threshold; true when the batch was modified.
   bool reorder_batch(InputBatch& input_batch) const;

@@ -1,5 +1,5 @@
 // lattn/per_layer_parameters.h — attention hyperparameters that some plan
-// steps need to be the same in every layer (seed 004, SPEC §11.4, §11.6–§11.7;
+// steps need to be the same in every layer (seed 004, docs/metadata.md;
 // FlashInfer-style planning).
 #pragma once
 

@@ -1,4 +1,4 @@
-// lattn/registry.h — the named MLA backends and their overrides (SPEC §8).
+// lattn/registry.h — the named MLA backends and their overrides (docs/backends.md).
 //
 // The seeds' MLAPrefillBackendEnum + _MLA_PREFILL_OVERRIDES, in C++, once for
 // prefill and once for decode. Each registry has named members:

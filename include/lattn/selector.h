@@ -1,4 +1,4 @@
-// lattn/selector.h — which MLA backend serves a layer (SPEC §9).
+// lattn/selector.h — which MLA backend serves a layer (docs/backends.md).
 //
 // The seeds' get_mla_prefill_backend, for prefill and for decode:
 //
@@ -26,7 +26,7 @@
 //
 // Deviation from the seeds, on purpose: with no device capability the seeds
 // return FLASH_ATTN unvalidated; lattn walks the CPU list with validation
-// (the seed's design note, SPEC §9.4) and logs
+// (the seed's design note, docs/backends.md) and logs
 // "Device capability not available, using cpu MLA prefill backend.".
 // Log lines (info, once per text): "Using cpu MLA prefill backend.".
 #pragma once

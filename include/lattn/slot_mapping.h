@@ -1,5 +1,5 @@
 // lattn/slot_mapping.h — where each new token is written in the paged cache
-// (SPEC §2.6; vLLM's compute_slot_mapping_start_idx / compute_slot_mapping).
+// (docs/metadata.md; vLLM's compute_slot_mapping_start_idx / compute_slot_mapping).
 //
 // The slot of token position t of a request is
 //   block_table[t / block_size] * block_size + t % block_size,

@@ -7,7 +7,7 @@
 and select it with vLLM's attention config (mla_prefill_backend=CUSTOM).
 
 Interface followed: vLLM's ``MLAPrefillBackend`` as documented at the two
-revisions kept in lattn's seeds (SPEC §7):
+revisions kept in lattn's seeds (docs/backends.md):
   * ``vllm.v1.attention.backends.mla.prefill`` (seed 001, the older revision:
     ``requires_r1_mla_dimensions``, ``MLAPrefillSelectorConfig.is_r1_compatible``,
     ``run_prefill_new_tokens(q, k, v, return_softmax_lse)``);

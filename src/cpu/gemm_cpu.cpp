@@ -2,7 +2,7 @@
 // gemm_paths.h; the measurements behind the choice are in docs/cpu.md).
 #include <atomic>
 
-#include "core/gemm.h"
+#include "core/ops/gemm.h"
 #include "cpu/cpu_backend_common.h"
 #include "cpu/gemm_paths.h"
 #include "cpu/host_workspace.h"

@@ -11,7 +11,7 @@
 // every MLA projection shape (docs/cpu.md, "Projections").
 #pragma once
 
-#include "core/gemm.h"
+#include "core/ops/gemm.h"
 
 namespace lattn::cpu {
 

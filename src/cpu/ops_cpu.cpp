@@ -108,7 +108,7 @@ void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& p
         std::fill(ov.begin(), ov.end(), 0.f);
         if (!(p == -kInf && s == -kInf)) {
           // Scales first, then one multiply-add per element (arXiv:2501.01005 §2.2).
-          // Both sides empty: the seed-era formula gives NaN (SPEC §6.6); it stays 0 / -inf.
+          // Both sides empty: the seed-era formula gives NaN (docs/mla.md); it stays 0 / -inf.
           const float m = std::max(p, s);
           const float pe = std::exp(p - m), se = std::exp(s - m);
           const float total = pe + se;

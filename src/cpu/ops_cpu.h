@@ -1,6 +1,6 @@
 // src/cpu/ops_cpu.h — host implementations of the cache and attention-state
 // ops (lattn/ops.h) and of the small helpers MlaAttention::forward needs
-// (internal). Arguments arrive validated by src/core/ops.cpp or the forward:
+// (internal). Arguments arrive validated by src/core/ops/ops.cpp or the forward:
 // these functions only compute.
 #pragma once
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/host_staging.h"
+#include "core/ops/host_staging.h"
 #include "cpu/reference_common.h"
 #include "lattn/backend.h"
 #include "lattn/check.h"

@@ -11,7 +11,7 @@
 #include "cuda/common/context.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
-#include "cuda/sm80/decode_launch.h"
+#include "cuda/sm80/decode/decode_launch.h"
 #include "cuda/smxx/decode_combine.h"
 #include "cuda/smxx/decode_generic.h"
 #include "cuda/smxx/decode_scheduler.h"

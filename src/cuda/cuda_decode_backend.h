@@ -18,7 +18,7 @@
 #include <string>
 
 #include "cuda/common/workspace.h"
-#include "cuda/sm80/decode_config.h"
+#include "cuda/sm80/decode/decode_config.h"
 #include "cuda/smxx/decode_params.h"
 #include "lattn/backend.h"
 

@@ -1,5 +1,5 @@
 // The `cuda` prefill backend: varlen attention of the compute-friendly MLA
-// path on the sm80 tensor-core kernels (src/cuda/sm80/prefill_*). New tokens
+// path on the sm80 tensor-core kernels (src/cuda/sm80/prefill/). New tokens
 // run causal over query_start_loc; context chunk i runs non-causal with keys
 // cu_seq_lens[i]. Both write out [T, N, V] and LSE [N, T] in one launch.
 //
@@ -15,8 +15,8 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/cuda_prefill_backend.h"
-#include "cuda/sm80/prefill_config.h"
-#include "cuda/sm80/prefill_launch.h"
+#include "cuda/sm80/prefill/prefill_config.h"
+#include "cuda/sm80/prefill/prefill_launch.h"
 #include "lattn/backend.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "cuda/sm80/prefill_params.h"
+#include "cuda/sm80/prefill/prefill_params.h"
 #include "lattn/backend.h"
 
 namespace lattn {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cuda/cuda_prefill_backend.h"
-#include "cuda/sm80/prefill_launch.h"
+#include "cuda/sm80/prefill/prefill_launch.h"
 #include "cuda/sm90/prefill/prefill_launch.h"
 #include "lattn/backend.h"
 #include "lattn/check.h"

@@ -1,5 +1,5 @@
 // advance_step: the seed's vector (TV_ADVANCE) with a CUDA-graph padded row,
-// every assertion of SPEC §3.5, the prefill -> decode conversion, "nothing
+// every assertion of docs/metadata.md, the prefill -> decode conversion, "nothing
 // written on refusal", and agreement with a fresh build over many steps.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The benchmark harness: work by TARGETS.md's formulas, the roofline
+// The benchmark harness: work by the counts of docs/bench-method.md, the roofline
 // arithmetic, the JSON shape tools read, and a real (tiny) timed case per
 // phase with both CPU backends. Nothing here asserts a speed.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // The latent-cache ops: concat_and_cache_mla, gather_cache, copy_blocks,
-// swap_blocks (SPEC §2, TV-CACHE-W, TV-CACHE-G, TV-SHAPE), and how they
+// swap_blocks (docs/mla.md), and how they
 // refuse bad input without writing anything.
 #include <gtest/gtest.h>
 

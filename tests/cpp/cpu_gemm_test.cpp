@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/gemm.h"
+#include "core/ops/gemm.h"
 #include "cpu/gemm_paths.h"
 #include "lattn/cpu.h"
 #include "support/test_data.h"

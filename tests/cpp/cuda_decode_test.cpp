@@ -17,8 +17,8 @@
 #include <random>
 #include <vector>
 
-#include "core/cuda_hooks.h"
-#include "core/gemm.h"
+#include "core/ops/cuda_hooks.h"
+#include "core/ops/gemm.h"
 #include "cuda/common/runtime_utils.h"
 #include "lattn/backend.h"
 #include "lattn/cache.h"

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_hooks.h"
-#include "core/gemm.h"
+#include "core/ops/cuda_hooks.h"
+#include "core/ops/gemm.h"
 #include "support/gpu.h"
 #include "support/test_data.h"
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_hooks.h"
+#include "core/ops/cuda_hooks.h"
 #include "lattn/cache.h"
 #include "lattn/ops.h"
 #include "lattn/tensor.h"
@@ -332,7 +332,7 @@ TEST(CudaQuantizeFp8, MatchesHostRoundingBitExactly) {
 }
 
 // advance_step: real queries take their sampled token and grow by one, with
-// the slot of the new position; padded rows are reset (SPEC §3.5).
+// the slot of the new position; padded rows are reset (docs/metadata.md).
 TEST(CudaAdvanceStep, UpdatesQueriesAndResetsPaddedRows) {
   LATTN_REQUIRE_GPU();
   const int num_seqs = 6, num_queries = 4, block_size = 4, max_blocks = 5;

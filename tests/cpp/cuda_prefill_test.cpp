@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "core/builtin_backends.h"
-#include "cuda/sm80/prefill_config.h"
-#include "cuda/sm80/prefill_launch.h"
+#include "core/backends/builtin_backends.h"
+#include "cuda/sm80/prefill/prefill_config.h"
+#include "cuda/sm80/prefill/prefill_launch.h"
 #include "cuda/sm90/prefill/prefill_launch.h"
 #include "lattn/backend.h"
 #include "lattn/device.h"

@@ -1,4 +1,4 @@
-// merge_attn_states (SPEC §6.6, TV-MERGE): the LSE merge of two partial
+// merge_attn_states (docs/mla.md): the LSE merge of two partial
 // attention results, with the robust rules for empty sides.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The MLA metadata builder: the seed test vectors of SPEC §16 that concern
+// The MLA metadata builder: the vLLM-derived worked examples (docs/metadata.md) that concern
 // it (named after them), its refusals, and storage/device behaviour.
 //
 // The seed (V0) puts prefills first; lattn uses v1's decodes-first order, so

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/builtin_backends.h"
+#include "core/backends/builtin_backends.h"
 #include "lattn/attention.h"
 #include "lattn/errors.h"
 #include "lattn/metadata.h"
@@ -239,7 +239,7 @@ TEST(TV_PADV, PaddedVBackendSeesZeroPaddedVAndGivesTheUnpaddedResult) {
 }
 
 // ---------------------------------------------------------------------------
-// TV-MATH-1: both paths compute the MHA of SPEC §1.4.
+// Both paths compute the MHA of docs/mla.md ("The two paths")
 
 TEST(TV_MATH_1, AbsorbedDecodeEqualsNaiveMhaOverTheUpProjectedContext) {
   for (DType dtype : {DType::f32, DType::bf16}) {
@@ -290,7 +290,7 @@ TEST(TV_MATH_1, ChunkedContextWithSeveralPrefillsAndBlockSize1) {
   BackendCase c = tiny_case("block_1", {{30, 1}}, {{13, 4}, {0, 2}, {9, 3}}, 51);
   c.block_size = 1;
   // Two prefills with context: the smallest workspace gives each one token per chunk.
-  // The decode's longer context adds all-empty trailing chunks (SPEC §4.4 Edge 2).
+  // The decode's longer context adds all-empty trailing chunks (docs/metadata.md).
   sweep_workspace(c, 2, 26);
 }
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/forward_ops.h"
+#include "core/ops/forward_ops.h"
 #include "lattn/backend.h"
 #include "lattn/device.h"
 #include "lattn/metadata.h"

@@ -1,4 +1,4 @@
-// The backend registries (SPEC §8, TV-REG): members, paths, overrides, the
+// The backend registries (docs/backends.md): members, paths, overrides, the
 // seeds' exact texts, and what standard members missing from a build resolve to.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "core/builtin_backends.h"
+#include "core/backends/builtin_backends.h"
 #include "lattn/errors.h"
 #include "lattn/registry.h"
 #include "support/backend_doubles.h"

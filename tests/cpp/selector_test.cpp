@@ -1,4 +1,4 @@
-// The selector (SPEC §9, TV-SELECT): explicit choices and their refusals,
+// The selector (docs/backends.md): explicit choices and their refusals,
 // the priority walk per device, environment overrides, memoization.
 // Every member the walk may visit is overridden with a test double, so the
 // outcome does not depend on which real backends this build links.

@@ -1,4 +1,4 @@
-// validate_configuration's reasons (SPEC §7, TV-VALIDATE): the seeds' exact
+// validate_configuration's reasons (docs/backends.md): the seeds' exact
 // texts, in the seeds' order, for the prefill class defaults, and the decode
 // class's additions.
 #include <gtest/gtest.h>

@@ -5,7 +5,7 @@ R = qk_rope_head_dim, V = v_head_dim. kv_b_proj's weight (out, in) is
 [N*(P+V), L]; per head h its rows [h*(P+V), h*(P+V)+P) are W_UK[h] and the
 next V rows W_UV[h]. A cache entry is [kv_c (L) | k_pe (R)].
 
-Two independent routes to the same numbers (SPEC TV-MATH-1):
+Two independent routes to the same numbers (docs/mla.md):
   * naive MHA: up-project every key, k = [kv_c W_UK^T | k_pe], v = kv_c W_UV^T;
   * absorbed (decode): q_nope W_UK -> latent queries, attend over [kv_c | k_pe]
     with V = kv_c, then W_UV.
@@ -61,7 +61,7 @@ def varlen_attention(q, k, v, cu_q, cu_k, scale, causal):
 
 
 def merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse):
-    """The robust merge (SPEC §6.6): +inf reads as -inf, both -inf give 0 / -inf."""
+    """The robust merge (docs/mla.md): +inf reads as -inf, both -inf give 0 / -inf."""
     p = np.where(prefix_lse == np.inf, -np.inf, prefix_lse)
     s = np.where(suffix_lse == np.inf, -np.inf, suffix_lse)
     m = np.maximum(p, s)
@@ -107,7 +107,7 @@ def absorbed_request(q, kv_c, k_pe, w_uk, w_uv, scale, context_len):
 
 
 def plan_context_chunks(context_lens, num_prefills, workspace_size, block_size):
-    """Seed 002's context-chunk plan (SPEC §4.4 step 6) for the prefill rows.
+    """Seed 002's context-chunk plan (docs/metadata.md) for the prefill rows.
 
     context_lens: every request's context (the batch-wide max sets num_chunks,
     as in the seed). Returns (cu_seq_lens [C, P+1], starts [C, P], seq_tot,

@@ -1,4 +1,4 @@
-"""The metadata builder and its views from Python (seed vectors of SPEC §16)."""
+"""The metadata builder and its views from Python (the worked examples of docs/metadata.md)."""
 
 import numpy as np
 import pytest

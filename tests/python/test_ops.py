@@ -1,4 +1,4 @@
-"""The latent cache and its ops from Python (SPEC §2, §6.6; vectors of §16)."""
+"""The latent cache and its ops from Python (docs/mla.md; the worked examples of docs/metadata.md)."""
 
 import numpy as np
 import pytest

@@ -1,7 +1,7 @@
 """vLLM's MLA prefill path, reproduced in NumPy to drive a prefill backend as vLLM does.
 
-What vLLM's MLA common code does around an MLAPrefillBackend (seed 002
-§6.5-6.6, in the v1 form where attention is delegated to a prefill backend):
+What vLLM's MLA common code does around an MLAPrefillBackend (docs/mla.md,
+"One forward", in the v1 form where attention is delegated to a prefill backend):
   * the metadata builder plans context chunks, builds the prefill metadata
     (query_start_loc rebased to 0; chunked_context with cu_seq_lens, starts,
     seq_tot, max_seq_lens, workspace) and calls backend.prepare_metadata;

@@ -16,13 +16,11 @@ struct ThreadContexts {
   std::map<int, std::unique_ptr<DeviceContext>> by_device;
   ~ThreadContexts() {
     for (auto& [device, ctx] : by_device) {
-      int previous = 0;
-      if (cudaGetDevice(&previous) != cudaSuccess) continue;  // driver already shut down
-      cudaSetDevice(device);
+      DeviceGuard guard(device, std::nothrow);
+      if (!guard.ok()) continue;  // driver already shut down
       if (ctx->cublas) cublasDestroy(ctx->cublas);
       if (ctx->cublas_lt) cublasLtDestroy(ctx->cublas_lt);
       if (ctx->cublas_workspace) cudaFree(ctx->cublas_workspace);
-      cudaSetDevice(previous);
     }
   }
 };

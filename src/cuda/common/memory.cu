@@ -1,30 +1,13 @@
-// CUDA memory hooks and the device query used by the core (core/cuda_hooks.h).
+// CUDA memory hooks and the device query used by the core (core/ops/cuda_hooks.h).
 #include <cuda_runtime.h>
 
-#include "core/cuda_hooks.h"
+#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_guard.h"
 
 namespace lattn::cuda_hooks {
-namespace {
 
-// Makes `device` current for the scope and restores the previous one.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    LATTN_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) LATTN_CUDA_CHECK(cudaSetDevice(device));
-    target_ = device;
-  }
-  ~DeviceGuard() {
-    if (previous_ != target_) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = 0;
-  int target_ = 0;
-};
-
-}  // namespace
+using cuda::DeviceGuard;
 
 void* device_malloc(size_t bytes, int device) {
   DeviceGuard guard(device);
@@ -34,11 +17,8 @@ void* device_malloc(size_t bytes, int device) {
 }
 
 void device_free(void* ptr, int device) noexcept {
-  int previous = 0;
-  if (cudaGetDevice(&previous) != cudaSuccess) return;
-  if (previous != device) cudaSetDevice(device);
-  cudaFree(ptr);
-  if (previous != device) cudaSetDevice(previous);
+  DeviceGuard guard(device, std::nothrow);
+  if (guard.ok()) cudaFree(ptr);
 }
 
 void memcpy_any(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes, Stream stream) {

@@ -13,11 +13,8 @@ namespace lattn::cuda {
 
 Workspace::~Workspace() {
   if (data_) {
-    int previous = 0;
-    if (cudaGetDevice(&previous) != cudaSuccess) return;
-    cudaSetDevice(device_);
-    cudaFree(data_);
-    cudaSetDevice(previous);
+    DeviceGuard guard(device_, std::nothrow);
+    if (guard.ok()) cudaFree(data_);
   }
 }
 

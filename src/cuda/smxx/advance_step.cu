@@ -1,10 +1,10 @@
-// advance_step on CUDA (vLLM's advance_step_flashattn, SPEC §3.5): after
+// advance_step on CUDA (vLLM's advance_step_flashattn, docs/metadata.md): after
 // sampling, each real query q < num_queries takes its sampled token, grows its
 // sequence by one and gets the slot of its new last position; padded rows
 // [num_queries, num_seqs) are reset (token 0, position 0, slot PAD = -1).
 #include <cuda_runtime.h>
 
-#include "core/cuda_hooks.h"
+#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 

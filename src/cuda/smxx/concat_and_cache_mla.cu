@@ -4,7 +4,7 @@
 // (16-byte accesses on aligned rows, coalesced across the warp).
 #include <cuda_runtime.h>
 
-#include "core/cuda_hooks.h"
+#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "core/cuda_hooks.h"
+#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dtype_device.cuh"

@@ -1,4 +1,4 @@
-// cuda_hooks::gemm: lattn's batched strided row-major GEMM (core/gemm.h) on
+// cuda_hooks::gemm: lattn's batched strided row-major GEMM (core/ops/gemm.h) on
 // the GPU. Same-type f16/bf16/f32 operands go to cuBLAS (f32 accumulation,
 // tensor cores for 16-bit types); mixed operand types, and strides cuBLAS
 // cannot express, go to a small tiled fallback kernel (f32 accumulation).
@@ -10,8 +10,8 @@
 
 #include <limits>
 
-#include "core/cuda_hooks.h"
-#include "core/gemm.h"
+#include "core/ops/cuda_hooks.h"
+#include "core/ops/gemm.h"
 #include "cuda/common/context.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"

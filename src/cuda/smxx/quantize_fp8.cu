@@ -3,7 +3,7 @@
 // scale is read on the device, so a captured graph sees a new scale value.
 #include <cuda_runtime.h>
 
-#include "core/cuda_hooks.h"
+#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"

@@ -280,7 +280,7 @@ OwnedTensor naive_forward(const BackendCase& c) {
       }
     }
     for (int64_t n = 0; n < N; ++n) {
-      // Up-projection of every key (SPEC §1.4): k_nope = kv_c · W_UK[:, n, :], v = kv_c · W_UV[:, n, :].
+      // Up-projection of every key (docs/mla.md): k_nope = kv_c · W_UK[:, n, :], v = kv_c · W_UV[:, n, :].
       const int64_t head_row = n * (P + V);
       std::vector<double> k_nope(size_t((C + S) * P)), v(size_t((C + S) * V));
       for (int j = 0; j < C + S; ++j) {
@@ -455,7 +455,7 @@ std::vector<BackendCase> small_cases() {
   }
   {
     // A decode's context is longer than every prefill's: trailing chunks are
-    // all empty (SPEC §4.4 Edge 2, TV-CHUNK-3) and must merge to nothing.
+    // all empty (docs/metadata.md) and must merge to nothing.
     BackendCase c = make("tiny_empty_trailing_chunks", kTiny, {{200, 1}}, {{30, 4}, {0, 2}}, 25);
     c.workspace_rows = 32;
     cases.push_back(c);

@@ -123,7 +123,7 @@ CaseResult run_reference_vs_naive(const BackendCase& c);
 BackendRun run_forward(const BackendCase& c, const std::string& prefill_backend, const std::string& decode_backend,
                        Device device = Device::cpu());
 // The step computed independently of lattn's attention code, in fp64, from
-// the formulas of SPEC §1.4 (up-project every key, ordinary causal MHA over
+// the formulas of docs/mla.md (up-project every key, ordinary causal MHA over
 // [context | new]): [T, N*V] f32, padded rows 0. Values the forward reads
 // back from the cache (context; every key of a decode) are rounded through
 // the cache dtype as the cache stores them.

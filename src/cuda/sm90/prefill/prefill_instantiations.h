@@ -7,7 +7,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include "cuda/sm80/prefill_params.h"
+#include "cuda/sm80/prefill/prefill_params.h"
 
 namespace lattn::cuda::sm90 {
 

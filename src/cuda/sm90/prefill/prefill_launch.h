@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "cuda/sm80/prefill_params.h"
+#include "cuda/sm80/prefill/prefill_params.h"
 #include "cuda/sm90/prefill/prefill_config.h"
 #include "lattn/stream.h"
 

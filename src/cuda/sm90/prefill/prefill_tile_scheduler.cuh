@@ -15,7 +15,7 @@
 // shorter request's blocks are skipped by every role alike.
 #pragma once
 
-#include "cuda/sm80/prefill_params.h"
+#include "cuda/sm80/prefill/prefill_params.h"
 
 namespace lattn::cuda::sm90 {
 

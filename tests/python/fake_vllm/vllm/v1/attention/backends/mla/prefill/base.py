@@ -15,7 +15,7 @@ except ImportError:  # the tests also run without PyTorch: dtypes print the same
 
 @dataclass(frozen=True, kw_only=True)
 class MLADimensions:
-    """Upstream's MLADimensions (SPEC §7.2): compared by value."""
+    """Upstream's MLADimensions (docs/backends.md): compared by value."""
 
     qk_nope_head_dim: int
     qk_rope_head_dim: int

@@ -12,7 +12,7 @@ def resolve_obj_by_qualname(qualname: str):
 
 
 class _MLAPrefillBackendEnumMeta(EnumMeta):
-    """Upstream's metaclass: Enum[name] with a helpful message (SPEC §8.1, E14)."""
+    """Upstream's metaclass: Enum[name] with a helpful message (docs/backends.md)."""
 
     def __getitem__(cls, name):
         try:

@@ -16,7 +16,7 @@ class DeviceCapability(NamedTuple):
 
 
 class MLAPrefillSelectorConfig(NamedTuple):
-    """Upstream's hashable selector config: both revisions' fields (SPEC §9.1)."""
+    """Upstream's hashable selector config: both revisions' fields (docs/backends.md)."""
 
     dtype: Any
     is_r1_compatible: bool = False

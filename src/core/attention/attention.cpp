@@ -1,0 +1,135 @@
+// MlaAttention: construction, backend choice and the forward's orchestration
+// (see lattn/attention.h and core/attention/attention_impl.h for the pieces).
+#include <cmath>
+
+#include "core/attention/attention_impl.h"
+#include "core/ops/forward_ops.h"
+#include "lattn/check.h"
+#include "lattn/errors.h"
+#include "lattn/ops.h"
+#include "lattn/selector.h"
+
+namespace lattn {
+namespace {
+
+void validate_config(const MlaAttentionConfig& c) {
+  const char* op = "MlaAttention";
+  c.dims.validate();
+  const auto dtype_ok = c.dtype == DType::f16 || c.dtype == DType::bf16 || c.dtype == DType::f32;
+  check_arg(dtype_ok, op, "config.dtype", "be f16, bf16 or f32", dtype_name(c.dtype));
+  const auto cache_ok =
+      c.kv_cache_dtype == DType::f16 || c.kv_cache_dtype == DType::bf16 || c.kv_cache_dtype == DType::fp8_e4m3;
+  check_arg(cache_ok, op, "config.kv_cache_dtype", "be f16, bf16 or fp8_e4m3", dtype_name(c.kv_cache_dtype));
+  check_arg(std::isfinite(c.scale) && c.scale >= 0.f, op, "config.scale", "be finite and >= 0 (0 = 1/sqrt(P+R))",
+            std::to_string(c.scale));
+  check_arg(c.block_size >= 1, op, "config.block_size", "be >= 1", std::to_string(c.block_size));
+  check_arg(c.max_query_tokens_per_request >= 1, op, "config.max_query_tokens_per_request", "be >= 1",
+            std::to_string(c.max_query_tokens_per_request));
+}
+
+}  // namespace
+
+bool MlaAttention::Impl::supports_quant_output() const {
+  constexpr QuantKey key = QuantKey::fp8_e4m3_static_per_tensor;
+  return prefill_class->supports_quant_output(key) && decode_class->supports_quant_output(key);
+}
+
+MlaAttention::MlaAttention(const MlaAttentionConfig& config) : impl_(std::make_unique<Impl>()) {
+  // The seed refuses KV sharing before anything else (docs/mla.md).
+  if (config.kv_sharing_target_layer_name) throw NotImplementedError("KV sharing not supported in V0.");
+  validate_config(config);
+  Impl& im = *impl_;
+  im.config = config;
+  const MlaDims& d = config.dims;
+  if (im.config.scale == 0.f) im.config.scale = 1.f / std::sqrt(float(d.qk_head_dim()));
+  im.workspace = detail::Workspace(config.device);
+
+  // The selector validates an explicit choice ("" = environment, then automatic).
+  SelectorConfig selector = SelectorConfig::for_dims(d, config.dtype, config.kv_cache_dtype, config.device,
+                                                     config.block_size, config.max_query_tokens_per_request);
+  selector.prefill_backend = config.prefill_backend;
+  selector.decode_backend = config.decode_backend;
+  im.prefill_class = get_mla_prefill_backend(selector);
+  im.decode_class = get_mla_decode_backend(selector);
+
+  const RunContext context = im.run_context();
+  PrefillBackendParams prefill_params{d.num_heads, im.config.scale, d.kv_lora_rank, d.qk_nope_head_dim,
+                                      d.qk_rope_head_dim, d.v_head_dim, config.dtype, context};
+  im.prefill = im.prefill_class->create(prefill_params);
+  DecodeBackendParams decode_params{d.num_heads, im.config.scale, d.kv_lora_rank, d.qk_rope_head_dim,
+                                    config.dtype, config.kv_cache_dtype, context};
+  im.decode = im.decode_class->create(decode_params);
+}
+
+MlaAttention::~MlaAttention() = default;
+MlaAttention::MlaAttention(MlaAttention&&) noexcept = default;
+MlaAttention& MlaAttention::operator=(MlaAttention&&) noexcept = default;
+
+const MlaAttentionConfig& MlaAttention::config() const { return impl_->config; }
+
+void MlaAttention::set_stream(Stream stream) {
+  impl_->config.stream = stream;
+  impl_->prefill->set_stream(stream);
+  impl_->decode->set_stream(stream);
+}
+size_t MlaAttention::workspace_bytes() const { return impl_->workspace.bytes_held(); }
+const PrefillBackend& MlaAttention::prefill_backend() const { return *impl_->prefill; }
+const DecodeBackend& MlaAttention::decode_backend() const { return *impl_->decode; }
+
+const Tensor& MlaAttention::W_UK_T() const {
+  if (!impl_->w_uk_t.tensor().defined()) throw ValueError("MlaAttention::W_UK_T: process_weights_after_loading was not called");
+  return impl_->w_uk_t.tensor();
+}
+
+const Tensor& MlaAttention::W_UV() const {
+  if (!impl_->w_uv.tensor().defined()) throw ValueError("MlaAttention::W_UV: process_weights_after_loading was not called");
+  return impl_->w_uv.tensor();
+}
+
+Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
+                             const MlaMetadata& metadata, const Tensor& out, const Tensor& output_scale) {
+  Impl& im = *impl_;
+  // As the seed, refuse fused output quantization first when the backends cannot provide it.
+  if (output_scale.defined() && !im.supports_quant_output()) {
+    throw NotImplementedError("fused output quantization is not yet supported for MLAImplBase");
+  }
+  const detail::ForwardArgs args = detail::validate_forward(im, q, kv_c_normed, k_pe, cache, metadata, out, output_scale);
+  const MlaDims& d = im.dims();
+  const int64_t T = args.num_tokens, width = int64_t(d.num_heads) * d.v_head_dim;
+  const DType out_dtype = args.quantize ? DType::fp8_e4m3 : im.config.dtype;
+  const Tensor result = out.defined() ? out : im.workspace.get(detail::WorkspaceSlot::output, {T, width}, out_dtype);
+  // With output_scale, rows are computed in the activation dtype here and quantized into result.
+  const Tensor staging =
+      args.quantize ? im.workspace.get(detail::WorkspaceSlot::output_staging, {T, width}, im.config.dtype) : Tensor();
+  const Stream stream = im.config.stream;
+
+  // 1. Every token's latent goes to the cache before any attention reads it.
+  if (args.write_cache) concat_and_cache_mla(args.kv_c, args.k_pe, cache, metadata.slot_mapping, stream);
+
+  // The seed's profile run sizes the context scratch for the worst case
+  // (docs/mla.md): grow it now so memory profiling sees the peak.
+  if (metadata.is_profile_run && metadata.context_chunk_workspace_size > 0) {
+    detail::reserve_context_workspace(im, metadata.context_chunk_workspace_size);
+  }
+
+  // 2. Decode rows first (v1 order; CUDA-graph padded decodes included).
+  const int64_t Td = metadata.num_decode_tokens, Tp = metadata.num_prefill_tokens;
+  if (Td > 0) {
+    const Tensor rows = (args.quantize ? staging : result).narrow(0, 0, Td);
+    detail::forward_decode(im, args, cache, *metadata.decode, rows);
+    if (args.quantize) detail::quantize_fp8(rows, result.narrow(0, 0, Td), output_scale, stream);
+  }
+  // 3. Prefill rows.
+  if (Tp > 0) {
+    const Tensor out_rows = result.narrow(0, Td, Tp);
+    const Tensor staging_rows = args.quantize ? staging.narrow(0, Td, Tp) : Tensor();
+    const bool staged = detail::forward_prefill(im, args, cache, metadata, out_rows, output_scale, staging_rows);
+    if (staged) detail::quantize_fp8(staging_rows, out_rows, output_scale, stream);
+  }
+  // 4. Input rows past the metadata's tokens (padding) get output 0.
+  const int64_t computed = Td + Tp;
+  if (computed < T) detail::zero_rows(result.narrow(0, computed, T - computed), stream);
+  return result;
+}
+
+}  // namespace lattn

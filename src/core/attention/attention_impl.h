@@ -1,0 +1,81 @@
+// src/core/attention/attention_impl.h — MlaAttention's state and the pieces of its
+// forward, one file each (internal):
+//   attention.cpp           construction, backends, forward() orchestration
+//   attention_weights.cpp   process_weights_after_loading (W_UK_T, W_UV)
+//   attention_validate.cpp  every argument and metadata check, before any write
+//   attention_decode.cpp    decode rows: absorb W_UK_T, DecodeBackend, W_UV
+//   attention_prefill.cpp   prefill rows: up-project, causal + chunked context, merge
+#pragma once
+
+#include <memory>
+
+#include "core/attention/workspace.h"
+#include "lattn/attention.h"
+
+namespace lattn {
+
+struct MlaAttention::Impl {
+  MlaAttentionConfig config;  // scale resolved (never 0)
+  std::shared_ptr<const PrefillBackendClass> prefill_class;
+  std::shared_ptr<const DecodeBackendClass> decode_class;
+  std::unique_ptr<PrefillBackend> prefill;
+  std::unique_ptr<DecodeBackend> decode;
+  OwnedTensor w_uk_t;  // [N, P, L] activation dtype, on config.device
+  OwnedTensor w_uv;    // [N, L, V]
+  detail::Workspace workspace;
+
+  const MlaDims& dims() const { return config.dims; }
+  RunContext run_context() const { return {config.device, config.stream, 0}; }
+  bool supports_quant_output() const;
+};
+
+namespace detail {
+
+// The forward's inputs, checked and normalized to one layout.
+struct ForwardArgs {
+  int64_t num_tokens = 0;     // T (rows of q; >= metadata.num_actual_tokens)
+  Tensor q;                   // [T, N, P+R]
+  Tensor kv_c;                // [T, L]
+  Tensor k_pe;                // [T, R]
+  bool quantize = false;      // output_scale given: the output is fp8_e4m3
+  bool write_cache = false;   // the cache has storage (vLLM skips the write for an empty cache)
+};
+
+// Checks every argument of MlaAttention::forward, and every index in the
+// metadata that the forward and its backends will follow, against the
+// metadata's host copies. Throws ValueError naming the first bad argument;
+// nothing has been written at that point.
+ForwardArgs validate_forward(const MlaAttention::Impl& impl, const Tensor& q, const Tensor& kv_c_normed,
+                             const Tensor& k_pe, const LatentCache& cache, const MlaMetadata& metadata,
+                             const Tensor& out, const Tensor& output_scale);
+
+// Decode rows [0, num_decode_tokens) (absorbed path).
+//   out_rows [Td, N*V] activation dtype (rows may be strided)
+void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
+                    const DecodeMetadata& metadata, const Tensor& out_rows);
+
+// Prefill rows [num_decode_tokens, num_actual_tokens) (compute-friendly path).
+//   out_rows [Tp, N*V]: activation dtype, or fp8_e4m3 with output_scale when
+//            the new-token attention can write it directly (no context, no V
+//            padding); otherwise staging_rows (activation dtype) receives the
+//            result and the return value is true: the caller quantizes it.
+bool forward_prefill(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
+                     const MlaMetadata& metadata, const Tensor& out_rows, const Tensor& output_scale,
+                     const Tensor& staging_rows);
+
+// Up-projects latent rows to per-head keys and values (kv_b_proj):
+//   kv_c [X, L] (rows may be strided)   k_pe [X, R] (rows may be strided)
+//   k    [X, N, P+R] contiguous: k_nope from W_UK, k_pe broadcast over heads
+//   v    [X, N, V'] contiguous: v from W_UV (columns [V, V') zeroed when padded)
+void up_project(const MlaAttention::Impl& impl, const Tensor& kv_c, const Tensor& k_pe, const Tensor& k,
+                const Tensor& v);
+
+// Grows the context-chunk scratch (gathered latents, up-projected K and V)
+// to `workspace_rows` rows, as the largest chunk of the plan would.
+void reserve_context_workspace(MlaAttention::Impl& impl, int64_t workspace_rows);
+
+// A [rows, N*V] view seen as [rows, N, V] (same memory).
+Tensor heads_view(const Tensor& rows, int64_t num_heads, int64_t head_dim);
+
+}  // namespace detail
+}  // namespace lattn

@@ -1,0 +1,158 @@
+// Prefill rows of MlaAttention::forward: the compute-friendly path with
+// chunked context (seed 002, docs/mla.md).
+//
+//   k, v   = up-project the new tokens' latents (k = [k_nope | k_pe broadcast])
+//   suffix = causal attention of the new tokens among themselves, with LSE
+//   for each context chunk i (at most workspace rows of context at a time):
+//     gather_cache -> up-project -> non-causal attention, with LSE
+//     prefix = merge(prefix, chunk)            (first chunk: prefix = chunk)
+//   out    = merge(prefix, suffix)
+// The up-projected context of one chunk is the only memory that grows with
+// the context, and the chunk plan bounds it by the workspace size.
+#include <algorithm>
+#include <utility>
+
+#include "core/attention/attention_impl.h"
+#include "core/ops/forward_ops.h"
+#include "core/ops/gemm.h"
+#include "lattn/ops.h"
+
+namespace lattn::detail {
+
+Tensor heads_view(const Tensor& rows, int64_t num_heads, int64_t head_dim) {
+  const int64_t shape[] = {rows.size(0), num_heads, head_dim};
+  const int64_t strides[] = {rows.stride(0), head_dim, 1};
+  return Tensor(rows.data(), rows.dtype(), shape, strides, rows.device());
+}
+
+void up_project(const MlaAttention::Impl& impl, const Tensor& kv_c, const Tensor& k_pe, const Tensor& k,
+                const Tensor& v) {
+  const MlaDims& d = impl.dims();
+  const int64_t X = kv_c.size(0), N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim,
+                R = d.qk_rope_head_dim, V = d.v_head_dim, v_width = v.size(2);
+  if (X == 0) return;
+  const RunContext ctx = impl.run_context();
+  // k_nope[x, n, :] = kv_c[x, :] · W_UK_T[n]^T: W_UK_T[n] is [P, L], i.e. B given as [N=P, K=L].
+  GemmProblem k_nope;
+  k_nope.m = X, k_nope.n = P, k_nope.k = L, k_nope.batch = N;
+  k_nope.a = kv_c.data(), k_nope.a_dtype = kv_c.dtype(), k_nope.lda = kv_c.stride(0), k_nope.batch_stride_a = 0;
+  k_nope.b = impl.w_uk_t.data(), k_nope.b_dtype = impl.config.dtype, k_nope.ldb = L, k_nope.batch_stride_b = P * L;
+  k_nope.trans_b = true;
+  k_nope.c = k.data(), k_nope.c_dtype = k.dtype(), k_nope.ldc = N * (P + R), k_nope.batch_stride_c = P + R;
+  gemm(k_nope, ctx);
+  broadcast_k_pe(k_pe, k, impl.config.stream);
+
+  if (v_width > V) fill_bytes(v, 0);  // padded V: the pad columns must be exact zeros
+  // v[x, n, :] = kv_c[x, :] · W_UV[n], W_UV[n] is [L, V].
+  GemmProblem v_up;
+  v_up.m = X, v_up.n = V, v_up.k = L, v_up.batch = N;
+  v_up.a = kv_c.data(), v_up.a_dtype = kv_c.dtype(), v_up.lda = kv_c.stride(0), v_up.batch_stride_a = 0;
+  v_up.b = impl.w_uv.data(), v_up.b_dtype = impl.config.dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
+  v_up.c = v.data(), v_up.c_dtype = v.dtype(), v_up.ldc = N * v_width, v_up.batch_stride_c = v_width;
+  gemm(v_up, ctx);
+}
+
+void reserve_context_workspace(MlaAttention::Impl& impl, int64_t workspace_rows) {
+  const MlaDims& d = impl.dims();
+  const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim;
+  const int64_t v_width = impl.prefill->pads_v() ? P + R : d.v_head_dim;
+  const DType dtype = impl.config.dtype;
+  impl.workspace.get(WorkspaceSlot::context_latent, {workspace_rows, L + R}, dtype);
+  impl.workspace.get(WorkspaceSlot::context_k, {workspace_rows, N, P + R}, dtype);
+  impl.workspace.get(WorkspaceSlot::context_v, {workspace_rows, N, v_width}, dtype);
+}
+
+namespace {
+
+// The merged attention of the new tokens over their whole context, chunk by
+// chunk: writes prefix_out [Tp, N, V'] and prefix_lse [N, Tp] (an empty
+// context gives 0 and -inf).
+std::pair<Tensor, Tensor> attend_context(MlaAttention::Impl& impl, const LatentCache& cache,
+                                         const PrefillMetadata& pm, int64_t workspace_rows, const Tensor& q,
+                                         int64_t v_width) {
+  const MlaDims& d = impl.dims();
+  const int64_t Tp = pm.num_prefill_tokens, N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim,
+                R = d.qk_rope_head_dim;
+  const DType dtype = impl.config.dtype;
+  Workspace& ws = impl.workspace;
+  const Stream stream = impl.config.stream;
+
+  // Sized by the plan's workspace, not by this step's chunks: pointer-stable across steps.
+  const Tensor latent_all = ws.get(WorkspaceSlot::context_latent, {workspace_rows, L + R}, dtype);
+  const Tensor k_all = ws.get(WorkspaceSlot::context_k, {workspace_rows, N, P + R}, dtype);
+  const Tensor v_all = ws.get(WorkspaceSlot::context_v, {workspace_rows, N, v_width}, dtype);
+  const Tensor prefix_out = ws.get(WorkspaceSlot::context_out, {Tp, N, v_width}, dtype);
+  Tensor prefix_lse = ws.get(WorkspaceSlot::context_lse, {N, Tp}, DType::f32);
+  Tensor merged_lse = ws.get(WorkspaceSlot::context_lse_next, {N, Tp}, DType::f32);
+  const Tensor chunk_out = ws.get(WorkspaceSlot::chunk_out, {Tp, N, v_width}, dtype);
+  const Tensor chunk_lse = ws.get(WorkspaceSlot::chunk_lse, {N, Tp}, DType::f32);
+
+  for (int i = 0; i < pm.chunks.num_chunks; ++i) {
+    const int64_t rows = pm.chunks.seq_tot[size_t(i)];
+    const Tensor latent = latent_all.narrow(0, 0, rows);
+    gather_cache(cache, latent, pm.block_table, pm.chunks.cu_seq_lens.select(0, i), pm.num_prefills,
+                 pm.chunks.starts.select(0, i), stream);
+    const Tensor k = k_all.narrow(0, 0, rows), v = v_all.narrow(0, 0, rows);
+    up_project(impl, latent.narrow(1, 0, L), latent.narrow(1, L, R), k, v);
+    if (i == 0) {
+      impl.prefill->run_prefill_context_chunk(i, q, k, v, prefix_out, prefix_lse);
+      continue;
+    }
+    impl.prefill->run_prefill_context_chunk(i, q, k, v, chunk_out, chunk_lse);
+    // The output may alias the prefix (elementwise); the LSE may not, hence two LSE buffers.
+    merge_attn_states(prefix_out, merged_lse, prefix_out, prefix_lse, chunk_out, chunk_lse, stream);
+    std::swap(prefix_lse, merged_lse);
+  }
+  return {prefix_out, prefix_lse};
+}
+
+}  // namespace
+
+bool forward_prefill(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
+                     const MlaMetadata& metadata, const Tensor& out_rows, const Tensor& output_scale,
+                     const Tensor& staging_rows) {
+  const MlaDims& d = impl.dims();
+  const PrefillMetadata& pm = *metadata.prefill;
+  const int64_t Td = metadata.num_decode_tokens, Tp = pm.num_prefill_tokens, N = d.num_heads,
+                P = d.qk_nope_head_dim, R = d.qk_rope_head_dim, V = d.v_head_dim;
+  const DType dtype = impl.config.dtype;
+  Workspace& ws = impl.workspace;
+  const Stream stream = impl.config.stream;
+  PrefillBackend& backend = *impl.prefill;
+  const bool pad_v = backend.pads_v();
+  const int64_t v_width = pad_v ? P + R : V;
+
+  const Tensor q = args.q.narrow(0, Td, Tp);  // [Tp, N, P+R], strided
+  const Tensor k = ws.get(WorkspaceSlot::new_k, {Tp, N, P + R}, dtype);
+  const Tensor v = ws.get(WorkspaceSlot::new_v, {Tp, N, v_width}, dtype);
+  up_project(impl, args.kv_c.narrow(0, Td, Tp), args.k_pe.narrow(0, Td, Tp), k, v);
+  backend.prepare_metadata(pm);
+
+  const bool has_context = pm.chunks.num_chunks > 0;
+  if (!has_context && !pad_v) {
+    // Nothing to merge: the new-token attention writes the layer output
+    // directly (quantized by the backend when output_scale is given).
+    backend.run_prefill_new_tokens(q, k, v, false, heads_view(out_rows, N, V), Tensor(), output_scale);
+    return false;
+  }
+  const bool staged = args.quantize;
+  const Tensor target = heads_view(staged ? staging_rows : out_rows, N, V);  // [Tp, N, V] activation dtype
+  const Tensor new_out = ws.get(WorkspaceSlot::new_out, {Tp, N, v_width}, dtype);
+  if (!has_context) {  // padded V only: drop the pad columns
+    backend.run_prefill_new_tokens(q, k, v, false, new_out, Tensor());
+    copy_leading_columns(new_out, target, stream);
+    return staged;
+  }
+  const Tensor new_lse = ws.get(WorkspaceSlot::new_lse, {N, Tp}, DType::f32);
+  backend.run_prefill_new_tokens(q, k, v, true, new_out, new_lse);
+
+  int64_t workspace_rows = std::max<int64_t>(metadata.context_chunk_workspace_size, 1);
+  for (int32_t rows : pm.chunks.seq_tot) workspace_rows = std::max<int64_t>(workspace_rows, rows);
+  const auto [prefix_out, prefix_lse] = attend_context(impl, cache, pm, workspace_rows, q, v_width);
+  // Context is the prefix, new tokens the suffix (docs/mla.md, "One forward"); only the first V columns are kept.
+  merge_attn_states(target, Tensor(), prefix_out.narrow(2, 0, V), prefix_lse, new_out.narrow(2, 0, V), new_lse,
+                    stream);
+  return staged;
+}
+
+}  // namespace lattn::detail

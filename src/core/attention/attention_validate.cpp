@@ -1,0 +1,282 @@
+// Every check MlaAttention::forward makes before it writes anything (see
+// core/attention/attention_impl.h). Index arrays are read from the metadata's host
+// copies (X_cpu), so validating a CUDA step costs no device round trip.
+#include <algorithm>
+#include <string>
+
+#include "core/attention/attention_impl.h"
+#include "lattn/check.h"
+#include "lattn/errors.h"
+
+namespace lattn::detail {
+namespace {
+
+constexpr const char* kOp = "forward";
+
+int64_t host_index(const Tensor& t, int64_t i) {
+  const int64_t off = i * t.stride(0);
+  return t.dtype() == DType::i64 ? t.data_as<const int64_t>()[off] : t.data_as<const int32_t>()[off];
+}
+
+int64_t host_index(const Tensor& t, int64_t i, int64_t j) {
+  return t.data_as<const int32_t>()[i * t.stride(0) + j * t.stride(1)];
+}
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+// A host index array of `dtype` with exactly the given shape.
+void check_index_array(const char* name, const Tensor& t, std::initializer_list<int64_t> shape, DType dtype) {
+  check_defined(kOp, name, t);
+  check_dtype(kOp, name, t, dtype);
+  check_device(kOp, name, t, Device::cpu());
+  check_shape(kOp, name, t, shape);
+}
+
+// The device copy X of a host index array X_cpu: defined, on `device`, same shape.
+void check_device_copy(const std::string& name, const Tensor& device_copy, const Tensor& host, Device device) {
+  const std::string arg = name + " (device copy)";
+  check_defined(kOp, arg.c_str(), device_copy);
+  check_device(kOp, arg.c_str(), device_copy, device);
+  check_dtype(kOp, arg.c_str(), device_copy, host.dtype());
+  check_arg(std::equal(device_copy.shape().begin(), device_copy.shape().end(), host.shape().begin(),
+                       host.shape().end()),
+            kOp, arg.c_str(), "have the host copy's shape " + host.shape_str(), device_copy.shape_str());
+}
+
+// query_start_loc [n+1]: starts at 0, every request has >= 1 token, ends at num_tokens.
+void check_query_start_loc(const char* name, const Tensor& qsl, int64_t num_requests, int64_t num_tokens) {
+  check_index_array(name, qsl, {num_requests + 1}, DType::i32);
+  check_arg(host_index(qsl, 0) == 0, kOp, name, "start at 0", str(host_index(qsl, 0)));
+  for (int64_t r = 0; r < num_requests; ++r) {
+    const int64_t len = host_index(qsl, r + 1) - host_index(qsl, r);
+    check_arg(len >= 1, kOp, name, "give every request at least one query token",
+              "query length " + str(len) + " for request " + str(r));
+  }
+  check_arg(host_index(qsl, num_requests) == num_tokens, kOp, name, "end at the view's token count " + str(num_tokens),
+            str(host_index(qsl, num_requests)));
+}
+
+// The first `num_tokens` cache positions of request row r map to blocks inside the cache.
+void check_block_row(const char* name, const Tensor& block_table, int64_t r, int64_t num_tokens,
+                     const LatentCache& cache) {
+  const int64_t blocks = (num_tokens + cache.block_size() - 1) / cache.block_size();
+  check_arg(blocks <= block_table.size(1), kOp, name,
+            "have at least " + str(blocks) + " columns for request row " + str(r) + " (" + str(num_tokens) +
+                " tokens)",
+            block_table.shape_str());
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t block = host_index(block_table, r, b);
+    check_arg(block >= 0 && block < cache.num_blocks(), kOp, name,
+              "hold block ids in [0, num_blocks = " + str(cache.num_blocks()) + ")",
+              str(block) + " at [" + str(r) + ", " + str(b) + "]");
+  }
+}
+
+void check_decode_view(const MlaAttention::Impl& impl, const MlaMetadata& md, const LatentCache& cache) {
+  check_arg(md.decode.has_value() == (md.num_decode_tokens > 0), kOp, "metadata.decode",
+            "be present exactly when num_decode_tokens > 0", md.decode ? "present" : "absent");
+  if (!md.decode) return;
+  const DecodeMetadata& dm = *md.decode;
+  check_arg(dm.num_decode_tokens == md.num_decode_tokens, kOp, "metadata.decode.num_decode_tokens",
+            "equal metadata.num_decode_tokens = " + str(md.num_decode_tokens), str(dm.num_decode_tokens));
+  check_query_start_loc("metadata.decode.query_start_loc", dm.query_start_loc_cpu, dm.num_decodes,
+                        dm.num_decode_tokens);
+  check_index_array("metadata.decode.seq_lens", dm.seq_lens_cpu, {dm.num_decodes}, DType::i32);
+  check_dim(kOp, "metadata.decode.block_table", dm.block_table_cpu, 2);
+  check_index_array("metadata.decode.block_table", dm.block_table_cpu, {dm.num_decodes, kAnySize}, DType::i32);
+  const int64_t max_queries = impl.decode_class->max_query_tokens_per_request();
+  for (int64_t r = 0; r < dm.num_decodes; ++r) {
+    const int64_t num_queries = host_index(dm.query_start_loc_cpu, r + 1) - host_index(dm.query_start_loc_cpu, r);
+    check_arg(num_queries <= max_queries, kOp, "metadata.decode.query_start_loc",
+              "give decodes at most " + str(max_queries) + " query tokens (decode backend " +
+                  impl.decode_class->name() + ")",
+              str(num_queries) + " for decode " + str(r));
+    const int64_t seq_len = host_index(dm.seq_lens_cpu, r);
+    check_arg(seq_len >= num_queries, kOp, "metadata.decode.seq_lens",
+              "be >= the request's query length " + str(num_queries), str(seq_len) + " for decode " + str(r));
+    check_block_row("metadata.decode.block_table", dm.block_table_cpu, r, seq_len, cache);
+  }
+}
+
+// The context-chunk plan must cover each prefill's context exactly once, in
+// order, with page-aligned starts (what gather_cache relies on).
+void check_chunk_plan(const PrefillMetadata& pm, const LatentCache& cache) {
+  const ContextChunkPlan& plan = pm.chunks;
+  const int64_t num_chunks = plan.num_chunks, np = pm.num_prefills;
+  check_arg(num_chunks >= 0 && plan.seq_tot.size() == size_t(num_chunks), kOp, "metadata.prefill.chunks.seq_tot",
+            "have num_chunks = " + str(num_chunks) + " entries", str(int64_t(plan.seq_tot.size())));
+  if (num_chunks == 0) {
+    for (int64_t p = 0; p < np; ++p) {
+      check_arg(host_index(pm.context_lens_cpu, p) == 0, kOp, "metadata.prefill.chunks",
+                "plan context chunks when a prefill has context",
+                "no chunks and context length " + str(host_index(pm.context_lens_cpu, p)) + " for prefill " + str(p));
+    }
+    return;
+  }
+  check_index_array("metadata.prefill.chunks.starts", plan.starts_cpu, {num_chunks, np}, DType::i32);
+  check_index_array("metadata.prefill.chunks.cu_seq_lens", plan.cu_seq_lens_cpu, {num_chunks, np + 1}, DType::i32);
+  const int64_t block_size = cache.block_size();
+  for (int64_t p = 0; p < np; ++p) {
+    int64_t covered = 0;
+    for (int64_t i = 0; i < num_chunks; ++i) {
+      const int64_t start = host_index(plan.starts_cpu, i, p);
+      const int64_t len = host_index(plan.cu_seq_lens_cpu, i, p + 1) - host_index(plan.cu_seq_lens_cpu, i, p);
+      check_arg(len >= 0, kOp, "metadata.prefill.chunks.cu_seq_lens", "be non-decreasing",
+                "a chunk of " + str(len) + " tokens (chunk " + str(i) + ", prefill " + str(p) + ")");
+      if (len == 0) continue;
+      check_arg(start % block_size == 0 && start == covered, kOp, "metadata.prefill.chunks.starts",
+                "continue where the previous chunk ended (" + str(covered) + ") at a multiple of block_size " +
+                    str(block_size),
+                str(start) + " (chunk " + str(i) + ", prefill " + str(p) + ")");
+      covered += len;
+    }
+    check_arg(covered == host_index(pm.context_lens_cpu, p), kOp, "metadata.prefill.chunks",
+              "cover prefill " + str(p) + "'s context of " + str(host_index(pm.context_lens_cpu, p)) + " tokens",
+              str(covered) + " tokens");
+  }
+  for (int64_t i = 0; i < num_chunks; ++i) {
+    check_arg(host_index(plan.cu_seq_lens_cpu, i, 0) == 0 && host_index(plan.cu_seq_lens_cpu, i, np) ==
+                                                                plan.seq_tot[size_t(i)],
+              kOp, "metadata.prefill.chunks.cu_seq_lens", "run from 0 to seq_tot[" + str(i) + "] = " +
+                                                              str(plan.seq_tot[size_t(i)]),
+              str(host_index(plan.cu_seq_lens_cpu, i, 0)) + ".." + str(host_index(plan.cu_seq_lens_cpu, i, np)));
+  }
+}
+
+void check_prefill_view(const MlaMetadata& md, const LatentCache& cache, Device device) {
+  check_arg(md.prefill.has_value() == (md.num_prefill_tokens > 0), kOp, "metadata.prefill",
+            "be present exactly when num_prefill_tokens > 0", md.prefill ? "present" : "absent");
+  if (!md.prefill) return;
+  const PrefillMetadata& pm = *md.prefill;
+  check_arg(pm.num_prefill_tokens == md.num_prefill_tokens, kOp, "metadata.prefill.num_prefill_tokens",
+            "equal metadata.num_prefill_tokens = " + str(md.num_prefill_tokens), str(pm.num_prefill_tokens));
+  check_query_start_loc("metadata.prefill.query_start_loc", pm.query_start_loc_cpu, pm.num_prefills,
+                        pm.num_prefill_tokens);
+  check_index_array("metadata.prefill.seq_lens", pm.seq_lens_cpu, {pm.num_prefills}, DType::i32);
+  check_index_array("metadata.prefill.context_lens", pm.context_lens_cpu, {pm.num_prefills}, DType::i32);
+  check_dim(kOp, "metadata.prefill.block_table", pm.block_table_cpu, 2);
+  check_index_array("metadata.prefill.block_table", pm.block_table_cpu, {pm.num_prefills, kAnySize}, DType::i32);
+  for (int64_t p = 0; p < pm.num_prefills; ++p) {
+    const int64_t context = host_index(pm.context_lens_cpu, p);
+    const int64_t query = host_index(pm.query_start_loc_cpu, p + 1) - host_index(pm.query_start_loc_cpu, p);
+    check_arg(context >= 0 && host_index(pm.seq_lens_cpu, p) == context + query, kOp, "metadata.prefill.seq_lens",
+              "equal context_len + query_len = " + str(context) + " + " + str(query),
+              str(host_index(pm.seq_lens_cpu, p)) + " for prefill " + str(p));
+    // Only the context is read back from the cache (the new tokens come from the inputs).
+    check_block_row("metadata.prefill.block_table", pm.block_table_cpu, p, context, cache);
+  }
+  check_chunk_plan(pm, cache);
+  if (pm.chunks.num_chunks > 0) {  // what the forward itself hands to gather_cache
+    check_device_copy("metadata.prefill.block_table", pm.block_table, pm.block_table_cpu, device);
+    check_device_copy("metadata.prefill.chunks.starts", pm.chunks.starts, pm.chunks.starts_cpu, device);
+    check_device_copy("metadata.prefill.chunks.cu_seq_lens", pm.chunks.cu_seq_lens, pm.chunks.cu_seq_lens_cpu, device);
+  }
+}
+
+}  // namespace
+
+ForwardArgs validate_forward(const MlaAttention::Impl& impl, const Tensor& q, const Tensor& kv_c_normed,
+                             const Tensor& k_pe, const LatentCache& cache, const MlaMetadata& md, const Tensor& out,
+                             const Tensor& output_scale) {
+  const MlaAttentionConfig& c = impl.config;
+  const MlaDims& d = c.dims;
+  const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim,
+                V = d.v_head_dim;
+  if (!impl.w_uk_t.tensor().defined()) {
+    throw ValueError("forward: process_weights_after_loading must be called before the first forward");
+  }
+  ForwardArgs args;
+
+  // q: [T, N, P+R] or [T, N*(P+R)] (viewed as the former).
+  check_defined(kOp, "q", q);
+  check_dtype(kOp, "q", q, c.dtype);
+  check_device(kOp, "q", q, c.device);
+  check_arg(q.dim() == 2 || q.dim() == 3, kOp, "q",
+            "have shape [T, " + str(N) + ", " + str(P + R) + "] or [T, " + str(N * (P + R)) + "]", q.shape_str());
+  if (q.dim() == 3) {
+    check_shape(kOp, "q", q, {kAnySize, N, P + R});
+    check_last_dim_contiguous(kOp, "q", q);
+    args.q = q;
+  } else {
+    check_shape(kOp, "q", q, {kAnySize, N * (P + R)});
+    check_last_dim_contiguous(kOp, "q", q);
+    const int64_t shape[] = {q.size(0), N, P + R}, strides[] = {q.stride(0), P + R, 1};
+    args.q = Tensor(q.data(), q.dtype(), shape, strides, q.device());
+  }
+  const int64_t T = q.size(0);
+  args.num_tokens = T;
+
+  check_dtype(kOp, "kv_c_normed", kv_c_normed, c.dtype);
+  check_device(kOp, "kv_c_normed", kv_c_normed, c.device);
+  check_shape(kOp, "kv_c_normed", kv_c_normed, {T, L});
+  check_last_dim_contiguous(kOp, "kv_c_normed", kv_c_normed);
+  args.kv_c = kv_c_normed;
+
+  check_dtype(kOp, "k_pe", k_pe, c.dtype);
+  check_device(kOp, "k_pe", k_pe, c.device);
+  check_arg(k_pe.dim() == 2 || (k_pe.dim() == 3 && k_pe.size(1) == 1), kOp, "k_pe",
+            "have shape [" + str(T) + ", " + str(R) + "] or [" + str(T) + ", 1, " + str(R) + "]", k_pe.shape_str());
+  args.k_pe = k_pe.dim() == 3 ? k_pe.select(1, 0) : k_pe;
+  check_shape(kOp, "k_pe", args.k_pe, {T, R});
+  check_last_dim_contiguous(kOp, "k_pe", args.k_pe);
+
+  // The cache: this layer's, in the configured dtype.
+  cache.validate(kOp);
+  check_dtype(kOp, "cache", cache.data, c.kv_cache_dtype);
+  check_device(kOp, "cache", cache.data, c.device);
+  check_arg(cache.kv_lora_rank == L && cache.qk_rope_head_dim == R, kOp, "cache",
+            "have latent dims (kv_lora_rank, qk_rope_head_dim) = (" + str(L) + ", " + str(R) + ")",
+            "(" + str(cache.kv_lora_rank) + ", " + str(cache.qk_rope_head_dim) + ")");
+  args.write_cache = cache.data.numel() > 0;
+
+  // Outputs.
+  args.quantize = output_scale.defined();
+  if (args.quantize) {
+    check_dtype(kOp, "output_scale", output_scale, DType::f32);
+    check_device(kOp, "output_scale", output_scale, c.device);
+    check_arg(output_scale.numel() == 1, kOp, "output_scale", "have one element", output_scale.shape_str());
+  }
+  if (out.defined()) {
+    check_dtype(kOp, "out", out, args.quantize ? DType::fp8_e4m3 : c.dtype);
+    check_device(kOp, "out", out, c.device);
+    check_shape(kOp, "out", out, {T, N * V});
+    check_last_dim_contiguous(kOp, "out", out);
+  }
+
+  // The metadata: token counts, then every index the step will follow.
+  check_arg(md.device == c.device, kOp, "metadata", "be on the layer's device " + device_name(c.device) +
+                                                        " (MlaMetadata::to_device)",
+            device_name(md.device));
+  // Under CUDA-graph padding the padded decodes count as decode tokens, so
+  // num_decode_tokens + num_prefill_tokens may exceed num_actual_tokens.
+  const int64_t computed = int64_t(md.num_decode_tokens) + md.num_prefill_tokens;
+  check_arg(md.num_decode_tokens >= 0 && md.num_prefill_tokens >= 0 && computed >= md.num_actual_tokens, kOp,
+            "metadata", "have num_decode_tokens + num_prefill_tokens >= num_actual_tokens",
+            str(md.num_decode_tokens) + " + " + str(md.num_prefill_tokens) + " vs " + str(md.num_actual_tokens));
+  check_arg(computed <= T, kOp, "q",
+            "have at least metadata.num_decode_tokens + num_prefill_tokens = " + str(computed) + " rows", str(T));
+  check_arg(md.block_size == cache.block_size(), kOp, "metadata.block_size",
+            "equal the cache's block size " + str(cache.block_size()), str(md.block_size));
+  if (args.write_cache) {
+    check_dim(kOp, "metadata.slot_mapping", md.slot_mapping_cpu, 1);
+    check_dtype(kOp, "metadata.slot_mapping", md.slot_mapping_cpu, DType::i64);
+    check_device(kOp, "metadata.slot_mapping", md.slot_mapping_cpu, Device::cpu());
+    check_arg(md.slot_mapping_cpu.size(0) >= md.num_actual_tokens && md.slot_mapping_cpu.size(0) <= T, kOp,
+              "metadata.slot_mapping",
+              "have between num_actual_tokens = " + str(md.num_actual_tokens) + " and T = " + str(T) + " entries",
+              str(md.slot_mapping_cpu.size(0)));
+    check_device_copy("metadata.slot_mapping", md.slot_mapping, md.slot_mapping_cpu, c.device);
+    const int64_t capacity = cache.num_blocks() * cache.block_size();
+    for (int64_t t = 0; t < md.slot_mapping_cpu.size(0); ++t) {
+      const int64_t slot = host_index(md.slot_mapping_cpu, t);
+      check_arg(slot < capacity, kOp, "metadata.slot_mapping",
+                "hold slots < num_blocks * block_size = " + str(capacity) + " (or PAD_SLOT_ID -1)",
+                str(slot) + " at index " + str(t));
+    }
+  }
+  check_decode_view(impl, md, cache);
+  check_prefill_view(md, cache, c.device);
+  return args;
+}
+
+}  // namespace lattn::detail

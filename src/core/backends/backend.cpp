@@ -1,0 +1,147 @@
+// Backend class defaults: dtype support, validate_configuration with the
+// seeds' reason texts (docs/backends.md), SelectorConfig, and the
+// built-in registration table.
+#include "lattn/backend.h"
+
+#include <algorithm>
+
+#include "core/backends/builtin_backends.h"
+
+namespace lattn {
+namespace {
+
+std::string capability_reason(std::optional<DeviceCapability> capability) {
+  if (!capability) return "compute capability none (cpu) not supported";
+  return "compute capability " + std::to_string(capability->major) + "." + std::to_string(capability->minor) +
+         " not supported";
+}
+
+std::string join_dims(const std::vector<MLADimensions>& dims) {
+  std::string s;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    s += dims[i].str();
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string SelectorConfig::repr() const {
+  return std::string("MLAPrefillSelectorConfig(dtype=") + dtype_torch_name(dtype) +
+         ", mla_dimensions=" + mla_dimensions.str() + ")";
+}
+
+std::string SelectorConfig::decode_repr() const {
+  return std::string("MLADecodeSelectorConfig(dtype=") + dtype_torch_name(dtype) +
+         ", kv_cache_dtype=" + dtype_torch_name(kv_cache_dtype) + ", num_heads=" + std::to_string(num_heads) +
+         ", kv_lora_rank=" + std::to_string(kv_lora_rank) + ", qk_rope_head_dim=" + std::to_string(qk_rope_head_dim) +
+         ", block_size=" + std::to_string(block_size) +
+         ", max_query_tokens_per_request=" + std::to_string(max_query_tokens_per_request) + ")";
+}
+
+SelectorConfig SelectorConfig::for_dims(const MlaDims& dims, DType dtype, DType kv_cache_dtype, Device device,
+                                        int block_size, int max_query_tokens_per_request) {
+  SelectorConfig c;
+  c.dtype = dtype;
+  c.mla_dimensions = MLADimensions::of(dims);
+  c.is_r1_compatible = is_deepseek_r1_mla_compatible(c.mla_dimensions);
+  c.device = device;
+  c.num_heads = dims.num_heads;
+  c.kv_lora_rank = dims.kv_lora_rank;
+  c.qk_rope_head_dim = dims.qk_rope_head_dim;
+  c.kv_cache_dtype = kv_cache_dtype;
+  c.block_size = block_size;
+  c.max_query_tokens_per_request = max_query_tokens_per_request;
+  return c;
+}
+
+bool PrefillBackendClass::supports_dtype(DType dtype) const {
+  const auto d = supported_dtypes();
+  return std::find(d.begin(), d.end(), dtype) != d.end();
+}
+
+std::vector<std::string> PrefillBackendClass::validate_configuration(std::optional<DeviceCapability> capability,
+                                                                     const SelectorConfig& config) const {
+  std::vector<std::string> reasons;
+  if (!supports_compute_capability(capability)) reasons.push_back(capability_reason(capability));
+  if (!supports_dtype(config.dtype)) reasons.push_back(std::string("dtype ") + dtype_torch_name(config.dtype) + " not supported");
+  if (!is_available()) reasons.push_back("required dependencies not available");
+  if (requires_r1_mla_dimensions() && !config.is_r1_compatible) {
+    reasons.push_back(
+        "model does not have DeepSeek R1 MLA dimensions (qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)");
+  }
+  const auto supported = supported_mla_dimensions();
+  if (!supported.empty() && std::find(supported.begin(), supported.end(), config.mla_dimensions) == supported.end()) {
+    reasons.push_back("Model does not have supported MLA dimensions (got " + config.mla_dimensions.str() +
+                      "; supported: " + join_dims(supported) + ")");
+  }
+  return reasons;
+}
+
+bool DecodeBackendClass::supports_dtype(DType dtype) const {
+  const auto d = supported_dtypes();
+  return std::find(d.begin(), d.end(), dtype) != d.end();
+}
+
+std::vector<std::string> DecodeBackendClass::validate_configuration(std::optional<DeviceCapability> capability,
+                                                                    const SelectorConfig& config) const {
+  std::vector<std::string> reasons;
+  if (!supports_compute_capability(capability)) reasons.push_back(capability_reason(capability));
+  if (!supports_dtype(config.dtype)) reasons.push_back(std::string("dtype ") + dtype_torch_name(config.dtype) + " not supported");
+  if (!is_available()) reasons.push_back("required dependencies not available");
+  const auto cache_dtypes = supported_kv_cache_dtypes();
+  if (std::find(cache_dtypes.begin(), cache_dtypes.end(), config.kv_cache_dtype) == cache_dtypes.end()) {
+    reasons.push_back(std::string("kv cache dtype ") + dtype_torch_name(config.kv_cache_dtype) + " not supported");
+  }
+  const auto blocks = supported_block_sizes();
+  if (!blocks.empty() && std::find(blocks.begin(), blocks.end(), config.block_size) == blocks.end()) {
+    std::string s;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (i) s += ", ";
+      s += std::to_string(blocks[i]);
+    }
+    reasons.push_back("block size " + std::to_string(config.block_size) + " not supported (supported: " + s + ")");
+  }
+  const auto latents = supported_latent_dims();
+  const std::pair<int, int> mine{config.kv_lora_rank, config.qk_rope_head_dim};
+  if (!latents.empty() && std::find(latents.begin(), latents.end(), mine) == latents.end()) {
+    std::string s;
+    for (size_t i = 0; i < latents.size(); ++i) {
+      if (i) s += ", ";
+      s += "(" + std::to_string(latents[i].first) + ", " + std::to_string(latents[i].second) + ")";
+    }
+    reasons.push_back("latent dims (" + std::to_string(mine.first) + ", " + std::to_string(mine.second) +
+                      ") not supported (supported: " + s + ")");
+  }
+  if (config.max_query_tokens_per_request > max_query_tokens_per_request()) {
+    reasons.push_back(std::to_string(config.max_query_tokens_per_request) +
+                      " query tokens per request not supported (max " + std::to_string(max_query_tokens_per_request()) +
+                      ")");
+  }
+  return reasons;
+}
+
+namespace detail {
+
+std::vector<std::shared_ptr<const PrefillBackendClass>>& builtin_prefill_classes() {
+  static std::vector<std::shared_ptr<const PrefillBackendClass>> classes;
+  return classes;
+}
+
+std::vector<std::shared_ptr<const DecodeBackendClass>>& builtin_decode_classes() {
+  static std::vector<std::shared_ptr<const DecodeBackendClass>> classes;
+  return classes;
+}
+
+}  // namespace detail
+
+RegisterPrefillBackend::RegisterPrefillBackend(std::shared_ptr<const PrefillBackendClass> cls) {
+  detail::builtin_prefill_classes().push_back(std::move(cls));
+}
+
+RegisterDecodeBackend::RegisterDecodeBackend(std::shared_ptr<const DecodeBackendClass> cls) {
+  detail::builtin_decode_classes().push_back(std::move(cls));
+}
+
+}  // namespace lattn

@@ -1,0 +1,65 @@
+// Context-chunk planning (see core/metadata/context_chunk_plan.h). The workspace is
+// shared equally among the prefills that have context and rounded down to the
+// page size, because gather_cache cannot start a chunk inside a page (seed 002).
+#include "core/metadata/context_chunk_plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "lattn/errors.h"
+
+namespace lattn::detail {
+
+ContextChunkSizing size_context_chunks(bool planning_enabled, int num_prefills, int num_prefills_with_context,
+                                       int64_t max_context_len_all, int64_t max_prefill_context_len,
+                                       int64_t workspace_size, int page_size) {
+  ContextChunkSizing s;
+  if (!planning_enabled || num_prefills == 0 || max_prefill_context_len <= 0) return s;
+  s.num_prefills_with_context = num_prefills_with_context;
+  const int64_t equal_share = workspace_size / num_prefills_with_context;
+  s.max_context_chunk = equal_share / page_size * page_size;  // round_down(x, page_size)
+  if (s.max_context_chunk <= 0) {
+    throw AssertionError("max_context_chunk > 0 (context_chunk_workspace_size " + std::to_string(workspace_size) +
+                         " shared by " + std::to_string(num_prefills_with_context) +
+                         " prefills with context gives " + std::to_string(equal_share) +
+                         " tokens each, which rounds down to 0 at page_size " + std::to_string(page_size) +
+                         "; the workspace needs at least " +
+                         std::to_string(int64_t(num_prefills_with_context) * page_size) + " rows)");
+  }
+  // cdiv over the longest context of the whole batch, decodes included, as
+  // the seed does: trailing chunks may be empty for every prefill.
+  s.num_chunks = int((max_context_len_all + s.max_context_chunk - 1) / s.max_context_chunk);
+  return s;
+}
+
+void fill_context_chunks(const ContextChunkSizing& sizing, std::span<const int32_t> prefill_context_lens,
+                         int64_t workspace_size, int32_t* starts, int32_t* cu_seq_lens, int32_t* max_seq_lens,
+                         int32_t* seq_tot) {
+  const int num_prefills = int(prefill_context_lens.size());
+  const int64_t chunk = sizing.max_context_chunk;
+  for (int i = 0; i < sizing.num_chunks; ++i) {
+    const int64_t start = int64_t(i) * chunk;
+    int32_t* row_starts = starts + int64_t(i) * num_prefills;
+    int32_t* row_cu = cu_seq_lens + int64_t(i) * (num_prefills + 1);
+    int64_t total = 0;
+    int64_t longest = 0;
+    row_cu[0] = 0;
+    for (int p = 0; p < num_prefills; ++p) {
+      // chunk_seq_lens = clamp(min(context_len, start + chunk) - start, min=0)
+      const int64_t len = std::max<int64_t>(0, std::min<int64_t>(prefill_context_lens[p], start + chunk) - start);
+      row_starts[p] = int32_t(start);
+      total += len;
+      longest = std::max(longest, len);
+      row_cu[p + 1] = int32_t(total);
+    }
+    max_seq_lens[i] = int32_t(longest);
+    seq_tot[i] = int32_t(total);
+    if (total > workspace_size) {
+      throw AssertionError("max(context_chunk_seq_tot) <= context_chunk_workspace_size (chunk " + std::to_string(i) +
+                           " gathers " + std::to_string(total) + " tokens, workspace holds " +
+                           std::to_string(workspace_size) + ")");
+    }
+  }
+}
+
+}  // namespace lattn::detail

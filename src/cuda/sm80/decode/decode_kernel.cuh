@@ -1,0 +1,163 @@
+// src/cuda/sm80/decode/decode_kernel.cuh — the absorbed MLA decode kernel
+// (tensor cores through mma.sync, so it runs on sm80 and later).
+//
+// Grid (m_tiles, num_parts): CTA (mt, part) computes packed rows
+// [mt * kBlockM, (mt + 1) * kBlockM) of every request piece that the split-KV
+// plan gives to `part` (decode_params.h). Per piece: Q tile and first KV tile
+// by cp.async, then for each KV tile: wait, start the next tile's copy (double
+// buffering), S = Q K^T, online softmax, O += P V; finally the epilogue.
+#pragma once
+
+#include "cuda/sm80/decode/decode_epilogue.cuh"
+#include "cuda/sm80/decode/decode_mainloop.cuh"
+
+namespace lattn::cuda::sm80 {
+
+// Attends rows [rv.row0, +kBlockM) of one request to its KV tiles
+// [tile_begin, tile_end) and writes the result (slot < 0: final; else partial).
+template <class K>
+__device__ __forceinline__ void attend_piece(const DecodeParams& p, const RequestView& rv, int tile_begin,
+                                             int tile_end, int slot, char* smem) {
+  using T = typename K::T;
+  T* q_smem = reinterpret_cast<T*>(smem);
+  T* k_smem = reinterpret_cast<T*>(smem + K::kQBytes);
+  uint8_t* staging = reinterpret_cast<uint8_t*>(smem + K::kQBytes + K::kKBytes);
+  T* p_smem = reinterpret_cast<T*>(smem + K::kQBytes + K::kKBytes + K::kStagingBytes);
+  float* reduce = reinterpret_cast<float*>(smem + K::kQBytes + K::kKBytes + K::kStagingBytes + K::kPBytes);
+  float* row_vec = reduce + K::kColGroups * K::kBlockM;
+  constexpr int kTileElems = K::kBlockN * K::kD;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
+
+  // Causal limit of this thread's two phase-1 rows: query token j sees keys
+  // [0, seq_len - s_q + j]; padding rows (past rv.rows) are never written.
+  int key_limit[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = rv.row0 + rg * 16 + lane / 4 + 8 * i;
+    key_limit[i] = gr < rv.rows ? rv.seq_len - rv.s_q + gr / p.num_heads + 1 : rv.seq_len;
+  }
+  // Tiles that reach past the smallest limit of the CTA need masking.
+  const int mask_from = rv.seq_len - rv.s_q + 1;
+
+  SoftmaxState st{{-INFINITY, -INFINITY}, {0.f, 0.f}};
+  float o[K::kMTiles][K::kNTilesO][4];
+#pragma unroll
+  for (int mi = 0; mi < K::kMTiles; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < K::kNTilesO; ++ni) o[mi][ni][0] = o[mi][ni][1] = o[mi][ni][2] = o[mi][ni][3] = 0.f;
+
+  // Stage s of the ring (16-bit: a K tile; fp8: a raw staging tile).
+  auto stage = [&](int s) -> void* {
+    return K::kFp8 ? static_cast<void*>(staging + s * kTileElems) : static_cast<void*>(k_smem + s * kTileElems);
+  };
+  // Prologue: Q and the first kStages - 1 tiles, one commit group per tile
+  // (Q rides with the first), so wait_group<kStages - 2> means "tile it landed".
+  // Q in registers: Q first goes, as its own group, through a buffer that is
+  // free until the loop's first barrier (the last stage; fp8: the converted
+  // tile), and the wait count is the same because Q's group comes first.
+  QFragments<K> qf;
+  T* q_tile = K::kQInRegs ? (K::kFp8 ? k_smem : k_smem + (K::kStages - 1) * kTileElems) : q_smem;
+  load_q<K>(p, rv, q_tile);
+  if constexpr (K::kQInRegs) cp_async_commit();
+#pragma unroll
+  for (int s = 0; s < K::kStages - 1; ++s) {
+    if (tile_begin + s < tile_end) load_kv<K>(p, rv, tile_begin + s, stage(s));
+    cp_async_commit();
+  }
+  if constexpr (K::kQInRegs) {
+    cp_async_wait<K::kStages - 1>();  // Q's group
+    __syncthreads();
+    load_q_fragments<K>(q_tile, qf);  // the loop's first barrier orders this before the buffer is reused
+  }
+
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    const int it = tile - tile_begin;
+    cp_async_wait<K::kStages - 2>();
+    __syncthreads();  // tile `tile` is in shared memory; every warp is done with tile - 1
+    const int next = tile + K::kStages - 1;
+    if (next < tile_end) load_kv<K>(p, rv, next, stage((it + K::kStages - 1) % K::kStages));
+    cp_async_commit();
+    const T* kv;
+    if constexpr (K::kFp8) {
+      convert_fp8_tile<K>(staging + (it % K::kStages) * kTileElems, k_smem);
+      __syncthreads();
+      kv = k_smem;
+    } else {
+      kv = k_smem + (it % K::kStages) * kTileElems;
+    }
+
+    float s[K::kNTilesS][4];
+    if constexpr (K::kQInRegs) {
+      compute_qk_qregs<K>(qf, kv, cg, s);
+    } else {
+      compute_qk<K>(q_smem, kv, rg, cg, s);
+    }
+    const int key0 = tile * K::kBlockN;
+    update_softmax<K>(s, st, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, rg, cg, reduce, row_vec,
+                      p_smem);
+    compute_pv<K>(p_smem, kv, row_vec, warp, o);
+  }
+  cp_async_wait<0>();  // only empty groups can be pending; the next piece starts from a clean state
+  write_o<K>(p, rv, st, o, slot, rg, cg, warp, reduce, row_vec);
+  __syncthreads();  // the next piece reuses shared memory
+}
+
+// The largest dynamic shared memory per block of any sm8x GPU (A100: 163 KB).
+// sm_80 code runs only on sm8x GPUs, so a configuration needing more is never
+// launched there (choose_decode_tiles checks the device) and its sm_80 body is
+// not compiled: it would only cost build time (and spill, for 64x64 tiles).
+constexpr size_t kSm8xMaxSmemPerBlock = 166912;
+
+template <class K>
+__device__ __forceinline__ void decode_kernel_body(const DecodeParams& p);
+
+template <class K>
+__global__ void __launch_bounds__(K::kThreads, 1) mla_decode_kernel(const __grid_constant__ DecodeParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (K::kSmemBytes > kSm8xMaxSmemPerBlock) {
+    __trap();
+  } else {
+    decode_kernel_body<K>(p);
+  }
+#else
+  decode_kernel_body<K>(p);
+#endif
+}
+
+template <class K>
+__device__ __forceinline__ void decode_kernel_body(const DecodeParams& p) {
+  extern __shared__ __align__(128) char smem[];
+  const DecodePlan& plan = p.plan;
+  const int part = blockIdx.y;
+  const int w = plan.header[0], total = plan.header[1];
+  const int begin = part * w, end = min(begin + w, total);
+  if (begin >= end) return;
+  const int ovh = plan.overhead_tiles;
+  for (int r = plan.part_first_req[part]; r < p.batch; ++r) {
+    const int c0 = plan.cost_prefix[r];
+    if (c0 >= end) break;
+    const int c1 = plan.cost_prefix[r + 1];
+    if (c1 == c0) continue;  // no keys: decode_combine writes 0 / -inf
+    const int first_tile_pos = c0 + ovh;
+    const int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
+    const int tile_end = min(end, c1) - first_tile_pos;
+    if (tile_end <= tile_begin) continue;
+
+    RequestView rv;
+    rv.request = r;
+    rv.q0 = p.query_start_loc[r];
+    rv.s_q = p.query_start_loc[r + 1] - rv.q0;
+    rv.seq_len = p.seq_lens[r];
+    rv.rows = rv.s_q * p.num_heads;
+    rv.row0 = blockIdx.x * K::kBlockM;
+    rv.table = p.block_table + r * p.block_table_stride;
+    if (rv.row0 >= rv.rows) continue;
+    const int n_splits = plan.num_splits[r];
+    const int slot = n_splits >= 2 ? plan.split_offset[r] + (part - first_tile_pos / w) : -1;
+    attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);
+  }
+}
+
+}  // namespace lattn::cuda::sm80

@@ -1,0 +1,53 @@
+// src/cuda/sm80/decode/decode_launch_template.cuh — the definition of
+// DecodeKernelLauncher, explicitly instantiated once per configuration in
+// instantiations/*.cu (so the heavy kernels compile in parallel,
+// FlashAttention-3 style).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/sm80/decode/decode_kernel.cuh"
+#include "cuda/sm80/decode/decode_launcher.h"
+
+namespace lattn::cuda::sm80 {
+
+// Raises the kernel's dynamic shared-memory limit on the current device, once
+// per device (before the first launch, which is never inside a graph capture:
+// prepare_metadata queries the occupancy first).
+template <class K>
+void set_decode_kernel_attributes() {
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  int device = 0;
+  LATTN_CUDA_CHECK(cudaGetDevice(&device));
+  std::call_once(once[device % kMaxDevices], [] {
+    LATTN_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(K::kSmemBytes)));
+  });
+}
+
+template <class K>
+int DecodeKernelLauncher<K>::ctas_per_sm() {
+  set_decode_kernel_attributes<K>();
+  int blocks = 0;
+  LATTN_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, mla_decode_kernel<K>, K::kThreads, K::kSmemBytes));
+  return blocks;
+}
+
+template <class K>
+void DecodeKernelLauncher<K>::launch(const DecodeParams& p, int m_tiles, cudaStream_t stream) {
+  set_decode_kernel_attributes<K>();
+  const dim3 grid(unsigned(m_tiles), unsigned(p.plan.num_parts));
+  mla_decode_kernel<K><<<grid, K::kThreads, K::kSmemBytes, stream>>>(p);
+  LATTN_CUDA_CHECK_LAUNCH("mla_decode_kernel");
+}
+
+}  // namespace lattn::cuda::sm80
+
+// One configuration: block_m, block_n, warps, activation type, cache type.
+#define LATTN_INSTANTIATE_DECODE(M, N, W, S, T, C) \
+  template struct ::lattn::cuda::sm80::DecodeKernelLauncher<::lattn::cuda::sm80::DecodeTraits<M, N, W, S, T, C>>;

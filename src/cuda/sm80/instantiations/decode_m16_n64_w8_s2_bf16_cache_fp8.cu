@@ -1,4 +1,0 @@
-// Generated instantiation: decode kernel, 16-row x 64-key tiles, 8 warps, 2 stages, bf16 activations, fp8 cache.
-#include "cuda/sm80/decode_launch_template.cuh"
-
-LATTN_INSTANTIATE_DECODE(16, 64, 8, 2, __nv_bfloat16, __nv_fp8_e4m3)

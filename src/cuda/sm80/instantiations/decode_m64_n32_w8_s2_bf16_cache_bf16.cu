@@ -1,4 +1,0 @@
-// Generated instantiation: decode kernel, 64-row x 32-key tiles, 8 warps, 2 stages, bf16 activations, bf16 cache.
-#include "cuda/sm80/decode_launch_template.cuh"
-
-LATTN_INSTANTIATE_DECODE(64, 32, 8, 2, __nv_bfloat16, __nv_bfloat16)

@@ -1,4 +1,0 @@
-// Generated instantiation: decode kernel, 64-row x 64-key tiles, 8 warps, 2 stages, f16 activations, f16 cache.
-#include "cuda/sm80/decode_launch_template.cuh"
-
-LATTN_INSTANTIATE_DECODE(64, 64, 8, 2, __half, __half)
