@@ -152,8 +152,8 @@ lib=$(ls "$BUILD"/src/liblattn.so* | head -1)
 decode_lines=$(grep -E 'mla_decode_kernel' "$OUT/sass.txt" | grep -E '^HMMA')
 note "SASS: decode kernels with HMMA: $(echo "$decode_lines" | grep -c -v 'HMMA=0 ') of $(echo "$decode_lines" | grep -c .); with LDL/STL: $(echo "$decode_lines" | grep -c -v -E 'LDL=0 +STL=0 ')"
 # The hopper prefill kernels (sm_90a): every instance must use HGMMA and no local memory.
-hopper_lines=$(grep -E 'hopper_prefill_kernel' "$OUT/sass.txt" | grep -E '^HMMA' | grep -v 'HGMMA=0 ')
-note "SASS: hopper prefill kernels with HGMMA: $(echo "$hopper_lines" | grep -c .); with LDL/STL: $(echo "$hopper_lines" | grep -c -v -E 'LDL=0 +STL=0 ')"
+hopper_prefill_lines=$(grep -E 'hopper_prefill_kernel' "$OUT/sass.txt" | grep -E '^HMMA' | grep -v 'HGMMA=0 ')
+note "SASS: hopper prefill kernels with HGMMA: $(echo "$hopper_prefill_lines" | grep -c .); with LDL/STL: $(echo "$hopper_prefill_lines" | grep -c -v -E 'LDL=0 +STL=0 ')"
 
 # ---- benchmarks -------------------------------------------------------------------------
 bench_rc=0

@@ -83,7 +83,7 @@ void check_strides(const char* name, int64_t row_stride, int64_t head_stride) {
 }  // namespace
 
 bool hopper_prefill_compiled() {
-#ifdef LATTN_HAVE_SM90A
+#if defined(LATTN_HAVE_SM90A) || defined(LATTN_WITH_SM90A)  // (the hopper decode branch names it LATTN_WITH_SM90A)
   return true;
 #else
   return false;
