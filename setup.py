@@ -86,6 +86,8 @@ setup(
     version=project_version(),
     packages=["lattn"],
     package_dir={"": "python"},
+    # The type stubs of the extension (PEP 561).
+    package_data={"lattn": ["*.pyi", "py.typed"]},
     ext_modules=[CMakeExtension("lattn._lattn")],
     cmdclass={"build_ext": CMakeBuild},
     # Keep setuptools' build files out of the CMake build directory ./build.

@@ -24,8 +24,10 @@ struct ProjShape {
   bool trans_b, shared_a;
 };
 
-// m = tokens: 8 decode tokens (B8, s_q 1), 1024 new prefill tokens.
+// m = tokens: 1 and 8 decode tokens (B1 and B8, s_q 1), 1024 new prefill tokens.
 constexpr ProjShape kShapes[] = {
+    {"decode_B1_absorb_q_nope_x_W_UK_T", 1, 512, 128, 16, false, false},
+    {"decode_B1_v_up_o_x_W_UV", 1, 128, 512, 16, false, false},
     {"decode_absorb_q_nope_x_W_UK_T", 8, 512, 128, 16, false, false},
     {"decode_v_up_o_x_W_UV", 8, 128, 512, 16, false, false},
     {"prefill_k_nope_kv_c_x_W_UK_T^T", 1024, 128, 512, 16, true, true},

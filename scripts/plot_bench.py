@@ -7,11 +7,17 @@ BENCH.json is what `lattn bench -o json` prints (the C++ side only writes
 JSON; `lattn bench --plot OUT.png` runs this script on it). Each row is one
 benchmark case; the figure has two panels sharing the x axis (one tick per
 case, labelled with its shape):
-  * top: achieved GFLOP/s (bars, left axis) and GB/s (dots, right axis);
+  * top: achieved GFLOP/s at the median time (bars, left axis; the whisker
+    reaches the throughput of the fastest repeat: the min-median spread) and
+    GB/s (dots, right axis);
   * bottom: the fraction of the roofline reached, i.e. achieved / the
-    ceiling that bounds the case (measured in the same run), 0..1.
-Bars are coloured by phase and backend. Runs with Debian's interpreter and
-python3-matplotlib (apt-get install python3-matplotlib).
+    ceiling that bounds the case (measured in the same run), with the
+    roofline (1.0) drawn; a fraction above 1 means the ceilings of that run
+    were measured low (a noisy, shared machine) and is flagged in red.
+Both axes start at 0. Bars are coloured by phase and backend and hatched when
+the case is memory bound (plain: compute bound); the legend names every mark.
+Runs with Debian's interpreter and python3-matplotlib (apt-get install
+python3-matplotlib).
 """
 import argparse
 import json
@@ -76,28 +82,57 @@ def main():
 
     gflops = [float(r.get("gflops", 0.0)) for r in rows]
     gbps = [float(r.get("gbps", 0.0)) for r in rows]
-    top.bar(x, gflops, color=[colour_of[group_of(r)] for r in rows])
+    # Throughput of the fastest repeat: the same work in min_us instead of median_us.
+    best = [g * float(r.get("median_us", 0.0)) / float(r["min_us"]) if float(r.get("min_us", 0.0)) > 0 else g
+            for g, r in zip(gflops, rows)]
+    memory_bound = [str(r.get("bound", "")).startswith("memory") for r in rows]
+    hatch = ["//" if m else "" for m in memory_bound]
+    colours_of_rows = [colour_of[group_of(r)] for r in rows]
+    top.bar(x, gflops, color=colours_of_rows, hatch=hatch, edgecolor="white")
+    top.errorbar(x, gflops, yerr=[[0] * len(rows), [b - g for b, g in zip(best, gflops)]], fmt="none",
+                 ecolor="dimgrey", capsize=3, linewidth=1)
     top.set_ylabel("GFLOP/s (bars)")
+    top.set_ylim(bottom=0)
     right = top.twinx()
     right.plot(x, gbps, "o", color="black", markersize=4)
     right.set_ylabel("GB/s (dots)")
+    right.set_ylim(bottom=0)
     top.set_title(args.title or "lattn bench: throughput and roofline fraction")
 
     fraction = [float(r.get("roofline_fraction", 0.0)) for r in rows]
-    bars = bottom.bar(x, fraction, color=[colour_of[group_of(r)] for r in rows])
+    over = [f > 1.0 for f in fraction]
+    bars = bottom.bar(x, fraction, color=colours_of_rows, hatch=hatch, edgecolor=["red" if o else "white" for o in over],
+                      linewidth=[2 if o else 0.5 for o in over])
     bottom.bar_label(bars, labels=[f"{f:.2g}" for f in fraction], fontsize=7, padding=2)
     bottom.set_ylabel("fraction of roofline")
-    # Scale to the data (small fractions must stay visible); the roofline (1.0)
-    # is drawn when it is in range.
+    # Scale to the data (small fractions must stay visible), from 0; the
+    # roofline (1.0) is drawn when it is in range.
     top_of_axis = max(max(fraction) * 1.25, 0.01)
     bottom.set_ylim(0, top_of_axis)
     if top_of_axis >= 1.0:
         bottom.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    if any(over):
+        bottom.text(0.5, 0.97, f"{sum(over)} case(s) above 1: this run's ceilings were measured low (noisy machine); "
+                    "re-run with --pair-ceilings", transform=bottom.transAxes, ha="center", va="top", color="red",
+                    fontsize=9, fontweight="bold")
     bottom.set_xticks(x)
     bottom.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
 
+    from matplotlib.lines import Line2D  # noqa: PLC0415  (matplotlib is imported above, lazily)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour_of[g]) for g in groups]
-    top.legend(handles, [f"{p} / {b}" for p, b in groups], loc="upper left", fontsize=8)
+    names = [f"{p} / {b}" for p, b in groups]
+    handles += [plt.Rectangle((0, 0), 1, 1, facecolor="lightgrey", edgecolor="white"),
+                plt.Rectangle((0, 0), 1, 1, facecolor="lightgrey", hatch="//", edgecolor="white"),
+                Line2D([], [], color="dimgrey", marker="_", markersize=8, linestyle="-"),
+                Line2D([], [], color="black", marker="o", linestyle="none", markersize=4)]
+    names += ["compute bound", "memory bound", "min-median spread (to the fastest repeat)", "GB/s (right axis)"]
+    top.legend(handles, names, loc="upper left", fontsize=7)
+    bottom_handles = [Line2D([], [], color="grey", linestyle="--", linewidth=0.8)]
+    bottom_names = ["roofline (ceiling of the same run)"]
+    if any(over):
+        bottom_handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="red", linewidth=2))
+        bottom_names.append("above 1: noisy ceilings")
+    bottom.legend(bottom_handles, bottom_names, loc="upper right", fontsize=7)
 
     ceilings = data.get("ceilings", {})
     if ceilings:
@@ -105,7 +140,11 @@ def main():
         fig.text(0.01, 0.005, "ceilings (same run): " + text, fontsize=7)
 
     fig.tight_layout(rect=(0, 0.02, 1, 1))
-    fig.savefig(args.output, dpi=110)
+    try:
+        fig.savefig(args.output, dpi=110)
+    except OSError as e:
+        print(f"plot_bench.py: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 2
     return 0
 
 

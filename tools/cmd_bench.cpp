@@ -3,18 +3,24 @@
 // same run; a table, CSV or JSON, and optionally a plot drawn by
 // scripts/plot_bench.py from that JSON.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+#include <omp.h>
 
 #include "backend_report.h"
 #include "commands.h"
 #include "exit_codes.h"
 #include "harness/harness.h"
 #include "lattn/errors.h"
+#include "lattn/kernel_label.h"
 #include "layer_options.h"
 #include "plot.h"
+#include "provenance.h"
 
 namespace lattn::cli {
 namespace {
@@ -34,7 +40,9 @@ struct BenchOptions {
   int warmup = 1;
   int repeats = 5;
   int threads = 0;
+  uint64_t seed = 1234;  // the cases' random inputs
   bool pair_ceilings = false;
+  std::string ceiling_check = "auto";  // auto: on for the CPU
   bool quiet = false;
 };
 
@@ -85,20 +93,23 @@ std::string backend_for(const bench::BenchCase& c, const std::string& requested,
 
 std::string csv(const std::vector<bench::Row>& rows) {
   std::string s =
-      "name,phase,backend,device,num_heads,kv_lora_rank,qk_nope_head_dim,qk_rope_head_dim,v_head_dim,dtype,"
+      "name,label,phase,backend,device,num_threads,num_heads,kv_lora_rank,qk_nope_head_dim,qk_rope_head_dim,v_head_dim,dtype,"
       "kv_cache_dtype,batch,query_len,context_len,context_chunks,seq_len,block_size,flops,bytes,median_us,min_us,"
-      "gflops,gbps,compute_peak_gflops,roofline_us,roofline_fraction,bound\n";
+      "gflops,gbps,compute_peak_gflops,roofline_us,roofline_fraction,bound,max_us,ceiling_drift,ceilings_moved\n";
   char line[1024];
   for (const bench::Row& r : rows) {
     const bench::BenchCase& c = r.bench_case;
     std::snprintf(line, sizeof line,
-                  "%s,%s,%s,%s,%d,%d,%d,%d,%d,%s,%s,%d,%d,%d,%d,%d,%d,%.6g,%.6g,%.3f,%.3f,%.4g,%.4g,%.4g,%.3f,%.4f,%s\n",
-                  c.name().c_str(), bench::phase_name(c.phase), c.backend.c_str(), device_name(c.device).c_str(),
-                  c.dims.num_heads, c.dims.kv_lora_rank, c.dims.qk_nope_head_dim, c.dims.qk_rope_head_dim,
+                  "%s,\"%s\",%s,%s,%s,%d,%d,%d,%d,%d,%d,%s,%s,%d,%d,%d,%d,%d,%d,%.6g,%.6g,%.3f,%.3f,%.4g,%.4g,%.4g,%.3f,"
+                  "%.4f,%s,%.3f,%.4f,%d\n",
+                  c.name().c_str(), c.label.c_str(), bench::phase_name(c.phase), c.backend.c_str(),
+                  device_name(c.device).c_str(), c.num_threads, c.dims.num_heads, c.dims.kv_lora_rank,
+                  c.dims.qk_nope_head_dim, c.dims.qk_rope_head_dim,
                   c.dims.v_head_dim, dtype_flag_name(c.dtype), dtype_flag_name(c.kv_cache_dtype), c.batch, c.query_len,
                   c.context_len, c.context_chunks, c.seq_len, c.block_size, r.work.flops, r.work.bytes,
                   r.measurement.median_us, r.measurement.min_us, r.gflops, r.gbps, r.compute_peak_gflops,
-                  r.roofline_us, r.roofline_fraction, r.bound.c_str());
+                  r.roofline_us, r.roofline_fraction, r.bound.c_str(), r.measurement.max_us, r.ceiling_drift,
+                  int(r.ceilings_moved));
     s += line;
   }
   return s;
@@ -142,7 +153,8 @@ std::vector<bench::BenchCase> sweep(const BenchOptions& o, const LayerSetup& set
               c.kv_cache_dtype = setup.kv_cache_dtype;
               c.batch = b;
               c.device = setup.device;
-              c.num_threads = o.threads;
+              // The thread count the CPU runs use (0 means all: say how many that is).
+              c.num_threads = o.threads > 0 || !setup.device.is_cpu() ? o.threads : omp_get_max_threads();
               if (phase == bench::Phase::prefill) {
                 c.query_len = s;
                 c.context_len = v;
@@ -154,6 +166,7 @@ std::vector<bench::BenchCase> sweep(const BenchOptions& o, const LayerSetup& set
                 c.block_size = v;
               }
               c.backend = backend_for(c, backend, setup);
+              c.label = backend_kernel_label(c.backend, c.device, c.dtype);  // what runs, in words
               try {
                 c.validate();
               } catch (const ValueError& e) {
@@ -186,11 +199,30 @@ int bench_command(const BenchOptions& o) {
   if (o.warmup < 0 || o.repeats < 1) {
     throw CliError(kExitUsage, "--warmup must be >= 0 and --repeats >= 1");
   }
+  if (!o.plot.empty()) {
+    // Checked before measuring anything: a typo in the folder must not cost the whole sweep.
+    const std::filesystem::path folder = std::filesystem::path(o.plot).parent_path();
+    std::error_code error;
+    if (!folder.empty() && !std::filesystem::is_directory(folder, error)) {
+      throw CliError(kExitUsage, "--plot: the folder '" + folder.string() + "' does not exist (create it, or give "
+                                 "a PNG path in an existing folder)");
+    }
+  }
+  if (o.ceiling_check != "auto" && o.ceiling_check != "on" && o.ceiling_check != "off") {
+    throw CliError(kExitUsage, "--ceiling-check must be auto, on or off; got '" + o.ceiling_check + "'");
+  }
+  const bool check = o.ceiling_check == "on" || (o.ceiling_check == "auto" && setup.device.is_cpu());
   const std::vector<bench::BenchCase> cases = sweep(o, setup);
   auto runner = make_runner(setup, o.threads);
   if (!o.quiet) std::fprintf(stderr, "measuring the ceilings of %s...\n", device_name(setup.device).c_str());
   const bench::Ceilings ceilings = runner->measure_ceilings({});
 
+  // Short probes between cases (each serves the case before and the one
+  // after it) show whether a case ran with the ceilings it is judged by:
+  // the paired mode's probes (their triad arrays exceed the last-level cache).
+  const bench::CeilingOptions probe = bench::RunOptions{}.pair_options;
+  bench::Ceilings before;
+  if (check) before = runner->measure_ceilings(probe);
   std::vector<bench::Row> rows;
   for (size_t i = 0; i < cases.size(); ++i) {
     if (!o.quiet) std::fprintf(stderr, "[%zu/%zu] %s\n", i + 1, cases.size(), cases[i].name().c_str());
@@ -198,10 +230,18 @@ int bench_command(const BenchOptions& o) {
     run.warmup = o.warmup;
     run.repeats = o.repeats;
     run.pair_ceilings = o.pair_ceilings;
+    run.seed = o.seed;
     rows.push_back(bench::make_row(cases[i], bench::time_case(*runner, cases[i], run), ceilings));
+    if (check) {
+      const bench::Ceilings after = runner->measure_ceilings(probe);
+      bench::check_ceiling_drift(rows.back(), ceilings, {before, after});
+      before = after;
+    }
   }
 
-  const std::string json = bench::to_json(ceilings, rows);
+  // The harness's JSON (ceilings and rows) after the provenance fields.
+  const std::string json =
+      with_provenance(nlohmann::ordered_json::parse(bench::to_json(ceilings, rows))).dump(2);
   if (o.output == "json") {
     std::printf("%s\n", json.c_str());
   } else if (o.output == "csv") {
@@ -252,13 +292,22 @@ Subcommand add_bench_command(CLI::App& root) {
                   "(scripts/plot_bench.py, run by /usr/bin/python3 with python3-matplotlib)")
       ->group(out);
   app->add_option("--warmup", o->warmup, "Untimed runs per case")->capture_default_str()->group(out);
-  app->add_option("--repeats", o->repeats, "Timed runs per case (the median is reported)")
+  app->add_option("--repeats", o->repeats, "Timed runs per case (the median is reported, with the min and max)")
       ->capture_default_str()
       ->group(out);
   app->add_option("--threads", o->threads, "CPU threads (0: all)")->capture_default_str()->group(out);
+  app->add_option("--seed", o->seed, "Seed of the cases' random inputs (the same seed, the same data)")
+      ->capture_default_str()
+      ->group(out);
   app->add_flag("--pair-ceilings", o->pair_ceilings,
                 "Shared machines: re-measure the ceilings (short probes) before every timed repeat and report the "
                 "median of the per-repeat roofline fractions")
+      ->group(out);
+  app->add_option("--ceiling-check", o->ceiling_check,
+                  "auto, on or off: probe the ceilings briefly between cases and flag cases whose ceilings moved by "
+                  "more than 15 % from the run's (MOVED in the table; ceilings_moved in JSON and CSV). auto: on for "
+                  "the CPU")
+      ->capture_default_str()
       ->group(out);
   app->add_flag("-q,--quiet", o->quiet, "No progress lines on stderr")->group(out);
   app->footer(exit_codes_help());

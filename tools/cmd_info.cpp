@@ -11,8 +11,11 @@
 #include "cpu_info.h"
 #include "exit_codes.h"
 #include "lattn/device.h"
+#include "lattn/cpu.h"
+#include "lattn/kernel_label.h"
 #include "lattn/version.h"
 #include "layer_options.h"
+#include "provenance.h"
 #include "serving/text.h"
 
 namespace lattn::cli {
@@ -32,7 +35,8 @@ nlohmann::ordered_json dims_json(const MlaDims& d) {
           {"kv_lora_rank", d.kv_lora_rank},
           {"qk_nope_head_dim", d.qk_nope_head_dim},
           {"qk_rope_head_dim", d.qk_rope_head_dim},
-          {"v_head_dim", d.v_head_dim}};
+          {"v_head_dim", d.v_head_dim},
+          {"softmax_scale", d.softmax_scale()}};
 }
 
 nlohmann::ordered_json listing_json(const BackendListing& listing) {
@@ -68,7 +72,9 @@ nlohmann::ordered_json info_json(const LayerSetup& setup, const CpuInfo& cpu, co
   j["cpu"] = {{"model", cpu.model},
               {"features", cpu.features},
               {"hardware_threads", cpu.hardware_threads},
-              {"openmp_max_threads", cpu.openmp_max_threads}};
+              {"openmp_max_threads", cpu.openmp_max_threads},
+              {"isa", cpu_isa_name(cpu_isa())},
+              {"cpu_backend_kernels", cpu_kernel_label(setup.dtype)}};
   nlohmann::ordered_json devices = nlohmann::ordered_json::array();
   for (const CudaDeviceInfo& d : cuda.devices) {
     devices.push_back({{"index", d.index},
@@ -97,15 +103,17 @@ void print_info(const LayerSetup& setup, const CpuInfo& cpu, const CudaDeviceQue
   std::printf("cpu       %s\n", cpu.model.c_str());
   std::printf("          features: %s\n", cpu.features.empty() ? "(none detected)" : join(cpu.features, " ").c_str());
   std::printf("          threads: %d hardware, %d OpenMP\n", cpu.hardware_threads, cpu.openmp_max_threads);
+  std::printf("          cpu backend: %s\n", cpu_kernel_label(setup.dtype).c_str());
   if (cuda.devices.empty()) std::printf("cuda      none: %s\n", cuda.unavailable_reason.c_str());
   for (const CudaDeviceInfo& d : cuda.devices) {
     std::printf("cuda:%-5d %s, compute capability %d.%d, %d SMs, %.1f GiB, L2 %.0f MiB\n", d.index, d.name.c_str(),
                 d.capability.major, d.capability.minor, d.sm_count, gib(d.total_memory_bytes),
                 double(d.l2_cache_bytes) / double(1 << 20));
   }
-  std::printf("config    %s --tp %d: %s, dtype %s, kv cache %s, block size %d, device %s\n", setup.model.c_str(),
-              setup.tp, setup.dims.str().c_str(), dtype_flag_name(setup.dtype), dtype_flag_name(setup.kv_cache_dtype),
-              setup.block_size, device_name(setup.device).c_str());
+  std::printf("config    %s --tp %d: %s scale %.4g, dtype %s, kv cache %s, block size %d, device %s\n",
+              setup.model.c_str(), setup.tp, setup.dims.str().c_str(), double(setup.dims.softmax_scale()),
+              dtype_flag_name(setup.dtype), dtype_flag_name(setup.kv_cache_dtype), setup.block_size,
+              device_name(setup.device).c_str());
   print_listing(list_backends(BackendKind::prefill, setup));
   print_listing(list_backends(BackendKind::decode, setup));
 }
@@ -129,7 +137,7 @@ Subcommand add_info_command(CLI::App& root) {
             const CpuInfo cpu = query_cpu_info();
             const CudaDeviceQuery cuda = query_cuda_devices();
             if (options->json) {
-              std::printf("%s\n", info_json(setup, cpu, cuda).dump(2).c_str());
+              std::printf("%s\n", with_provenance(info_json(setup, cpu, cuda)).dump(2).c_str());
             } else {
               print_info(setup, cpu, cuda);
             }

@@ -12,6 +12,7 @@
 #include "lattn/errors.h"
 #include "layer_options.h"
 #include "progress.h"
+#include "provenance.h"
 #include "run_output.h"
 #include "serving/engine.h"
 #include "serving/trace.h"
@@ -28,6 +29,7 @@ struct RunOptions {
   std::string save_trace;
   int verify_requests = 4;
   bool verify = false;
+  std::string clock = "measured";
   bool json = false;
   bool quiet = false;
   std::vector<CLI::Option*> generator_options;  // shape a generated trace; meaningless with --trace
@@ -155,6 +157,11 @@ int run_command(const RunOptions& o) {
   config.scheduler = scheduler;
   config.seed = o.trace.seed;
   config.verify_requests = o.verify ? o.verify_requests : 0;
+  if (o.clock != "measured" && o.clock != "virtual") {
+    throw CliError(kExitUsage, "--clock must be measured or virtual; got '" + o.clock + "'");
+  }
+  config.virtual_clock = o.clock == "virtual";
+  description.virtual_clock = config.virtual_clock;
 
   serving::ServingEngine engine(config);
   try {
@@ -170,7 +177,7 @@ int run_command(const RunOptions& o) {
   progress.finish();
 
   if (o.json) {
-    std::printf("%s\n", run_report_json(description, report).dump(2).c_str());
+    std::printf("%s\n", with_provenance(run_report_json(description, report)).dump(2).c_str());
   } else {
     print_run_summary(stdout, description, report);
   }
@@ -232,6 +239,11 @@ Subcommand add_run_command(CLI::App& root) {
   };
   for (CLI::Option* option : generator) option->group(tr);
   o->generator_options = generator;
+  app->add_option("--clock", o->clock,
+                  "measured: the engine clock advances by each step's measured time; virtual: by a modelled step "
+                  "time (fixed overheads + FLOPs at a nominal 0.25 TFLOP/s), so a seed gives the same schedule and "
+                  "summary on any machine")
+      ->capture_default_str();
   app->add_option("--seed", o->trace.seed, "Seed of the trace, the weights, the activations and the block order")
       ->capture_default_str()
       ->group(tr);

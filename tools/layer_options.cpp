@@ -24,6 +24,10 @@ void add_layer_flags(CLI::App& app, LayerFlags& flags, FlagSet which) {
       ->group(group);
   app.add_option("--qk-rope-head-dim", flags.model.qk_rope_head_dim, "Override R, the rotary q/k head dim")->group(group);
   app.add_option("--v-head-dim", flags.model.v_head_dim, "Override V, the value head dim")->group(group);
+  app.add_option("--softmax-scale", flags.model.softmax_scale,
+                 "Override the softmax scale (default: the model's; DeepSeek's YaRN mscale^2/sqrt(P+R), "
+                 "else 1/sqrt(P+R))")
+      ->group(group);
   app.add_option("--dtype", flags.dtype, "Activation dtype: bf16, fp16, fp32")->capture_default_str()->group(group);
   app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
                  "Latent cache dtype: auto (= --dtype; bf16 for fp32), bf16, fp16, fp8 (e4m3, per-tensor scale)")

@@ -4,6 +4,7 @@
 // Every failure ends as one sentence on stderr ("lattn run: error: ...") and
 // an exit code from exit_codes.h; nothing is printed as a raw exception.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "commands.h"
 #include "exit_codes.h"
+#include "lattn/cpu.h"
 #include "lattn/version.h"
 
 namespace lattn::cli {
@@ -62,6 +64,18 @@ int main_impl(int argc, char** argv) {
   for (const Subcommand& c : commands) {
     if (!c.app->parsed()) continue;
     command_name = "lattn " + c.app->get_name();
+    // The environment is checked before any command: a bad LATTN_CPU_ISA is
+    // a usage error everywhere, not only where the CPU kernels first run.
+    try {
+      (void)cpu_isa();
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      const char* env = std::getenv("LATTN_CPU_ISA");
+      return report(command_name, kExitUsage,
+                    what.find("LATTN_CPU_ISA") != std::string::npos
+                        ? what
+                        : "LATTN_CPU_ISA=" + std::string(env ? env : "") + " is not usable: " + what);
+    }
     try {
       return c.run();
     } catch (const CliError& e) {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "lattn/kernel_label.h"
 #include "serving/stats.h"
 
 namespace lattn::cli {
@@ -38,8 +39,8 @@ std::vector<double> step_latencies(const RunReport& r) {
 
 void print_run_header(std::FILE* out, const RunDescription& run) {
   const LayerSetup& l = run.layer;
-  std::fprintf(out, "model      %s --tp %d: %s, %d layer%s, %s activations, %s cache, device %s\n", l.model.c_str(),
-               l.tp, l.dims.str().c_str(), run.num_layers, run.num_layers == 1 ? "" : "s", dtype_flag_name(l.dtype),
+  std::fprintf(out, "model      %s --tp %d: %s scale %.4g, %d layer%s, %s activations, %s cache, device %s\n",
+               l.model.c_str(), l.tp, l.dims.str().c_str(), double(l.dims.softmax_scale()), run.num_layers, run.num_layers == 1 ? "" : "s", dtype_flag_name(l.dtype),
                dtype_flag_name(l.kv_cache_dtype), device_name(l.device).c_str());
   std::fprintf(out, "trace      %s\n", run.trace.c_str());
   std::fprintf(out, "scheduler  %d tokens per step, %d sequences, %d blocks of %d tokens per layer\n",
@@ -57,7 +58,9 @@ void print_run_summary(std::FILE* out, const RunDescription& run, const RunRepor
                (long long)r.prefill_with_context_rows);
   std::fprintf(out, "decode     %lld tokens, %.1f tokens/s\n", (long long)r.decode_tokens,
                per_second(r.decode_tokens, r.busy_s));
-  std::fprintf(out, "step       p50 %.1f ms, p99 %.1f ms, mean %.1f ms (metadata + %lld layers' forward)\n",
+  std::fprintf(out, run.virtual_clock
+                        ? "step       p50 %.1f ms, p99 %.1f ms, mean %.1f ms (modelled: --clock virtual, %lld layers)\n"
+                        : "step       p50 %.1f ms, p99 %.1f ms, mean %.1f ms (metadata + %lld layers' forward)\n",
                ms(percentile(latencies, 0.5)), ms(percentile(latencies, 0.99)), ms(serving::mean(latencies)),
                (long long)r.num_layers);
   std::fprintf(out, "latency    time to first token p50 %.0f ms, p99 %.0f ms; request p50 %.0f ms, p99 %.0f ms\n",
@@ -73,6 +76,11 @@ void print_run_summary(std::FILE* out, const RunDescription& run, const RunRepor
                (long long)r.prefill_backend.steps, r.prefill_backend.why.c_str());
   std::fprintf(out, "           decode %s, ran in %lld steps: %s\n", r.decode_backend.name.c_str(),
                (long long)r.decode_backend.steps, r.decode_backend.why.c_str());
+  // What ran inside those backends (machine-dependent: the CPU's ISA path, the GEMM).
+  const LayerSetup& l = run.layer;
+  std::fprintf(out, "kernels    prefill %s\n           decode %s\n",
+               backend_kernel_label(r.prefill_backend.name, l.device, l.dtype).c_str(),
+               backend_kernel_label(r.decode_backend.name, l.device, l.dtype).c_str());
   if (r.verify) {
     const serving::VerifyReport& v = *r.verify;
     std::fprintf(out,
@@ -102,6 +110,7 @@ nlohmann::ordered_json run_report_json(const RunDescription& run, const RunRepor
                    {"qk_nope_head_dim", l.dims.qk_nope_head_dim},
                    {"qk_rope_head_dim", l.dims.qk_rope_head_dim},
                    {"v_head_dim", l.dims.v_head_dim}}},
+                 {"softmax_scale", l.dims.softmax_scale()},
                  {"layers", run.num_layers},
                  {"dtype", dtype_flag_name(l.dtype)},
                  {"kv_cache_dtype", dtype_flag_name(l.kv_cache_dtype)},
@@ -110,6 +119,7 @@ nlohmann::ordered_json run_report_json(const RunDescription& run, const RunRepor
                  {"max_num_batched_tokens", run.scheduler.max_num_batched_tokens},
                  {"max_num_seqs", run.scheduler.max_num_seqs},
                  {"device", device_name(l.device)},
+                 {"clock", run.virtual_clock ? "virtual" : "measured"},
                  {"seed", run.seed}};
   j["trace"] = run.trace_json;
   j["requests"] = {{"total", r.num_requests}, {"finished", r.num_finished}};
@@ -132,8 +142,11 @@ nlohmann::ordered_json run_report_json(const RunDescription& run, const RunRepor
                 {"mean_token_utilisation", rounded(r.mean_token_utilisation, 4)},
                 {"preemptions", r.preemptions},
                 {"steps_with_blocked_requests", r.blocked_steps}};
-  auto backend_json = [](const serving::BackendUse& b) {
-    return nlohmann::ordered_json{{"name", b.name}, {"why", b.why}, {"steps", b.steps}};
+  auto backend_json = [&l](const serving::BackendUse& b) {
+    return nlohmann::ordered_json{{"name", b.name},
+                                  {"why", b.why},
+                                  {"steps", b.steps},
+                                  {"kernel", backend_kernel_label(b.name, l.device, l.dtype)}};
   };
   j["backends"] = {{"prefill", backend_json(r.prefill_backend)}, {"decode", backend_json(r.decode_backend)}};
   if (r.verify) {

@@ -19,6 +19,7 @@ struct RunDescription {
   std::string trace;        // "48 generated requests (seed 0, ...)" or "trace.jsonl (20 requests)"
   nlohmann::ordered_json trace_json;
   uint64_t seed = 0;
+  bool virtual_clock = false;  // --clock virtual: step times are modelled, not measured
 };
 
 void print_run_header(std::FILE* out, const RunDescription& run);

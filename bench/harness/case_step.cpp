@@ -218,7 +218,7 @@ std::function<void()> decode_step(const BenchCase& c, std::mt19937_64& rng) {
 
   DecodeBackendParams params;
   params.num_heads = d.num_heads;
-  params.scale = 1.f / std::sqrt(float(d.qk_head_dim()));
+  params.scale = d.softmax_scale();
   params.kv_lora_rank = d.kv_lora_rank;
   params.qk_rope_head_dim = d.qk_rope_head_dim;
   params.dtype = c.dtype;

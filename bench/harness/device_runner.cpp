@@ -65,6 +65,7 @@ Measurement time_case(DeviceRunner& runner, const BenchCase& c, const RunOptions
   const size_t n = sorted.size();
   m.median_us = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
   m.min_us = sorted.front();
+  m.max_us = sorted.back();
   return m;
 }
 

@@ -64,6 +64,7 @@ struct Measurement {
   std::vector<Ceilings> paired_ceilings;   // one per repeat with RunOptions::pair_ceilings, else empty
   double median_us = 0;
   double min_us = 0;
+  double max_us = 0;  // with min_us: the spread of the repeats
 };
 
 // Times `c` on `runner` (c.device must be runner.device()). Throws what the

@@ -2,6 +2,7 @@
 #include "harness/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -59,6 +60,25 @@ Row make_row(const BenchCase& c, const Measurement& m, const Ceilings& ceilings)
   return r;
 }
 
+void check_ceiling_drift(Row& row, const Ceilings& run, const std::vector<Ceilings>& probes, double tolerance) {
+  std::vector<Ceilings> all = probes;
+  all.insert(all.end(), row.measurement.paired_ceilings.begin(), row.measurement.paired_ceilings.end());
+  const DType dtype = row.bench_case.dtype;
+  double drift = 0;
+  const auto consider = [&drift](double probe, double reference) {
+    if (reference <= 0 || probe <= 0) return;
+    const double d = probe / reference - 1;
+    if (std::abs(d) > std::abs(drift)) drift = d;
+  };
+  for (const Ceilings& p : all) {
+    consider(p.compute_gflops(dtype), run.compute_gflops(dtype));
+    consider(p.bandwidth_gbps, run.bandwidth_gbps);
+  }
+  row.ceilings_checked = !all.empty();
+  row.ceiling_drift = drift;
+  row.ceilings_moved = std::abs(drift) > tolerance;
+}
+
 std::string format_table(const Ceilings& ceilings, const std::vector<Row>& rows) {
   char line[512];
   std::string s;
@@ -67,13 +87,26 @@ std::string format_table(const Ceilings& ceilings, const std::vector<Row>& rows)
                 ceilings.device.c_str(), ceilings.device_name.c_str(), ceilings.f32_gflops, ceilings.bf16_gflops,
                 ceilings.f16_gflops, ceilings.bandwidth_gbps);
   s += line;
-  std::snprintf(line, sizeof line, "%-52s %12s %10s %9s %9s %8s %8s\n", "case", "median_us", "min_us", "GFLOP/s",
-                "GB/s", "roofline", "bound");
+  std::snprintf(line, sizeof line, "%-52s %12s %10s %10s %9s %9s %8s %8s %s\n", "case", "median_us", "min_us",
+                "max_us", "GFLOP/s", "GB/s", "roofline", "bound", "ceilings");
   s += line;
+  int moved = 0;
   for (const Row& r : rows) {
-    std::snprintf(line, sizeof line, "%-52s %12.1f %10.1f %9.1f %9.2f %8.3f %8s\n", r.bench_case.name().c_str(),
-                  r.measurement.median_us, r.measurement.min_us, r.gflops, r.gbps, r.roofline_fraction,
-                  r.bound.c_str());
+    char drift[32] = "-";
+    if (r.ceilings_checked) {
+      std::snprintf(drift, sizeof drift, "%s %+.0f%%", r.ceilings_moved ? "MOVED" : "ok", 100 * r.ceiling_drift);
+    }
+    moved += r.ceilings_moved;
+    std::snprintf(line, sizeof line, "%-52s %12.1f %10.1f %10.1f %9.1f %9.2f %8.3f %8s %s\n",
+                  r.bench_case.name().c_str(), r.measurement.median_us, r.measurement.min_us, r.measurement.max_us,
+                  r.gflops, r.gbps, r.roofline_fraction, r.bound.c_str(), drift);
+    s += line;
+  }
+  if (moved) {
+    std::snprintf(line, sizeof line,
+                  "%d case(s) MOVED: the ceilings probed around them differ from the run's by more than the "
+                  "tolerance (another process took cores or memory bandwidth); their fractions are not comparable\n",
+                  moved);
     s += line;
   }
   return s;
@@ -111,6 +144,7 @@ std::string to_json(const Ceilings& ceilings, const std::vector<Row>& rows, int 
                          {"bytes", r.work.bytes},
                          {"median_us", r.measurement.median_us},
                          {"min_us", r.measurement.min_us},
+                         {"max_us", r.measurement.max_us},
                          {"samples_us", r.measurement.samples_us},
                          {"gflops", r.gflops},
                          {"gbps", r.gbps},
@@ -118,7 +152,10 @@ std::string to_json(const Ceilings& ceilings, const std::vector<Row>& rows, int 
                          {"roofline_us", r.roofline_us},
                          {"roofline_fraction", r.roofline_fraction},
                          {"bound", r.bound},
-                         {"paired_ceilings", r.paired}});
+                         {"paired_ceilings", r.paired},
+                         {"ceilings_checked", r.ceilings_checked},
+                         {"ceiling_drift", r.ceiling_drift},
+                         {"ceilings_moved", r.ceilings_moved}});
     if (r.paired) j["rows"].back()["paired_fractions"] = paired_fractions(c, r.work, r.measurement);
   }
   return j.dump(indent);

@@ -29,7 +29,7 @@ namespace lattn {
 
 struct MlaAttentionConfig {
   MlaDims dims;
-  float scale = 0.f;                   // softmax scale; 0 = 1/sqrt(P+R)
+  float scale = 0.f;                   // softmax scale; 0 = dims.softmax_scale() (the model's, docs/mla.md)
   DType dtype = DType::bf16;           // activation dtype (f16, bf16; f32 for CPU backends)
   DType kv_cache_dtype = DType::bf16;  // f16, bf16 or fp8_e4m3 (must match the caches passed to forward)
   Device device = Device::cpu();

@@ -11,15 +11,33 @@
 
 namespace lattn {
 
+// YaRN's attention temperature (DeepSeek's yarn_get_mscale): models whose RoPE
+// was stretched by `factor` with YaRN scale their logits by mscale^2, where
+// mscale = 0.1 * mscale_all_dim * ln(factor) + 1 (1 when factor <= 1 or
+// mscale_all_dim == 0). docs/mla.md explains where this comes from.
+double yarn_mscale(double factor, double mscale_all_dim);
+
+// The softmax scale an MLA model multiplies q.k by:
+// (P+R)^-0.5 * yarn_mscale(factor, mscale_all_dim)^2. Without YaRN
+// (factor 1) this is the plain 1/sqrt(P+R).
+float mla_softmax_scale(int qk_head_dim, double yarn_factor = 1.0, double yarn_mscale_all_dim = 0.0);
+
 struct MlaDims {
   int num_heads = 128;        // N (per tensor-parallel shard)
   int kv_lora_rank = 512;     // L
   int qk_nope_head_dim = 128; // P
   int qk_rope_head_dim = 64;  // R
   int v_head_dim = 128;       // V
+  // Multiplies the plain softmax scale (P+R)^-0.5: YaRN's mscale^2 for
+  // models trained with it (DeepSeek-V2/V3/R1), 1 otherwise; dimensionless.
+  // Kept apart from P and R so that changing a head dim keeps the model's factor.
+  float softmax_scale_factor = 1.0f;
 
   int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }  // P+R (192)
   int cache_entry_dim() const { return kv_lora_rank + qk_rope_head_dim; }  // L+R (576)
+  // The softmax scale of this model: softmax_scale_factor / sqrt(P+R)
+  // (0.1352 for DeepSeek-V3, 0.1147 for DeepSeek-V2, 1/sqrt(P+R) without YaRN).
+  float softmax_scale() const;
   friend bool operator==(const MlaDims&, const MlaDims&) = default;
 
   // Throws ValueError naming the first field that is not positive.
@@ -27,7 +45,12 @@ struct MlaDims {
   // "N=16 L=512 P=128 R=64 V=128"
   std::string str() const;
 
-  static MlaDims deepseek_v3(int num_heads = 128) { return {num_heads, 512, 128, 64, 128}; }
+  // Presets from the models' published config.json files. The scale factor
+  // comes from their rope_scaling (YaRN, factor 40): mscale_all_dim 1.0 for
+  // DeepSeek-V3/R1, 0.707 for DeepSeek-V2 and V2-Lite. MiniCPM3 scales by
+  // (P+R)^-0.5 only.
+  static MlaDims deepseek_v3(int num_heads = 128);  // also DeepSeek-R1
+  static MlaDims deepseek_v2(int num_heads = 128);  // also DeepSeek-V2-Lite (16 heads)
   static MlaDims minicpm3(int num_heads = 40) { return {num_heads, 256, 64, 32, 64}; }
 };
 

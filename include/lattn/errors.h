@@ -56,6 +56,13 @@ class RuntimeError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An allocation that failed (host memory, cudaMalloc) (Python MemoryError):
+// a RuntimeError, so code that catches those still catches it.
+class OutOfMemoryError : public RuntimeError {
+ public:
+  using RuntimeError::RuntimeError;
+};
+
 // Throws AssertionError(message) when cond is false. Always on.
 inline void lattn_assert(bool cond, const std::string& message) {
   if (!cond) throw AssertionError(message);

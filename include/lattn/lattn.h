@@ -28,3 +28,7 @@
 #include "lattn/cpu.h"
 #include "lattn/plugin.h"
 #include "lattn/attention.h"
+#include "lattn/functional.h"
+#include "lattn/kernel_label.h"
+#include "lattn/communicator.h"
+#include "lattn/dcp.h"

@@ -17,3 +17,10 @@ from lattn._lattn import *  # noqa: F401,F403
 from lattn._lattn import version
 
 __version__ = version()
+
+# torch custom operators (torch.ops.lattn.*) when PyTorch is already imported; otherwise
+# `import lattn.torch_ops` registers them (importing torch here would slow every import).
+import sys as _sys
+
+if _sys.modules.get("torch") is not None:
+    from lattn import torch_ops  # noqa: F401,E402

@@ -379,3 +379,7 @@ def _lattn_prefill_metadata(md):
         chunk_seq_tot=None if seq_tot is None else [int(x) for x in seq_tot],
         chunk_max_seq_lens=None if max_seq_lens is None else [int(x) for x in max_seq_lens],
     )
+
+
+# The whole-layer backend (vLLM's MLACommonBackend / MLACommonImpl interface).
+from lattn.vllm_mla import LattnMLABackend, LattnMLAImpl  # noqa: E402,F401

@@ -9,6 +9,7 @@
 #include "convert.h"
 #include "lattn/attention.h"
 #include "lattn/check.h"
+#include "lattn/kernel_label.h"
 #include "mla_metadata.h"
 
 namespace lattn::python {
@@ -51,7 +52,8 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
            py::arg("kv_cache_dtype") = "bf16", py::arg("device") = "cpu", py::arg("prefill_backend") = "",
            py::arg("decode_backend") = "", py::arg("block_size") = 16, py::arg("max_query_tokens_per_request") = 1,
            py::arg("kv_sharing_target_layer_name") = py::none(), py::arg("stream") = py::none(),
-           "scale 0 = 1/sqrt(P+R); backends '' = the selector's choice.")
+           "scale 0 = 1/sqrt(P+R) (pass MlaDims.deepseek_v3(n).softmax_scale or from_dims for a model's own scale); "
+           "backends '' = the selector's choice.")
       .def("process_weights_after_loading",
            [](PyMlaAttention& a, py::object weight) {
              ArrayArgs args("process_weights_after_loading", py::none());
@@ -72,6 +74,18 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
       .def_property_readonly("W_UV", [](const PyMlaAttention& a) { return PyTensor{a.layer->W_UV(), a.layer}; })
       .def_property_readonly("prefill_backend", [](const PyMlaAttention& a) { return a.layer->prefill_backend().name(); })
       .def_property_readonly("decode_backend", [](const PyMlaAttention& a) { return a.layer->decode_backend().name(); })
+      .def_property_readonly("scale", [](const PyMlaAttention& a) { return a.layer->config().scale; },
+                             "The softmax scale in use (0 at construction resolves to the dims' softmax_scale).")
+      .def_property_readonly("dims", [](const PyMlaAttention& a) { return a.layer->config().dims; })
+      .def_property_readonly("kernels",
+                             [](const PyMlaAttention& a) {
+                               const MlaAttentionConfig& c = a.layer->config();
+                               py::dict d;
+                               d["prefill"] = backend_kernel_label(a.layer->prefill_backend().name(), c.device, c.dtype);
+                               d["decode"] = backend_kernel_label(a.layer->decode_backend().name(), c.device, c.dtype);
+                               return d;
+                             },
+                             "What runs, in words: {'prefill': ..., 'decode': ...} (CPU ISA path, GEMM).")
       .def_property_readonly("workspace_bytes", [](const PyMlaAttention& a) { return a.layer->workspace_bytes(); })
       .def("forward",
            [](PyMlaAttention& a, py::object q, py::object kv_c_normed, py::object k_pe, const PyLatentCache& cache,

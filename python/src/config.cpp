@@ -16,24 +16,47 @@ QuantKey quant_key_arg(const std::string& name) {
 }
 
 void bind_config(py::module_& m) {
-  py::class_<MlaDims>(m, "MlaDims", "One MLA layer's dimensions: N heads, L, P, R, V (seed 002's notation).")
-      .def(py::init([](int num_heads, int kv_lora_rank, int qk_nope_head_dim, int qk_rope_head_dim, int v_head_dim) {
-             MlaDims d{num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim};
+  m.def("yarn_mscale", &yarn_mscale, py::arg("factor"), py::arg("mscale_all_dim"),
+        "YaRN's attention temperature: 0.1 * mscale_all_dim * ln(factor) + 1 (1 when factor <= 1).");
+  m.def("mla_softmax_scale", &mla_softmax_scale, py::arg("qk_head_dim"), py::arg("yarn_factor") = 1.0,
+        py::arg("yarn_mscale_all_dim") = 0.0,
+        "The softmax scale of an MLA model: qk_head_dim ** -0.5 * yarn_mscale(factor, mscale_all_dim) ** 2 "
+        "(DeepSeek-V3: mla_softmax_scale(192, 40, 1.0) = 0.1352).");
+
+  py::class_<MlaDims>(m, "MlaDims", R"doc(
+One MLA layer's dimensions: N heads, L, P, R, V (seed 002's notation), and the
+model's softmax scale as a factor over 1/sqrt(P+R) (YaRN's mscale**2 for
+DeepSeek, 1 otherwise): dims.softmax_scale is the scale q.k is multiplied by.
+  MlaDims.deepseek_v3(16).softmax_scale   # 0.1352 = 192**-0.5 * (0.1*ln 40 + 1)**2)doc")
+      .def(py::init([](int num_heads, int kv_lora_rank, int qk_nope_head_dim, int qk_rope_head_dim, int v_head_dim,
+                       float softmax_scale_factor) {
+             MlaDims d{num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, softmax_scale_factor};
              d.validate();
              return d;
            }),
            py::arg("num_heads"), py::arg("kv_lora_rank"), py::arg("qk_nope_head_dim"), py::arg("qk_rope_head_dim"),
-           py::arg("v_head_dim"))
+           py::arg("v_head_dim"), py::arg("softmax_scale_factor") = 1.0f)
       .def_readonly("num_heads", &MlaDims::num_heads)
       .def_readonly("kv_lora_rank", &MlaDims::kv_lora_rank)
       .def_readonly("qk_nope_head_dim", &MlaDims::qk_nope_head_dim)
       .def_readonly("qk_rope_head_dim", &MlaDims::qk_rope_head_dim)
       .def_readonly("v_head_dim", &MlaDims::v_head_dim)
+      .def_readonly("softmax_scale_factor", &MlaDims::softmax_scale_factor)
+      .def_property_readonly("softmax_scale", &MlaDims::softmax_scale,
+                             "softmax_scale_factor / sqrt(P+R): the scale MlaAttention uses when given scale=0.")
       .def_property_readonly("qk_head_dim", &MlaDims::qk_head_dim)
       .def_property_readonly("cache_entry_dim", &MlaDims::cache_entry_dim)
-      .def_static("deepseek_v3", &MlaDims::deepseek_v3, py::arg("num_heads") = 128)
+      .def_static("deepseek_v3", &MlaDims::deepseek_v3, py::arg("num_heads") = 128,
+                  "DeepSeek-V3/R1: L=512 P=128 R=64 V=128, YaRN factor 40, mscale_all_dim 1.0.")
+      .def_static("deepseek_v2", &MlaDims::deepseek_v2, py::arg("num_heads") = 128,
+                  "DeepSeek-V2 (and V2-Lite, 16 heads): the V3 dims, YaRN factor 40, mscale_all_dim 0.707.")
+      .def_static("minicpm3", &MlaDims::minicpm3, py::arg("num_heads") = 40,
+                  "MiniCPM3-4B: L=256 P=64 R=32 V=64, scale 1/sqrt(P+R).")
       .def("__eq__", [](const MlaDims& a, const MlaDims& b) { return a == b; })
-      .def("__repr__", [](const MlaDims& d) { return "MlaDims(" + d.str() + ")"; });
+      .def("__repr__", [](const MlaDims& d) {
+        return "MlaDims(" + d.str() + (d.softmax_scale_factor == 1.0f ? "" : " softmax_scale_factor=" +
+                                       std::to_string(d.softmax_scale_factor)) + ")";
+      });
 
   py::class_<MLADimensions>(m, "MLADimensions", "The seeds' MLADimensions (per-head dims a prefill backend checks).")
       .def(py::init([](int nope, int rope, int v) { return MLADimensions{nope, rope, v}; }),

@@ -3,7 +3,7 @@
 //   ValueError -> ValueError            NotImplementedError -> NotImplementedError
 //   ImportError -> ImportError          BackendUnavailableError -> lattn.BackendUnavailableError (an ImportError)
 //   AssertionError -> AssertionError    AttributeError -> AttributeError
-//   RuntimeError -> RuntimeError
+//   RuntimeError -> RuntimeError        OutOfMemoryError -> MemoryError
 // pybind11's defaults would turn the std::logic_error kinds into RuntimeError.
 #include <string>
 
@@ -31,6 +31,8 @@ void bind_errors(py::module_& m) {
       PyErr_SetString(PyExc_AssertionError, e.what());
     } catch (const AttributeError& e) {
       PyErr_SetString(PyExc_AttributeError, e.what());
+    } catch (const OutOfMemoryError& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
     } catch (const RuntimeError& e) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
     }
@@ -47,6 +49,7 @@ void bind_errors(py::module_& m) {
     if (kind == "AssertionError") throw AssertionError(message);
     if (kind == "AttributeError") throw AttributeError(message);
     if (kind == "RuntimeError") throw RuntimeError(message);
+    if (kind == "OutOfMemoryError") throw OutOfMemoryError(message);
     throw ValueError("raise_cpp: unknown kind '" + kind + "'");
   });
 }

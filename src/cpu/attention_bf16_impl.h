@@ -309,7 +309,7 @@ struct DecodeScratchBf16 {
   float *m, *l, *alpha;
   int32_t* lane_end;
   int32_t* group_min_end;
-  uint16_t* qrow;   // [L+R] one query row, bf16
+  uint32_t* qstage; // [16][round_up(ceil((L+R)/2), 16)] a group's query rows as pairs, before the transpose
   float* out_rows;  // [16][L] a group's output rows
   float* lse;       // [16]
   uint16_t* keys;   // [kKeyTile][L+R] fp8 cache rows converted to bf16
@@ -329,7 +329,7 @@ struct DecodeScratchBf16 {
     alpha = a.take<float>(size_t(groups) * 16);
     lane_end = a.take<int32_t>(size_t(groups) * 16);
     group_min_end = a.take<int32_t>(size_t(groups));
-    qrow = a.take<uint16_t>(size_t(dim));
+    qstage = a.take<uint32_t>(size_t(16) * div_up((dim + 1) / 2, 16) * 16);
     out_rows = a.take<float>(size_t(16) * latent);
     lse = a.take<float>(16);
     keys = a.take<uint16_t>(size_t(kKeyTile) * dim);
@@ -356,24 +356,50 @@ inline void fp8_row_to_bf16(const uint8_t* src, int n, uint16_t* dst) {
   }
 }
 
+// The job's query rows [ql_nope | q_pe] as pairs qp [G][ceil((L+R)/2)][16]
+// (lanes past the request zero), the same bits pack_query_pairs gives: a
+// group's rows are copied as rows of pairs into `stage` (zero past L+R),
+// then transposed 16 x 16 at a time (one scattered 4-byte store per pair
+// cost several times more).
+void pack_decode_query_pairs(const DecodeSplitJob& job, int groups, uint32_t* stage, uint32_t* qp) {
+  const int lanes = job.s_q * job.num_heads, latent = job.kv_lora_rank, dim = latent + job.rope_dim;
+  const int pairs = (dim + 1) / 2, stride = div_up(pairs, 16) * 16;
+  for (int g = 0; g < groups; ++g) {
+    for (int i = 0; i < 16; ++i) {
+      const int lane = g * 16 + i;
+      uint16_t* dst = reinterpret_cast<uint16_t*>(stage + size_t(i) * stride);
+      int filled = 0;
+      if (lane < lanes) {
+        const int j = lane / job.num_heads, h = lane % job.num_heads;
+        const uint16_t* qn = static_cast<const uint16_t*>(job.ql_nope) + j * job.ql_stride_t + h * job.ql_stride_h;
+        const uint16_t* qe = static_cast<const uint16_t*>(job.q_pe) + j * job.qpe_stride_t + h * job.qpe_stride_h;
+        __builtin_memcpy(dst, qn, size_t(latent) * 2);
+        __builtin_memcpy(dst + latent, qe, size_t(job.rope_dim) * 2);
+        filled = dim;
+      }
+      __builtin_memset(dst + filled, 0, size_t(2 * stride - filled) * 2);
+    }
+    uint32_t* out = qp + size_t(g) * pairs * 16;
+    int p = 0;
+    for (; p + 16 <= pairs; p += 16) {
+      Avx512::transpose(reinterpret_cast<const float*>(stage + p), stride, reinterpret_cast<float*>(out + size_t(p) * 16),
+                        16);
+    }
+    if (p < pairs) {  // the last, partial block of pairs
+      alignas(64) float block[16 * 16];
+      Avx512::transpose(reinterpret_cast<const float*>(stage + p), stride, block, 16);
+      __builtin_memcpy(out + size_t(p) * 16, block, size_t(pairs - p) * 16 * 4);
+    }
+  }
+}
+
 void decode_split_bf16(const DecodeSplitJob& job) {
   const int lanes = job.s_q * job.num_heads;
   const int groups = div_up(lanes, 16);
   const int latent = job.kv_lora_rank, dim = job.kv_lora_rank + job.rope_dim;
   Arena arena(job.scratch);
   DecodeScratchBf16 sc(arena, groups, latent, job.rope_dim);
-  for (int lane = 0; lane < groups * 16; ++lane) {
-    if (lane >= lanes) {
-      zero_query_pairs(dim, lane, sc.qp);
-      continue;
-    }
-    const int j = lane / job.num_heads, h = lane % job.num_heads;
-    const uint16_t* qn = static_cast<const uint16_t*>(job.ql_nope) + j * job.ql_stride_t + h * job.ql_stride_h;
-    const uint16_t* qe = static_cast<const uint16_t*>(job.q_pe) + j * job.qpe_stride_t + h * job.qpe_stride_h;
-    __builtin_memcpy(sc.qrow, qn, size_t(latent) * 2);
-    __builtin_memcpy(sc.qrow + latent, qe, size_t(job.rope_dim) * 2);
-    pack_query_pairs(sc.qrow, dim, lane, sc.qp);
-  }
+  pack_decode_query_pairs(job, groups, sc.qstage, sc.qp);
   const int kmax = decode_lane_ends(job, groups, 16, sc.lane_end, sc.group_min_end);
   init_state<Bf16Isa>(groups, sc.m, sc.l, sc.ot, latent);
   const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};

@@ -3,11 +3,12 @@
 // tokens per request allowed (causal), any block size, f16/bf16/fp8 caches
 // dequantized on the fly. Each request's key range is split when the batch
 // alone cannot keep every thread busy; splits are combined by their LSE.
+// Threads come from lattn's own pool (thread_pool.h), not OpenMP.
 // docs/cpu.md explains the design.
-#include <omp.h>
-
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "cpu/cpu_backend_common.h"
 #include "cpu/decode_plan.h"
 #include "cpu/host_workspace.h"
+#include "cpu/thread_pool.h"
 #include "lattn/check.h"
 #include "lattn/cpu.h"
 #include "lattn/errors.h"
@@ -116,84 +118,24 @@ class CpuDecodeBackend final : public DecodeBackend {
 
   DecodePlan plan_;
   HostWorkspace partials_;  // per split: o [lanes][L] f32, lse [lanes]
-  HostWorkspace scratch_;   // one kernel scratch per thread
+  HostWorkspace scratch_;   // per thread: the kernel's scratch and a combined row
+  HostWorkspace pending_;   // per request: splits not finished yet
 };
 
-void CpuDecodeBackend::execute(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache,
-                               const DecodeMetadata& md, const Tensor& out, const Tensor& lse) {
-  const KernelTable& kt = kernel_table(cpu_isa());
-  const DType dt = params_.dtype;
-  const MathPath path = kt.decode_path(dt, cache.dtype());
-  const int heads = params_.num_heads, latent = params_.kv_lora_rank, rope = params_.qk_rope_head_dim;
-  const int threads = thread_count(params_.context);
+// Combines request r's splits into its output rows by LSE (arXiv:2501.01005 §2.2):
+//   o = sum_s e^(lse_s - M) o_s / sum_s e^(lse_s - M),  lse = M + log sum_s e^(lse_s - M),
+// the splits taken in key order. `row` is [L] f32 scratch.
+void combine_request(const DecodePlan& plan, int r, int heads, int latent, const float* partial,
+                     const float* partial_lse, const KernelTable& kt, DType dt, char* out_base, const Tensor& out,
+                     float* lse_base, const Tensor& lse, float* row) {
   const size_t esize = size_t(dtype_size(dt));
-  const DecodePlan& plan = plan_;
-
-  float* partial = static_cast<float*>(partials_.reserve((plan.partial_rows * (size_t(latent) + 1)) * 4));
-  float* partial_lse = partial + plan.partial_rows * size_t(latent);
-  const size_t scratch_bytes = round_up(kt.decode_scratch_bytes(plan.max_lanes, latent, rope), 4096);
-  char* scratch = static_cast<char*>(scratch_.reserve(scratch_bytes * size_t(threads)));
-  const char* qn_base = static_cast<const char*>(ql_nope.data());
-  const char* qp_base = static_cast<const char*>(q_pe.data());
-  const int32_t* block_table = md.block_table_cpu.data_as<int32_t>();
-  const int64_t bt_stride = md.block_table_cpu.stride(0);
-
-  const int64_t split_count = int64_t(plan.order.size());
-  char* out_base = static_cast<char*>(out.data());
-  float* lse_base = lse.defined() ? lse.data_as<float>() : nullptr;
-  const int64_t rows = int64_t(md.num_decode_tokens) * heads;
-  // One parallel region for both passes (the implicit barrier between them
-  // is the only wait): fewer fork/joins per step, which matters when decode
-  // steps are a few milliseconds and the cores are shared.
-#pragma omp parallel num_threads(threads)
-  {
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < split_count; ++i) {
-      const DecodeSplit& sp = plan.splits[size_t(plan.order[size_t(i)])];
-      const int r = sp.request;
-      const int64_t t0 = plan.q_begin[r];
-      DecodeSplitJob job;
-      job.path = path;
-      job.ql_nope = qn_base + (t0 * ql_nope.stride(0)) * esize;
-      job.ql_stride_t = ql_nope.stride(0);
-      job.ql_stride_h = ql_nope.stride(1);
-      job.q_pe = qp_base + (t0 * q_pe.stride(0)) * esize;
-      job.qpe_stride_t = q_pe.stride(0);
-      job.qpe_stride_h = q_pe.stride(1);
-      job.q_dtype = dt;
-      job.s_q = plan.q_begin[r + 1] - plan.q_begin[r];
-      job.num_heads = heads;
-      job.kv_lora_rank = latent;
-      job.rope_dim = rope;
-      job.cache = cache.data.data();
-      job.cache_dtype = cache.dtype();
-      job.block_stride = cache.data.stride(0);
-      job.block_size = int(cache.block_size());
-      job.cache_scale = cache.is_fp8() ? cache.scale : 1.f;
-      job.block_table = block_table + r * bt_stride;
-      job.seq_len = plan.seq_lens[r];
-      job.key_begin = sp.key_begin;
-      job.key_end = sp.key_end;
-      job.scale = params_.scale;
-      job.o = partial + sp.first_row * size_t(latent);
-      job.lse = partial_lse + sp.first_row;
-      job.scratch = scratch + scratch_bytes * size_t(omp_get_thread_num());
-      kt.decode_split(job);
-    }
-
-    // Combine each row's splits by LSE (arXiv:2501.01005 §2.2):
-    //   o = sum_s e^(lse_s - M) o_s / sum_s e^(lse_s - M),  lse = M + log sum_s e^(lse_s - M).
-    std::vector<float> row(static_cast<size_t>(latent));
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t t = i / heads;
-      const int h = int(i % heads);
-      const int r = plan.request_of_token[size_t(t)];
+  const int s0 = plan.split_begin[r], s1 = plan.split_begin[r + 1];
+  for (int64_t t = plan.q_begin[r]; t < plan.q_begin[r + 1]; ++t) {
+    for (int h = 0; h < heads; ++h) {
       const int lane = int(t - plan.q_begin[r]) * heads + h;
-      const int s0 = plan.split_begin[r], s1 = plan.split_begin[r + 1];
       float m = -INFINITY;
       for (int s = s0; s < s1; ++s) m = std::max(m, partial_lse[plan.splits[s].first_row + lane]);
-      std::fill(row.begin(), row.end(), 0.f);
+      std::fill(row, row + latent, 0.f);
       float sum = 0.f;
       if (m != -INFINITY) {
         for (int s = s0; s < s1; ++s) {
@@ -206,10 +148,83 @@ void CpuDecodeBackend::execute(const Tensor& ql_nope, const Tensor& q_pe, const 
         const float inv = 1.f / sum;
         for (int d = 0; d < latent; ++d) row[d] *= inv;
       }
-      kt.from_f32(row.data(), latent, dt, out_base + (t * out.stride(0) + h * out.stride(1)) * esize);
+      kt.from_f32(row, latent, dt, out_base + (t * out.stride(0) + h * out.stride(1)) * esize);
       if (lse_base) lse_base[h * lse.stride(0) + t * lse.stride(1)] = m == -INFINITY ? m : m + std::log(sum);
     }
   }
+}
+
+void CpuDecodeBackend::execute(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache,
+                               const DecodeMetadata& md, const Tensor& out, const Tensor& lse) {
+  const KernelTable& kt = kernel_table(cpu_isa());
+  const DType dt = params_.dtype;
+  const MathPath path = kt.decode_path(dt, cache.dtype());
+  const int heads = params_.num_heads, latent = params_.kv_lora_rank, rope = params_.qk_rope_head_dim;
+  const int threads = thread_count(params_.context);
+  const size_t esize = size_t(dtype_size(dt));
+  const DecodePlan& plan = plan_;
+  const int requests = int(plan.seq_lens.size());
+
+  float* partial = static_cast<float*>(partials_.reserve((plan.partial_rows * (size_t(latent) + 1)) * 4));
+  float* partial_lse = partial + plan.partial_rows * size_t(latent);
+  // Per thread: the kernel's scratch, then one combined row [L] f32.
+  const size_t kernel_bytes = round_up(kt.decode_scratch_bytes(plan.max_lanes, latent, rope), 64);
+  const size_t scratch_bytes = round_up(kernel_bytes + size_t(latent) * 4, 4096);
+  char* scratch = static_cast<char*>(scratch_.reserve(scratch_bytes * size_t(threads)));
+  // Splits of each request still running; whoever finishes the last one combines the request.
+  auto* pending = static_cast<std::atomic<int>*>(pending_.reserve(sizeof(std::atomic<int>) * size_t(requests)));
+  for (int r = 0; r < requests; ++r) {
+    new (&pending[r]) std::atomic<int>(plan.split_begin[r + 1] - plan.split_begin[r]);
+  }
+  const char* qn_base = static_cast<const char*>(ql_nope.data());
+  const char* qp_base = static_cast<const char*>(q_pe.data());
+  const int32_t* block_table = md.block_table_cpu.data_as<int32_t>();
+  const int64_t bt_stride = md.block_table_cpu.stride(0);
+  char* out_base = static_cast<char*>(out.data());
+  float* lse_base = lse.defined() ? lse.data_as<float>() : nullptr;
+
+  // One call of lattn's thread pool per step, no barrier inside it: jobs are
+  // claimed longest first, and a request's splits are combined by the thread
+  // that finishes its last split (single-split requests write their rows
+  // through the same combine, as one weight of 1).
+  parallel_jobs(int64_t(plan.order.size()), threads, [&](int64_t i, int slot) {
+    const DecodeSplit& sp = plan.splits[size_t(plan.order[size_t(i)])];
+    const int r = sp.request;
+    const int64_t t0 = plan.q_begin[r];
+    char* my_scratch = scratch + scratch_bytes * size_t(slot);
+    DecodeSplitJob job;
+    job.path = path;
+    job.ql_nope = qn_base + (t0 * ql_nope.stride(0)) * esize;
+    job.ql_stride_t = ql_nope.stride(0);
+    job.ql_stride_h = ql_nope.stride(1);
+    job.q_pe = qp_base + (t0 * q_pe.stride(0)) * esize;
+    job.qpe_stride_t = q_pe.stride(0);
+    job.qpe_stride_h = q_pe.stride(1);
+    job.q_dtype = dt;
+    job.s_q = plan.q_begin[r + 1] - plan.q_begin[r];
+    job.num_heads = heads;
+    job.kv_lora_rank = latent;
+    job.rope_dim = rope;
+    job.cache = cache.data.data();
+    job.cache_dtype = cache.dtype();
+    job.block_stride = cache.data.stride(0);
+    job.block_size = int(cache.block_size());
+    job.cache_scale = cache.is_fp8() ? cache.scale : 1.f;
+    job.block_table = block_table + r * bt_stride;
+    job.seq_len = plan.seq_lens[r];
+    job.key_begin = sp.key_begin;
+    job.key_end = sp.key_end;
+    job.scale = params_.scale;
+    job.o = partial + sp.first_row * size_t(latent);
+    job.lse = partial_lse + sp.first_row;
+    job.scratch = my_scratch;
+    kt.decode_split(job);
+    // acq_rel: the combining thread sees every split's partial results.
+    if (pending[r].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      combine_request(plan, r, heads, latent, partial, partial_lse, kt, dt, out_base, out, lse_base, lse,
+                      reinterpret_cast<float*>(my_scratch + kernel_bytes));
+    }
+  });
 }
 
 class CpuDecodeBackendClass final : public DecodeBackendClass {

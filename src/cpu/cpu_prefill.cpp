@@ -1,10 +1,8 @@
 // The `cpu` prefill backend: flash-style attention (online softmax over key
 // tiles, never an S x S matrix) for the new tokens (causal) and for each
 // context chunk (non-causal), with LSE. Parallel over (request, head, query
-// tile) with OpenMP; the math runs in the kernels of the CPU's best
+// tile) on lattn's thread pool; the math runs in the kernels of the CPU's best
 // instruction set (attention_kernels.h). docs/cpu.md explains the design.
-#include <omp.h>
-
 #include <algorithm>
 #include <string>
 #include <tuple>
@@ -13,6 +11,7 @@
 #include "cpu/attention_kernels.h"
 #include "cpu/cpu_backend_common.h"
 #include "cpu/host_workspace.h"
+#include "cpu/thread_pool.h"
 #include "lattn/check.h"
 #include "lattn/cpu.h"
 #include "lattn/errors.h"
@@ -205,7 +204,7 @@ void CpuPrefillBackend::attend(const PrefillProblem& pb) {
   char* out_base = static_cast<char*>(pb.out.data());
   const size_t out_esize = size_t(dtype_size(pb.out_dtype));
   float* lse_base = pb.lse.defined() ? pb.lse.data_as<float>() : nullptr;
-  const auto job_of = [&](const TileTask& task) {
+  const auto job_of = [&](const TileTask& task, int slot) {
     const int r = task.request, h = task.head;
     const int64_t t0 = pb.q_begin[r] + task.row0;
     PrefillTileJob job;
@@ -235,7 +234,7 @@ void CpuPrefillBackend::attend(const PrefillProblem& pb) {
     job.out_scale = pb.out_scale;
     job.lse = lse_base ? lse_base + h * pb.lse.stride(0) + t0 * pb.lse.stride(1) : nullptr;
     job.lse_stride = pb.lse.defined() ? pb.lse.stride(1) : 0;
-    job.scratch = scratch + scratch_bytes * size_t(omp_get_thread_num());
+    job.scratch = scratch + scratch_bytes * size_t(slot);
     return job;
   };
 
@@ -251,45 +250,44 @@ void CpuPrefillBackend::attend(const PrefillProblem& pb) {
   });
   const size_t query_bytes = round_up(kt.prefill_query_bytes(dqk), 64);
   char* queries = static_cast<char*>(queries_.reserve(query_bytes * tasks.size()));
-  // One parallel region, three passes (keys/values, queries, tiles) with
-  // the implicit barriers between them as the only waits.
-#pragma omp parallel num_threads(threads)
-  {
-    if (pairs) {
-#pragma omp for collapse(2) schedule(static)
-      for (int r = 0; r < requests; ++r) {
-        for (int h = 0; h < heads; ++h) {
-          const int64_t len = pb.k_begin[r + 1] - pb.k_begin[r];
-          const auto row = [&](int64_t key) {
-            return reinterpret_cast<const uint16_t*>(v_src) + (pb.k_begin[r] + key) * v_src_token + h * v_src_head;
-          };
-          for (int64_t i = 0; 2 * i < len; ++i) {
-            kt.pack_value_pairs(row(2 * i), 2 * i + 1 < len ? row(2 * i + 1) : nullptr, dv,
-                                pairs + (size_t(h) * total_pairs + pair_begin[r] + i) * dv);
-          }
-        }
+  // Three passes on lattn's thread pool (keys/values, queries, tiles), each
+  // waiting only for the jobs of the one before; the first two in chunks of
+  // rows so that a job is worth claiming.
+  if (pairs) {
+    parallel_jobs(int64_t(requests) * heads, threads, [&](int64_t i, int) {
+      const int r = int(i / heads), h = int(i % heads);
+      const int64_t len = pb.k_begin[r + 1] - pb.k_begin[r];
+      const auto row = [&](int64_t key) {
+        return reinterpret_cast<const uint16_t*>(v_src) + (pb.k_begin[r] + key) * v_src_token + h * v_src_head;
+      };
+      for (int64_t p = 0; 2 * p < len; ++p) {
+        kt.pack_value_pairs(row(2 * p), 2 * p + 1 < len ? row(2 * p + 1) : nullptr, dv,
+                            pairs + (size_t(h) * total_pairs + pair_begin[r] + p) * dv);
       }
-    } else if (kf) {
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < tk; ++t) {
+    });
+  } else if (kf) {
+    constexpr int64_t kTokens = 64;
+    parallel_jobs((tk + kTokens - 1) / kTokens, threads, [&](int64_t chunk, int) {
+      for (int64_t t = chunk * kTokens; t < std::min(tk, (chunk + 1) * kTokens); ++t) {
         for (int h = 0; h < heads; ++h) {
           kt.to_f32(k_src + (t * k_src_token + h * k_src_head) * esize, dt, dqk, kf + (t * heads + h) * dqk);
           kt.to_f32(v_src + (t * v_src_token + h * v_src_head) * esize, dt, dv, vf + (t * heads + h) * dv);
         }
       }
-    }
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < task_count; ++i) {
-      const int64_t t = pack_order[size_t(i)];
-      kt.pack_prefill_queries(job_of(tasks[size_t(t)]), queries + query_bytes * size_t(t));
-    }
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < task_count; ++i) {
-      PrefillTileJob job = job_of(tasks[size_t(i)]);
-      job.q_packed = queries + query_bytes * size_t(i);
-      kt.prefill_tile(job);
-    }
+    });
   }
+  constexpr int64_t kPackTasks = 16;
+  parallel_jobs((task_count + kPackTasks - 1) / kPackTasks, threads, [&](int64_t chunk, int slot) {
+    for (int64_t i = chunk * kPackTasks; i < std::min(task_count, (chunk + 1) * kPackTasks); ++i) {
+      const int64_t t = pack_order[size_t(i)];
+      kt.pack_prefill_queries(job_of(tasks[size_t(t)], slot), queries + query_bytes * size_t(t));
+    }
+  });
+  parallel_jobs(task_count, threads, [&](int64_t i, int slot) {
+    PrefillTileJob job = job_of(tasks[size_t(i)], slot);
+    job.q_packed = queries + query_bytes * size_t(i);
+    kt.prefill_tile(job);
+  });
 }
 
 class CpuPrefillBackendClass final : public PrefillBackendClass {

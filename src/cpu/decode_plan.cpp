@@ -7,7 +7,7 @@
 namespace lattn::cpu {
 
 DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<int32_t>& seq_lens, int num_heads,
-                       int lanes_per_group, int threads) {
+                       int lanes_per_group, int threads, int fixed_split_keys) {
   DecodePlan plan;
   plan.q_begin = q_begin;
   plan.seq_lens = seq_lens;
@@ -22,7 +22,7 @@ DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<in
     groups[r] = (lanes + lanes_per_group - 1) / lanes_per_group;
     total_work += int64_t(seq_lens[r]) * groups[r];
   }
-  const int64_t target_jobs = threads > 1 ? 8 * int64_t(threads) : 1;
+  const int64_t target_jobs = threads > 1 ? kJobsPerThread * int64_t(threads) : 1;
   const int64_t work_per_job = std::max<int64_t>(1, (total_work + target_jobs - 1) / target_jobs);
 
   plan.split_begin.push_back(0);
@@ -34,6 +34,7 @@ DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<in
     // Even pieces, aligned to the key tile.
     chunk = (int64_t(len) + splits - 1) / splits;
     chunk = (chunk + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+    if (fixed_split_keys > 0) chunk = fixed_split_keys;
     int begin = 0;
     do {
       const int end = int(std::min<int64_t>(len, begin + chunk));

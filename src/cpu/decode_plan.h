@@ -3,10 +3,12 @@
 // tokens) against a contiguous range of its keys (a "split").
 //
 // A request's keys are split only when the batch alone cannot keep every
-// thread busy: the target is ~8 jobs per thread (so dynamic scheduling
-// evens out unequal lengths), each job at least kMinSplitKeys keys (below
-// that the per-job query packing and the combine cost more than the
-// parallelism gains), split boundaries on key-tile multiples.
+// thread busy: the target is kJobsPerThread jobs per thread (so that
+// dynamic claiming evens out unequal lengths), each job at least
+// kMinSplitKeys keys (below that the per-job query packing and the combine
+// cost more than the parallelism gains), split boundaries on key-tile
+// multiples. Or, with a fixed split size, every request is cut at the same
+// keys whatever its batchmates and the thread count.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +17,10 @@
 
 namespace lattn::cpu {
 
+// Each split costs ~4 us of packing and combining (docs/cpu.md, "Split-KV"):
+// two jobs per thread, not more; lattn's pool needs no spare jobs to absorb a
+// late thread.
+constexpr int kJobsPerThread = 2;
 constexpr int kMinSplitKeys = 256;
 constexpr int kSplitAlign = 64;  // = the kernels' key tile
 
@@ -39,7 +45,9 @@ struct DecodePlan {
 
 // q_begin [R + 1] and seq_lens [R] as validated by the backend; lanes_per_group
 // is the kernels' vector width (a job's cost grows with ceil(lanes / width)).
+// fixed_split_keys > 0 (a multiple of kSplitAlign): split every request every
+// fixed_split_keys keys instead of balancing the batch over the threads.
 DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<int32_t>& seq_lens, int num_heads,
-                       int lanes_per_group, int threads);
+                       int lanes_per_group, int threads, int fixed_split_keys = 0);
 
 }  // namespace lattn::cpu

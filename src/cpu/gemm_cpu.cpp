@@ -6,6 +6,7 @@
 #include "cpu/cpu_backend_common.h"
 #include "cpu/gemm_paths.h"
 #include "cpu/host_workspace.h"
+#include "cpu/thread_pool.h"
 #include "lattn/cpu.h"
 
 namespace lattn {
@@ -27,6 +28,14 @@ bool bf16_gemm_applies(const detail::GemmProblem& p) {
 size_t gemm_bf16_workspace_bytes(const detail::GemmProblem& p) {
   const int64_t npad = (p.n + 15) / 16 * 16, pairs = (p.k + 1) / 2;
   return size_t(p.batch * (pairs > 0 ? pairs : 1) * npad) * 4;
+}
+
+void gemm_bf16_dot(const detail::GemmProblem& p, int threads, uint32_t* packed) {
+  const Bf16GemmPlan plan = gemm_bf16_plan(p);
+  if (plan.packed) {
+    parallel_jobs(p.batch, threads, [&](int64_t b, int) { gemm_bf16_pack(p, plan, b, packed); });
+  }
+  parallel_jobs(plan.items, threads, [&](int64_t i, int) { gemm_bf16_item(p, plan, i, packed); });
 }
 
 }  // namespace cpu

@@ -33,4 +33,19 @@ void gemm_openblas(const detail::GemmProblem& p, int threads);
 size_t gemm_bf16_workspace_bytes(const detail::GemmProblem& p);
 void gemm_bf16_dot(const detail::GemmProblem& p, int threads, uint32_t* packed);
 
+// The pieces gemm_bf16_dot (gemm_cpu.cpp) runs on lattn's thread pool
+// (gemm_bf16_avx512.cpp has no threads of its own): with plan.packed,
+// gemm_bf16_pack for every batch entry first, then gemm_bf16_item for items
+// [0, plan.items) in any order and on any thread. For a few rows (decode) B
+// is not packed but interleaved in registers as it is used (`packed` unused).
+struct Bf16GemmPlan {
+  bool packed = true;     // B packed into k-pair panels first (else read in place: m <= 48, not trans_b)
+  int64_t npad = 0;       // columns padded to a multiple of 16
+  int64_t panel = 0;      // uint32 per batch entry's packed panel
+  int64_t row_items = 0, col_items = 0, items = 0;
+};
+Bf16GemmPlan gemm_bf16_plan(const detail::GemmProblem& p);
+void gemm_bf16_pack(const detail::GemmProblem& p, const Bf16GemmPlan& plan, int64_t b, uint32_t* packed);
+void gemm_bf16_item(const detail::GemmProblem& p, const Bf16GemmPlan& plan, int64_t item, const uint32_t* packed);
+
 }  // namespace lattn::cpu

@@ -30,16 +30,16 @@ class Lattn:
         self.path = path
         self.workdir = workdir
 
-    def __call__(self, *args, expect=EXIT_OK, timeout=600):
+    def __call__(self, *args, expect=EXIT_OK, timeout=600, env=None):
         proc = subprocess.run([self.path, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                              cwd=self.workdir)
+                              cwd=self.workdir, env=None if env is None else dict(os.environ, **env))
         shown = f"lattn {' '.join(map(str, args))}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
         if proc.returncode != expect:
             raise AssertionError(f"exit code {proc.returncode}, expected {expect}\n{shown}")
         return proc
 
-    def json(self, *args, expect=EXIT_OK, timeout=600):
-        proc = self(*args, expect=expect, timeout=timeout)
+    def json(self, *args, expect=EXIT_OK, timeout=600, env=None):
+        proc = self(*args, expect=expect, timeout=timeout, env=env)
         try:
             return json.loads(proc.stdout)
         except json.JSONDecodeError as e:
@@ -300,6 +300,141 @@ def bench_plot_writes_a_png(lattn):
                           env=env, timeout=600)
     check(proc.returncode == EXIT_PLOT, f"exit {proc.returncode} with a failing plot script:\n{proc.stderr}")
     check_in("failed with exit status 3", proc.stderr, "stderr")
+    # A folder that does not exist: one sentence, before any measurement, no traceback.
+    proc = lattn("bench", *TINY_SWEEP, "--plot", os.path.join(lattn.workdir, "no", "such", "dir", "b.png"),
+                 expect=EXIT_USAGE)
+    check_in("does not exist", proc.stderr, "stderr")
+    check("Traceback" not in proc.stderr and proc.stdout == "", f"stderr:\n{proc.stderr}")
+
+
+@case
+def plot_reads_right(lattn):
+    # Rows with a fraction above 1 (noisy ceilings) and both kinds of bound.
+    rows = [{"name": f"case {i}", "phase": "decode", "backend": "cpu", "gflops": 10.0 * (i + 1), "gbps": 5.0,
+             "median_us": 10.0, "min_us": 8.0, "roofline_fraction": f, "bound": b}
+            for i, (f, b) in enumerate([(0.4, "memory"), (1.3, "compute")])]
+    data = write(os.path.join(lattn.workdir, "rows.json"), json.dumps({"ceilings": {"threads": 2}, "rows": rows}))
+    png = os.path.join(lattn.workdir, "rows.png")
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "plot_bench.py")
+    probe = ("import runpy, sys\n"
+             "import matplotlib; matplotlib.use('Agg')\n"
+             "import matplotlib.pyplot as plt\n"
+             "saved = {}\n"
+             "orig = plt.Figure.savefig\n"
+             "def keep(fig, *a, **k):\n"
+             "    saved['fig'] = fig\n"
+             "    return orig(fig, *a, **k)\n"
+             "plt.Figure.savefig = keep\n"
+             f"sys.argv = ['plot_bench.py', {data!r}, {png!r}]\n"
+             "try:\n"
+             f"    runpy.run_path({script!r}, run_name='__main__')\n"
+             "except SystemExit as e:\n"
+             "    assert e.code == 0, e.code\n"
+             "fig = saved['fig']\n"
+             "top, bottom = fig.axes[0], fig.axes[1]\n"
+             "print('ylim', top.get_ylim()[0], bottom.get_ylim()[0], fig.axes[2].get_ylim()[0])\n"
+             "print('legend', '|'.join(t.get_text() for t in top.get_legend().get_texts()))\n"
+             "print('legend2', '|'.join(t.get_text() for t in bottom.get_legend().get_texts()))\n"
+             "print('texts', '|'.join(t.get_text() for t in bottom.texts))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    check(proc.returncode == 0, f"plot probe failed:\n{proc.stderr}")
+    out = proc.stdout
+    check_in("ylim 0.0 0.0 0.0", out)
+    for mark in ["decode / cpu", "compute bound", "memory bound", "min-median spread", "GB/s"]:
+        check_in(mark, out)
+    check_in("roofline", out)
+    check_in("above 1", out)
+    # A missing output folder from the script itself: one line, exit 2, no traceback.
+    proc = subprocess.run([sys.executable, script, data, os.path.join(lattn.workdir, "nope", "x.png")],
+                          capture_output=True, text=True, timeout=300)
+    check(proc.returncode == 2 and "Traceback" not in proc.stderr and "cannot write" in proc.stderr,
+          f"exit {proc.returncode}:\n{proc.stderr}")
+
+
+# ---------------------------------------------------------------------------
+# the environment, provenance, reproducibility, the softmax scale
+
+@case
+def bad_cpu_isa_is_a_usage_error_in_every_command(lattn):
+    bad = {"LATTN_CPU_ISA": "garbage"}
+    for args in (["info"], ["run", "--num-requests", "2", "--device", "cpu", "-q"], ["bench", *TINY_SWEEP]):
+        proc = lattn(*args, expect=EXIT_USAGE, env=bad)
+        check_in("LATTN_CPU_ISA", proc.stderr, "stderr")
+        check("Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, f"not one sentence:\n{proc.stderr}")
+
+
+PROVENANCE = ["schema_version", "lattn_version", "commit", "timestamp", "host"]
+
+
+def check_provenance(doc, what):
+    check(list(doc)[:len(PROVENANCE)] == PROVENANCE, f"{what}: first keys {list(doc)[:6]}")
+    check(doc["schema_version"] == 1 and doc["lattn_version"] and doc["commit"] and doc["host"], f"{what}: {doc}")
+    check(doc["timestamp"].endswith("Z") and "T" in doc["timestamp"], f"{what}: timestamp {doc['timestamp']}")
+
+
+TINY_RUN = ["--num-requests", "6", "--prompt-len-median", "40", "--output-len-mean", "4", "--layers", "1",
+            "--model", "deepseek-v2-lite", "--tp", "4", "--block-size", "16", "--device", "cpu"]
+
+
+@case
+def json_outputs_carry_provenance_and_say_what_ran(lattn):
+    info = lattn.json("info", "--json", "--device", "cpu")
+    check_provenance(info, "info --json")
+    check(info["cpu"]["isa"] in ("scalar", "avx2", "avx512", "avx512bf16"), f"isa: {info['cpu']}")
+    run = lattn.json("run", "--json", "-q", *TINY_RUN)
+    check_provenance(run, "run --json")
+    check(run["backends"]["decode"]["kernel"].startswith(run["backends"]["decode"]["name"] + ":"),
+          f"kernel: {run['backends']}")
+    check(abs(run["config"]["softmax_scale"] - 0.11472) < 1e-4, f"V2-Lite's YaRN scale: {run['config']}")
+    bench = lattn.json("bench", *TINY_SWEEP, "-o", "json", "--threads", "1")
+    check_provenance(bench, "bench -o json")
+    for row in bench["rows"]:
+        check(row["label"].startswith("cpu: ") and "kernels" in row["label"], f"label: {row['label']!r}")
+        check(row["num_threads"] == 1, f"num_threads: {row['num_threads']}")
+    every = lattn.json("bench", *TINY_SWEEP, "-o", "json")
+    check(all(r["num_threads"] >= 1 for r in every["rows"]), "threads 0 (all) must say how many")
+    forced = lattn.json("info", "--json", "--device", "cpu", env={"LATTN_CPU_ISA": "scalar"})
+    check(forced["cpu"]["isa"] == "scalar" and "LATTN_CPU_ISA=scalar" in forced["cpu"]["cpu_backend_kernels"],
+          f"LATTN_CPU_ISA not honoured: {forced['cpu']}")
+
+
+@case
+def virtual_clock_runs_are_reproducible(lattn):
+    def strip(doc):
+        return {k: v for k, v in doc.items() if k != "timestamp"}
+
+    args = ["run", "--json", "-q", "--clock", "virtual", "--request-rate", "50", *TINY_RUN]
+    first, second = lattn.json(*args), lattn.json(*args)
+    check(strip(first) == strip(second), "two --clock virtual runs differ")
+    check(first["config"]["clock"] == "virtual", f"config: {first['config']}")
+    lattn("run", "--clock", "wall", "-q", *TINY_RUN, expect=EXIT_USAGE)
+    scaled = lattn.json("run", "--json", "-q", "--softmax-scale", "0.25", *TINY_RUN)
+    check(abs(scaled["config"]["softmax_scale"] - 0.25) < 1e-6, f"--softmax-scale: {scaled['config']}")
+
+
+@case
+def documented_default_run_is_reproduced(lattn):
+    # docs/cli.md's reproducible run: its stdout, except the machine-dependent kernels lines.
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "cli.md")).read()
+    block = doc[doc.index("$ build/tools/lattn run --clock virtual"):]
+    block = block[:block.index("```")]
+    command, *shown = block.rstrip("\n").split("\n")
+    args = command.split()[2:]
+    out = lattn(*args).stdout.rstrip("\n").split("\n")
+
+    def comparable(lines):
+        keep, skip = [], False
+        for line in lines:
+            if line.startswith("kernels"):
+                skip = True
+            elif skip and line.startswith("           "):
+                continue
+            else:
+                skip = False
+                keep.append(line)
+        return keep
+
+    check(comparable(out) == comparable(shown), "docs/cli.md's run differs:\n" + "\n".join(out))
 
 
 def main():

@@ -44,6 +44,34 @@ TEST(BenchHarness, RooflinePicksTheLargerTerm) {
   EXPECT_DOUBLE_EQ(r.gflops, w.flops / 1e-2 / 1e9);
 }
 
+TEST(BenchHarness, CeilingDriftFlagsACaseWhoseCeilingsMoved) {
+  const BenchCase decode = cpu_target_cases()[2];  // bf16: judged by the bf16 peak and the bandwidth
+  Ceilings run;
+  run.f32_gflops = 100, run.bf16_gflops = 200, run.bandwidth_gbps = 10;
+  Measurement m;
+  m.median_us = m.min_us = m.max_us = 1000;
+  Row steady = make_row(decode, m, run);
+  EXPECT_FALSE(steady.ceilings_checked);
+  Ceilings close = run;
+  close.bf16_gflops = 190, close.f32_gflops = 10;  // the f32 peak does not judge a bf16 case
+  check_ceiling_drift(steady, run, {run, close});
+  EXPECT_TRUE(steady.ceilings_checked);
+  EXPECT_FALSE(steady.ceilings_moved);
+  EXPECT_NEAR(steady.ceiling_drift, -0.05, 1e-12);
+
+  Row loaded = make_row(decode, m, run);
+  Ceilings starved = run;
+  starved.bandwidth_gbps = 4;
+  check_ceiling_drift(loaded, run, {close, starved});
+  EXPECT_TRUE(loaded.ceilings_moved);
+  EXPECT_NEAR(loaded.ceiling_drift, -0.6, 1e-12);
+  const nlohmann::json j = nlohmann::json::parse(to_json(run, {steady, loaded}));
+  EXPECT_FALSE(j["rows"][0]["ceilings_moved"].get<bool>());
+  EXPECT_TRUE(j["rows"][1]["ceilings_moved"].get<bool>());
+  EXPECT_DOUBLE_EQ(j["rows"][1]["max_us"].get<double>(), 1000);
+  EXPECT_NE(format_table(run, {steady, loaded}).find("MOVED"), std::string::npos);
+}
+
 TEST(BenchHarness, PairedCeilingsJudgeEachRepeatByItsOwnCeilings) {
   BenchCase decode = cpu_target_cases()[2];
   const Work w = work_of(decode);
@@ -107,6 +135,7 @@ TEST(BenchHarness, TimesTinyCasesOfBothPhasesAndWritesJson) {
       ASSERT_EQ(m.samples_us.size(), 3u);
       EXPECT_GT(m.median_us, 0);
       EXPECT_LE(m.min_us, m.median_us);
+      EXPECT_LE(m.median_us, m.max_us);
       rows.push_back(make_row(c, m, ceilings));
     }
   }

@@ -34,6 +34,8 @@ x = np.arange(6, dtype=np.float32)
 t = lattn.from_dlpack(x)
 assert t.data_ptr == x.ctypes.data and np.from_dlpack(t).ctypes.data == x.ctypes.data
 import lattn.vllm
+for shipped in ("_lattn.pyi", "py.typed", "vllm_mla.py", "torch_ops.py"):  # type stubs (PEP 561), adapters
+    assert (here.parent / shipped).is_file(), f"{shipped} is not installed"
 print("pip install ok:", lattn.version(), here.parent)
 ]=])
 execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=PYTHONPATH ${WORK_DIR}/venv/bin/python -c "${check}"

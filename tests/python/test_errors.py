@@ -14,6 +14,7 @@ KINDS = [
     ("AssertionError", AssertionError),
     ("AttributeError", AttributeError),
     ("RuntimeError", RuntimeError),
+    ("OutOfMemoryError", MemoryError),
 ]
 
 
@@ -52,3 +53,9 @@ def test_astype_refuses_what_it_cannot_read():
         lattn.astype("text", "f32")
     with pytest.raises(ValueError, match=r"astype: argument 'x': from_dlpack: unsupported DLPack dtype"):
         lattn.astype(np.zeros(2, dtype=np.complex64), "f32")
+
+
+def test_a_failed_allocation_is_a_memory_error():
+    # 2**50 bytes: no host here can hold it, so the allocation itself fails.
+    with pytest.raises(MemoryError, match="allocation"):
+        lattn.empty((1 << 50,), "u8")

@@ -252,6 +252,7 @@ RunReport ServingEngine::run(const std::vector<Request>& trace,
       }
     }
 
+    if (c.virtual_clock) latency = modelled_step_seconds(c.dims, c.num_layers, specs);
     clock += latency;
     for (const int64_t id : scheduler.on_step_done(batch, clock)) {
       const RequestState& state = scheduler.request(id);
@@ -286,6 +287,28 @@ RunReport ServingEngine::run(const std::vector<Request>& trace,
   }
   if (recorder) report.verify = recorder->verify();
   return report;
+}
+
+double modelled_step_seconds(const MlaDims& d, int num_layers, std::span<const RequestSpec> rows) {
+  // Nominal costs of the size of a small CPU's (the development machine's bf16 ceiling is
+  // ~0.4 TFLOP/s): the virtual schedule then batches about as a measured CPU run does.
+  constexpr double kStepOverhead = 100e-6;    // metadata build and launch, per step (s)
+  constexpr double kLayerOverhead = 20e-6;    // per layer (s)
+  constexpr double kFlopsPerSecond = 2.5e11;  // nominal
+  const double N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim,
+               V = d.v_head_dim;
+  double flops = 0;
+  for (const RequestSpec& r : rows) {
+    const double q = r.query_len, ctx = r.num_computed_tokens;
+    if (r.query_len == 1) {
+      // Absorbed decode: q_nope.W_UK_T, attention over L+R keys with L values, .W_UV.
+      flops += 2 * N * (P * L + (ctx + 1) * (2 * L + R) + L * V);
+    } else {
+      // Prefill: up-project every key (new and context) and attend in P+R / V, causal among the new.
+      flops += 2 * N * (q + ctx) * L * (P + V) + 2 * N * q * (ctx + (q + 1) / 2) * (P + R + V);
+    }
+  }
+  return kStepOverhead + num_layers * (kLayerOverhead + flops / kFlopsPerSecond);  // flops: one layer's
 }
 
 }  // namespace lattn::serving

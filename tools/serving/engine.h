@@ -8,6 +8,8 @@
 // latencies are in the units a server would see on this machine.
 #pragma once
 
+#include <span>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,6 +20,7 @@
 #include "lattn/config.h"
 #include "lattn/device.h"
 #include "lattn/dtype.h"
+#include "lattn/metadata.h"
 #include "serving/scheduler.h"
 #include "serving/trace.h"
 #include "serving/verify.h"
@@ -36,7 +39,16 @@ struct EngineConfig {
   SchedulerConfig scheduler;           // budget, max_num_seqs, block size, blocks
   uint64_t seed = 0;                   // weights and activations
   int verify_requests = 0;             // requests re-computed with `reference` (0: no --verify)
+  // false: the engine clock advances by each step's measured time. true: by
+  // modelled_step_seconds() of the step, so a seed gives the same schedule,
+  // latencies and summary on any machine (the layers still run).
+  bool virtual_clock = false;
 };
+
+// The virtual clock's step time: a fixed overhead per step and per layer plus
+// the step's attention and projection FLOPs at a nominal 0.25 TFLOP/s (seconds).
+// A model for reproducibility, not a prediction of any machine.
+double modelled_step_seconds(const MlaDims& dims, int num_layers, std::span<const RequestSpec> rows);
 
 // One step, as the progress display and the report see it.
 struct StepStats {

@@ -1,17 +1,20 @@
 // Model presets (published configs) and their tensor-parallel shard.
 #include "serving/model.h"
 
+#include <cmath>
 #include <stdexcept>
 
 namespace lattn::serving {
 
 const std::vector<ModelPreset>& model_presets() {
   // Attention dims from each model's published config.json
-  // (num_attention_heads, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim).
+  // (num_attention_heads, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim),
+  // and the softmax scale its modelling code uses (MlaDims' presets: YaRN's
+  // mscale^2 / sqrt(P+R) for DeepSeek, 1 / sqrt(P+R) for MiniCPM3).
   static const std::vector<ModelPreset> presets = {
       {"deepseek-v3", MlaDims::deepseek_v3(128), 8, "DeepSeek-V3: 128 heads, L=512 R=64, P=128 V=128"},
       {"deepseek-r1", MlaDims::deepseek_v3(128), 8, "DeepSeek-R1: the attention of DeepSeek-V3"},
-      {"deepseek-v2-lite", MlaDims::deepseek_v3(16), 1, "DeepSeek-V2-Lite: 16 heads, L=512 R=64, P=128 V=128"},
+      {"deepseek-v2-lite", MlaDims::deepseek_v2(16), 1, "DeepSeek-V2-Lite: 16 heads, L=512 R=64, P=128 V=128 (V2's YaRN scale)"},
       {"minicpm3", MlaDims::minicpm3(40), 1, "MiniCPM3-4B: 40 heads, L=256 R=32, P=64 V=64"},
   };
   return presets;
@@ -53,6 +56,14 @@ MlaDims resolve_model_dims(const ModelOptions& options) {
   override_dim(dims.qk_nope_head_dim, options.qk_nope_head_dim, "--qk-nope-head-dim");
   override_dim(dims.qk_rope_head_dim, options.qk_rope_head_dim, "--qk-rope-head-dim");
   override_dim(dims.v_head_dim, options.v_head_dim, "--v-head-dim");
+  if (options.softmax_scale) {
+    const double scale = *options.softmax_scale;
+    if (!(std::isfinite(scale) && scale > 0.0)) {
+      throw std::invalid_argument("--softmax-scale must be a positive number, got " + std::to_string(scale));
+    }
+    // Kept as a factor over 1/sqrt(P+R), as the presets keep it.
+    dims.softmax_scale_factor = float(scale * std::sqrt(double(dims.qk_head_dim())));
+  }
 
   const int tp = resolve_tensor_parallel_size(options);
   if (tp < 1) throw std::invalid_argument("--tp must be at least 1, got " + std::to_string(tp));

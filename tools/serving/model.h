@@ -28,11 +28,15 @@ struct ModelOptions {
   std::optional<int> tensor_parallel_size;
   // Explicit dims override the preset's (num_heads counts the whole model's heads, before --tp).
   std::optional<int> num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+  // The softmax scale q.k is multiplied by; nullopt: the preset's (its YaRN
+  // factor over sqrt(P+R) of the dims in effect, docs/mla.md).
+  std::optional<double> softmax_scale;
 };
 
 // The dims of one tensor-parallel rank. Throws std::invalid_argument with a
-// sentence: an unknown model (listing the known ones), a dim < 1, or a --tp
-// that does not divide the heads.
+// sentence: an unknown model (listing the known ones), a dim < 1, a --tp
+// that does not divide the heads, or a softmax scale that is not positive.
+// The dims' softmax_scale() is the scale in effect.
 MlaDims resolve_model_dims(const ModelOptions& options);
 // The tensor-parallel size in effect (the option, else the preset's default).
 int resolve_tensor_parallel_size(const ModelOptions& options);

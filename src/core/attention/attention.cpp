@@ -20,7 +20,7 @@ void validate_config(const MlaAttentionConfig& c) {
   const auto cache_ok =
       c.kv_cache_dtype == DType::f16 || c.kv_cache_dtype == DType::bf16 || c.kv_cache_dtype == DType::fp8_e4m3;
   check_arg(cache_ok, op, "config.kv_cache_dtype", "be f16, bf16 or fp8_e4m3", dtype_name(c.kv_cache_dtype));
-  check_arg(std::isfinite(c.scale) && c.scale >= 0.f, op, "config.scale", "be finite and >= 0 (0 = 1/sqrt(P+R))",
+  check_arg(std::isfinite(c.scale) && c.scale >= 0.f, op, "config.scale", "be finite and >= 0 (0 = the dims' softmax_scale())",
             std::to_string(c.scale));
   check_arg(c.block_size >= 1, op, "config.block_size", "be >= 1", std::to_string(c.block_size));
   check_arg(c.max_query_tokens_per_request >= 1, op, "config.max_query_tokens_per_request", "be >= 1",
@@ -41,7 +41,7 @@ MlaAttention::MlaAttention(const MlaAttentionConfig& config) : impl_(std::make_u
   Impl& im = *impl_;
   im.config = config;
   const MlaDims& d = config.dims;
-  if (im.config.scale == 0.f) im.config.scale = 1.f / std::sqrt(float(d.qk_head_dim()));
+  if (im.config.scale == 0.f) im.config.scale = d.softmax_scale();
   im.workspace = detail::Workspace(config.device);
 
   // The selector validates an explicit choice ("" = environment, then automatic).

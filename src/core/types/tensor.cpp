@@ -211,7 +211,7 @@ Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
     const size_t rounded = (bytes + align - 1) / align * align;
     data_ = std::aligned_alloc(align, rounded);
     if (data_ && align == kHugePage) madvise(data_, rounded, MADV_HUGEPAGE);
-    if (!data_) throw RuntimeError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed");
+    if (!data_) throw OutOfMemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed");
   } else {
     data_ = cuda_hooks::device_malloc(bytes, device.index);
   }

@@ -12,7 +12,13 @@ using cuda::DeviceGuard;
 void* device_malloc(size_t bytes, int device) {
   DeviceGuard guard(device);
   void* p = nullptr;
-  LATTN_CUDA_CHECK(cudaMalloc(&p, bytes));
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear the sticky-free error so later calls see a clean state
+    throw OutOfMemoryError("cudaMalloc of " + std::to_string(bytes) + " bytes on cuda:" + std::to_string(device) +
+                           " failed: out of memory");
+  }
+  LATTN_CUDA_CHECK(err);
   return p;
 }
 

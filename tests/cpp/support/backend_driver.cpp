@@ -253,7 +253,7 @@ OwnedTensor naive_forward(const BackendCase& c) {
   const MlaDims& d = c.dims;
   const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim,
                 V = d.v_head_dim;
-  const double scale = 1.0 / std::sqrt(double(P + R));
+  const double scale = d.softmax_scale();  // what MlaAttention uses when the scale is left 0
   const int64_t T = c.num_tokens();
   OwnedTensor out = OwnedTensor::zeros({T, N * V}, DType::f32);
   float* o = out.data_as<float>();

@@ -1,0 +1,88 @@
+// lattn/dcp.h — decode context parallelism (DCP): the latent cache of every
+// request sharded over the ranks of a group, token-interleaved (docs/dcp.md).
+//
+// Token position p of a request lives on rank (p / interleave) % world_size,
+// at that rank's local position (p / (interleave * world_size)) * interleave
+// + p % interleave (vLLM's cp_kv_cache_interleave_size; 1 = round robin).
+// Each rank keeps its own cache and its own block tables over LOCAL positions.
+//
+// One decode step under DCP:
+//   1. the engine gives every rank the same query rows (all heads it wants
+//      combined: for vLLM-style DCP the query heads are all-gathered first);
+//   2. build_dcp_decode_metadata() plans the rank's part: one single-token
+//      row per query token, each attending to the rank's keys at global
+//      positions <= its own (causal by GLOBAL position, also for s_q > 1), and
+//      the slot of the new token only where this rank owns it (PAD elsewhere,
+//      so concat_and_cache_mla keeps only the rank's tokens);
+//   3. the rank's decode backend writes a partial output and LSE;
+//   4. dcp_combine() merges the partials of all ranks with the LSE correction
+//      (the math of merge_attn_states) through a Communicator, writing either
+//      every head or this rank's slice of heads.
+// A rank whose shard holds no key for a row contributes LSE -inf and nothing
+// else: empty shards never produce NaN.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lattn/communicator.h"
+#include "lattn/metadata.h"
+#include "lattn/tensor.h"
+
+namespace lattn {
+
+struct DcpConfig {
+  int world_size = 1;  // ranks sharing each request's cache
+  int rank = 0;        // this rank, in [0, world_size)
+  int interleave = 1;  // consecutive tokens per rank before moving to the next (>= 1)
+  // ValueError naming the field when world_size < 1, rank outside [0, world_size)
+  // or interleave < 1.
+  void validate() const;
+};
+
+// Rank holding global token position `pos` (>= 0).
+int dcp_owner(const DcpConfig& dcp, int64_t pos);
+// Local position of global position `pos` on its owner.
+int64_t dcp_local_position(const DcpConfig& dcp, int64_t pos);
+// Tokens among global positions [0, n) that live on dcp.rank.
+int64_t dcp_local_count(const DcpConfig& dcp, int64_t n);
+
+// This rank's part of a decode-only batch.
+struct DcpDecodePlan {
+  MlaMetadata metadata;             // the rank-local plan (run the decode backend with its decode view)
+  std::vector<int32_t> empty_rows;  // rows that see no key on this rank (their backend output is ignored)
+};
+
+// Plans this rank's part of a decode-only batch.
+//   requests: the batch in global terms (query_len = s_q, num_computed_tokens =
+//     global context length), with block_table over this rank's LOCAL positions
+//     (it must cover dcp_local_count(seq_len) tokens).
+// The metadata has one decode row per query token (sum of query_len rows, in
+// the same token order), seq_lens = the rank's visible keys for that token,
+// slot_mapping = the token's local slot when this rank owns it, else
+// PAD_SLOT_ID. Backends need seq_len >= 1, so a row with no visible key reads
+// one arbitrary slot of the cache and is listed in empty_rows: dcp_combine
+// gives it weight 0. Built by `builder` (its block size), moved to `device`.
+// ValueError for prefill rows (query_len above the builder's reorder threshold):
+// DCP prefill is not supported yet (docs/dcp.md).
+DcpDecodePlan build_dcp_decode_metadata(const MlaMetadataBuilder& builder, const std::vector<RequestSpec>& requests,
+                                        const DcpConfig& dcp, Device device = Device::cpu(), Stream stream = nullptr);
+
+// How dcp_combine moves the partials.
+enum class DcpCombineMethod {
+  all_gather_reduce_scatter,  // vLLM's: all-gather LSE, rescale locally, reduce-scatter the outputs over heads
+  all_to_all,                 // one all-to-all of (output, LSE) rows by head slice, then a local merge
+};
+
+// Merges the partial results of all ranks.
+//   partial_out [T, H, D] f32, this rank's partial output (normalized by its own softmax sum)
+//   partial_lse [H, T]    f32, natural log, -inf where this rank saw no key
+//   plan        this rank's plan: its empty_rows are read as LSE -inf whatever the backend wrote
+//   out         [T, H, D] (every head) or [T, H / world, D] (heads [rank*H/w, (rank+1)*H/w));
+//               f32, f16 or bf16; H must divide by world_size for the slice form
+//   out_lse     [H or H/world, T] f32, optional (may be undefined)
+// Host tensors (the in-process communicator). Every rank calls it.
+void dcp_combine(Communicator& comm, const DcpDecodePlan& plan, const Tensor& partial_out, const Tensor& partial_lse, const Tensor& out,
+                 const Tensor& out_lse, DcpCombineMethod method = DcpCombineMethod::all_gather_reduce_scatter);
+
+}  // namespace lattn

@@ -1,0 +1,24 @@
+// lattn/kernel_label.h — which kernels a backend runs, in words, for logs and
+// reports (`lattn info`, `lattn run`, `lattn bench`, Python's
+// MlaAttention.kernels).
+#pragma once
+
+#include <string>
+
+#include "lattn/device.h"
+#include "lattn/dtype.h"
+
+namespace lattn {
+
+// The `cpu` backend's kernels for activations of `dtype`, e.g.
+//   "avx512bf16 kernels (best for this CPU); projections: bf16 vdpbf16ps GEMM"
+//   "avx2 kernels (LATTN_CPU_ISA=avx2); projections: OpenBLAS sgemm"
+// Throws ValueError when LATTN_CPU_ISA names an unknown path or one this CPU cannot run.
+std::string cpu_kernel_label(DType dtype);
+
+// A backend's kernels: the cpu label above for "cpu", the reference's plain
+// loops for "reference"; for other backends their name and that the
+// configuration is chosen per launch (not reported here yet).
+std::string backend_kernel_label(const std::string& backend, Device device, DType dtype);
+
+}  // namespace lattn

@@ -1,0 +1,90 @@
+// Decode context parallelism: where each token lives, and the rank-local
+// decode plan (lattn/dcp.h, docs/dcp.md).
+#include <algorithm>
+#include <string>
+
+#include "lattn/check.h"
+#include "lattn/dcp.h"
+#include "lattn/errors.h"
+
+namespace lattn {
+
+void DcpConfig::validate() const {
+  check_arg(world_size >= 1, "DcpConfig", "world_size", "be >= 1", std::to_string(world_size));
+  check_arg(rank >= 0 && rank < world_size, "DcpConfig", "rank", "be in [0, " + std::to_string(world_size) + ")",
+            std::to_string(rank));
+  check_arg(interleave >= 1, "DcpConfig", "interleave", "be >= 1", std::to_string(interleave));
+}
+
+int dcp_owner(const DcpConfig& dcp, int64_t pos) { return int((pos / dcp.interleave) % dcp.world_size); }
+
+int64_t dcp_local_position(const DcpConfig& dcp, int64_t pos) {
+  const int64_t cycle = int64_t(dcp.interleave) * dcp.world_size;  // tokens of one round over all ranks
+  return (pos / cycle) * dcp.interleave + pos % dcp.interleave;
+}
+
+int64_t dcp_local_count(const DcpConfig& dcp, int64_t n) {
+  const int64_t cycle = int64_t(dcp.interleave) * dcp.world_size;
+  const int64_t rem = n % cycle;  // positions of the last, partial round
+  const int64_t mine = std::clamp<int64_t>(rem - int64_t(dcp.rank) * dcp.interleave, 0, dcp.interleave);
+  return (n / cycle) * dcp.interleave + mine;
+}
+
+DcpDecodePlan build_dcp_decode_metadata(const MlaMetadataBuilder& builder, const std::vector<RequestSpec>& requests,
+                                        const DcpConfig& dcp, Device device, Stream stream) {
+  static const char* op = "build_dcp_decode_metadata";
+  dcp.validate();
+  const int block_size = builder.config().block_size;
+  const int threshold = builder.config().reorder_batch_threshold;
+
+  // One single-token row per query token: token j of a request sits at global
+  // position context + j and sees this rank's keys at global positions <= its own.
+  DcpDecodePlan plan;
+  std::vector<RequestSpec> rows;
+  std::vector<int64_t> slots;  // per row: the new token's local slot, or PAD_SLOT_ID
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const RequestSpec& req = requests[r];
+    const std::string where = "requests[" + std::to_string(r) + "]";
+    check_arg(req.query_len >= 1 && req.query_len <= threshold, op, (where + ".query_len").c_str(),
+              "be a decode (1.." + std::to_string(threshold) +
+                  " tokens; DCP prefill is not supported yet, docs/dcp.md)",
+              std::to_string(req.query_len));
+    check_arg(req.num_computed_tokens >= 0, op, (where + ".num_computed_tokens").c_str(), "be >= 0",
+              std::to_string(req.num_computed_tokens));
+    const int64_t seq_len = int64_t(req.num_computed_tokens) + req.query_len;
+    const int64_t local_len = dcp_local_count(dcp, seq_len);
+    const int64_t blocks_needed = (local_len + block_size - 1) / block_size;
+    check_arg(int64_t(req.block_table.size()) >= blocks_needed, op, (where + ".block_table").c_str(),
+              "have >= " + std::to_string(blocks_needed) + " local blocks (" + std::to_string(local_len) +
+                  " of its tokens live on rank " + std::to_string(dcp.rank) + ")",
+              std::to_string(req.block_table.size()) + " blocks");
+    for (int j = 0; j < req.query_len; ++j) {
+      const int64_t pos = int64_t(req.num_computed_tokens) + j;
+      const auto keys = int32_t(dcp_local_count(dcp, pos + 1));
+      int64_t slot = PAD_SLOT_ID;
+      if (dcp_owner(dcp, pos) == dcp.rank) {
+        const int64_t lp = dcp_local_position(dcp, pos);
+        slot = int64_t(req.block_table[size_t(lp / block_size)]) * block_size + lp % block_size;
+      }
+      // A row with no local key still needs seq_len >= 1 for the backends: it
+      // reads the first slot of its table (or of block 0), whatever that holds,
+      // and dcp_combine gives it weight 0 (plan.empty_rows).
+      if (keys == 0) plan.empty_rows.push_back(int32_t(rows.size()));
+      slots.push_back(slot);
+      RequestSpec row{.query_len = 1, .num_computed_tokens = std::max(keys - 1, 0), .block_table = req.block_table};
+      if (row.block_table.empty()) row.block_table = {0};
+      rows.push_back(std::move(row));
+    }
+  }
+
+  plan.metadata = builder.build(rows);
+  // The builder put each new token at its row's last visible position; only
+  // the rank that owns the token keeps it (the decode view's slot_mapping is a
+  // view of this array, docs/metadata.md).
+  auto* slot_out = plan.metadata.slot_mapping_cpu.data_as<int64_t>();
+  for (size_t i = 0; i < slots.size(); ++i) slot_out[i] = slots[i];
+  if (device.is_cuda()) plan.metadata.to_device(device, stream);
+  return plan;
+}
+
+}  // namespace lattn

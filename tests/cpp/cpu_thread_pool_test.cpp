@@ -1,0 +1,98 @@
+// lattn's thread pool (src/cpu/thread_pool.h): every job runs exactly once,
+// slots are in range and never run two jobs at once, a call returns only
+// after all its jobs finished, nested and concurrent calls run inline, and
+// thousands of back-to-back calls (the claim word's generation changing
+// under late workers) lose or repeat nothing.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+
+namespace lattn::cpu {
+namespace {
+
+// Runs `jobs` jobs on `threads` threads and checks the bookkeeping.
+void check_call(int64_t jobs, int threads) {
+  std::vector<std::atomic<int>> runs(static_cast<size_t>(jobs));
+  std::vector<std::atomic<int>> busy(static_cast<size_t>(threads));
+  std::atomic<int> bad_slot{0}, overlap{0};
+  parallel_jobs(jobs, threads, [&](int64_t job, int slot) {
+    if (slot < 0 || slot >= threads) {
+      bad_slot.fetch_add(1);
+      return;
+    }
+    if (busy[size_t(slot)].fetch_add(1) != 0) overlap.fetch_add(1);
+    runs[size_t(job)].fetch_add(1);
+    busy[size_t(slot)].fetch_sub(1);
+  });
+  EXPECT_EQ(bad_slot.load(), 0) << jobs << " jobs, " << threads << " threads";
+  EXPECT_EQ(overlap.load(), 0) << jobs << " jobs, " << threads << " threads";
+  for (int64_t j = 0; j < jobs; ++j) {
+    ASSERT_EQ(runs[size_t(j)].load(), 1) << "job " << j << " of " << jobs << ", " << threads << " threads";
+  }
+}
+
+TEST(CpuThreadPool, EveryJobRunsOnceOnAValidSlot) {
+  for (int threads : {1, 2, 3, 5}) {
+    for (int64_t jobs : {0, 1, 2, 3, 7, 64, 1000}) check_call(jobs, threads);
+  }
+}
+
+TEST(CpuThreadPool, ReturnsOnlyAfterEveryJobFinished) {
+  // Jobs of unequal length: the call must not return while a worker still runs one.
+  for (int round = 0; round < 50; ++round) {
+    std::vector<int> done(17, 0);
+    parallel_jobs(17, 3, [&](int64_t job, int) {
+      volatile double x = 0;
+      for (int i = 0; i < 2000 * int(job % 5); ++i) x = x + 1;
+      done[size_t(job)] = 1;  // plain store: the call's return must publish it
+    });
+    for (int j = 0; j < 17; ++j) ASSERT_EQ(done[size_t(j)], 1) << "round " << round << " job " << j;
+  }
+}
+
+TEST(CpuThreadPool, ManyBackToBackCallsLoseNothing) {
+  std::atomic<int64_t> sum{0};
+  int64_t expected = 0;
+  for (int call = 0; call < 20000; ++call) {
+    const int64_t jobs = 1 + call % 4;
+    parallel_jobs(jobs, 2 + call % 2, [&](int64_t job, int) { sum.fetch_add(job + 1); });
+    expected += jobs * (jobs + 1) / 2;
+  }
+  EXPECT_EQ(sum.load(), expected);
+}
+
+TEST(CpuThreadPool, NestedCallsRunInline) {
+  std::atomic<int> inner{0};
+  parallel_jobs(8, 2, [&](int64_t, int) {
+    const std::thread::id me = std::this_thread::get_id();
+    parallel_jobs(5, 2, [&](int64_t, int slot) {
+      EXPECT_EQ(slot, 0);
+      EXPECT_EQ(std::this_thread::get_id(), me);
+      inner.fetch_add(1);
+    });
+  });
+  EXPECT_EQ(inner.load(), 40);
+}
+
+TEST(CpuThreadPool, ConcurrentCallersBothFinish) {
+  // A call made while another thread's call runs runs inline: both complete.
+  std::vector<std::thread> callers;
+  std::atomic<int64_t> total{0};
+  for (int c = 0; c < 3; ++c) {
+    callers.emplace_back([&total] {
+      for (int call = 0; call < 300; ++call) {
+        parallel_jobs(6, 2, [&](int64_t job, int) { total.fetch_add(job); });
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(total.load(), 3 * 300 * 15);
+}
+
+}  // namespace
+}  // namespace lattn::cpu

@@ -1,0 +1,1 @@
+"""Stand-in for vllm.attention (see fake_vllm/README.md)."""
