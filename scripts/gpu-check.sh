@@ -7,7 +7,10 @@
 #
 # Environment: LATTN_GPU_ARCHS (default 90a), JOBS (default nproc),
 # LATTN_DLPACK_INCLUDE / LATTN_CBLAS_INCLUDE when those headers are not in
-# the default places, BUILD_DIR (default build-gpu).
+# the default places, BUILD_DIR (default build-gpu), GPU_CHECK_PHASES (a
+# comma list of tests,sanitize,sass,bench; default all: split a long check
+# into two device calls, the second reusing the first one's build),
+# CTEST_TIMEOUT (seconds for the whole ctest run, default 900).
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu-check.sh OUT_DIR}
 mkdir -p "$OUT"
@@ -18,6 +21,8 @@ ARCHS=${LATTN_GPU_ARCHS:-90a}
 JOBS=${JOBS:-$(nproc)}
 BUILD=${BUILD_DIR:-build-gpu}
 SUMMARY="$OUT/summary.txt"
+PHASES=",${GPU_CHECK_PHASES:-tests,sanitize,sass,bench},"
+phase() { [[ "$PHASES" == *",$1,"* ]]; }
 : > "$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 t0=$(date +%s)
@@ -64,13 +69,15 @@ if [[ $build_rc -ne 0 ]]; then
   exit 1
 fi
 
+tests_rc=0; bench_rc=0
+if phase tests; then
 # ---- tests ------------------------------------------------------------------------
 : > "$OUT/tests.log"
 tests_rc=0
 # Every test of the suite: the CUDA ones (cuda_*_test, *_cuda_test and the GPU
 # cases inside the metadata, forward and Python tests) and the CPU ones, which
 # must pass on this machine too. Skips print their one-line reason.
-(cd "$BUILD" && timeout 900 ctest -j "$JOBS" --output-on-failure --timeout 600) >> "$OUT/tests.log" 2>&1
+(cd "$BUILD" && timeout "${CTEST_TIMEOUT:-900}" ctest -j "$JOBS" --output-on-failure --timeout 300) >> "$OUT/tests.log" 2>&1
 rc=$?
 [[ $rc -ne 0 ]] && tests_rc=1
 note "ctest (all tests): rc=$rc at $(stamp); $(grep -E 'tests passed' "$OUT/tests.log" | tail -1)"
@@ -99,6 +106,8 @@ for cfg in $(grep -oE 'X\([0-9]+, [0-9]+, [0-9]+, [0-9]+\)' src/cuda/sm80/decode
 done
 note "tests: $(grep -c '^\[       OK \]' "$OUT/tests.log") passed, $(grep -c '^\[  FAILED  \]' "$OUT/tests.log") failed lines, $(grep -c '^\[  SKIPPED \]' "$OUT/tests.log") skipped lines"
 
+fi
+if phase sanitize; then
 # ---- compute-sanitizer on small cases ---------------------------------------------------
 : > "$OUT/sanitizer.log"
 san() {  # tool binary filter
@@ -132,6 +141,8 @@ else
   note "compute-sanitizer: not found"
 fi
 
+fi
+if phase sass; then
 # ---- SASS and resources of the decode and prefill kernels ---------------------------------
 lib=$(ls "$BUILD"/src/liblattn.so* | head -1)
 {
@@ -174,6 +185,8 @@ note "SASS: hopper decode kernels with HGMMA: $(echo "$hopper_lines" | grep -c -
 hopper_prefill_lines=$(grep -E 'hopper_prefill_kernel' "$OUT/sass.txt" | grep -E '^HMMA' | grep -v 'HGMMA=0 ')
 note "SASS: hopper prefill kernels with HGMMA: $(echo "$hopper_prefill_lines" | grep -c .); with LDL/STL: $(echo "$hopper_prefill_lines" | grep -c -v -E 'LDL=0 +STL=0 ')"
 
+fi
+if phase bench; then
 # ---- benchmarks -------------------------------------------------------------------------
 bench_rc=0
 : > "$OUT/bench.log"
@@ -217,6 +230,8 @@ if [[ -n "${LATTN_BENCH_VARIANTS:-}" && -x "$BUILD/bench/cuda_decode_bench" ]]; 
       >> "$OUT/variants.log" 2>&1
   done
   note "variants: done at $(stamp)"
+fi
+
 fi
 
 # ---- summary (last) -------------------------------------------------------------------------
