@@ -160,7 +160,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
       const int tiles = (std::max(lens[r], 0) + config_.block_n - 1) / config_.block_n;
       const int n = (tiles + split_tiles - 1) / split_tiles;
       if (n > kMaxDecodeSplitsPerRequest || splits + n > 65535) {
-        throw NotImplementedError(std::string(kPlan) + ": batch-invariant decode splits every " +
+        throw NotImplementedError(std::string(plan_op(hopper_)) + ": batch-invariant decode splits every " +
                                   std::to_string(kBatchInvariantSplitKeys) + " keys; request " + std::to_string(r) +
                                   " (seq_len " + std::to_string(lens[r]) + ") brings the batch to " +
                                   std::to_string(splits + n) + " splits, more than the kernels handle (" +
