@@ -2,7 +2,8 @@
 #   make demo   install deps, build, run the main job on the embedded default (CPU)
 #   make test   install deps, build, run every test (C++, sanitizers, Python)
 #
-# Variables: BUILD (build dir), JOBS (parallel jobs), CUDA (AUTO/ON/OFF),
+# Variables: BUILD (build dir), JOBS (parallel jobs), CUDA (AUTO/ON/OFF), WERROR
+# (ON: warnings in lattn's own code are errors; CI sets it),
 # PYTHON (Debian's interpreter, named explicitly: another python3 may come
 # first on PATH).
 
@@ -11,6 +12,7 @@ BUILD  ?= build
 ASAN_BUILD ?= build-asan
 JOBS   ?= $(shell nproc)
 CUDA   ?= AUTO
+WERROR ?= OFF
 PYTHON ?= /usr/bin/python3
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
@@ -22,7 +24,7 @@ deps:
 	@bash scripts/install-deps.sh
 
 configure: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLATTN_CUDA=$(CUDA) \
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLATTN_CUDA=$(CUDA) -DLATTN_WERROR=$(WERROR) \
 	  -DLATTN_PYTHON=ON -DLATTN_PYTHON_EXECUTABLE=$(PYTHON) -DLATTN_TESTS=ON -DLATTN_BENCH=ON >/dev/null
 
 build: configure
@@ -40,7 +42,7 @@ test-cpp:
 	cd $(BUILD) && ctest $(CTEST_FLAGS)
 
 test-asan: deps
-	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DLATTN_CUDA=OFF -DLATTN_SANITIZE=ON \
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DLATTN_CUDA=OFF -DLATTN_SANITIZE=ON -DLATTN_WERROR=$(WERROR) \
 	  -DLATTN_PYTHON=OFF -DLATTN_BENCH=OFF -DLATTN_TESTS=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -E install_consumer

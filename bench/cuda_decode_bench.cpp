@@ -1,6 +1,8 @@
 // CUDA benchmarks: the same-run ceilings (device-to-device copy of 2 GiB,
-// cuBLAS bf16 8192^3 GEMM), then the `cuda` decode backend on docs/bench-method.md's
-// shapes. Every number is a median of CUDA-event timings after warm-up, each
+// cuBLAS bf16 8192^3 GEMM), then the `cuda` decode backend and, on sm90
+// (H100/H200), the `hopper` backend on docs/bench-method.md's shapes (rows
+// "cuda/..." and "hopper/..."; a hopper row runs its wgmma kernel where it
+// serves the case). Every number is a median of CUDA-event timings after warm-up, each
 // sample after an L2 flush (256 MiB written), so no input is served from L2.
 // Decode rows report eager runs (attention + combine launches) and CUDA-graph
 // replays of the same step, and the plan kernel on its own.
@@ -21,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "core/ops/gemm.h"
 #include "cuda/common/runtime_utils.h"
 #include "cuda/cuda_decode_backend.h"
@@ -43,7 +45,7 @@ double median_us(Stream stream, int warmup, int samples, const std::function<voi
   cuda::EventTimer timer;
   std::vector<double> us;
   for (int i = 0; i < samples; ++i) {
-    cuda_hooks::memset_device(flush.data(), i & 0xff, flush.tensor().nbytes(), kGpu.index, stream);
+    detail::cuda_device_ops().memset(flush.data(), i & 0xff, flush.tensor().nbytes(), kGpu.index, stream);
     timer.start(stream);
     issue();
     timer.stop(stream);
@@ -65,9 +67,9 @@ const Ceilings& ceilings() {
     {
       const int64_t bytes = int64_t(2) << 30;  // 2 GiB each way
       OwnedTensor src = OwnedTensor::empty({bytes}, DType::u8, kGpu), dst = OwnedTensor::empty({bytes}, DType::u8, kGpu);
-      cuda_hooks::memset_device(src.data(), 0x5a, size_t(bytes), kGpu.index, stream.get());
+      detail::cuda_device_ops().memset(src.data(), 0x5a, size_t(bytes), kGpu.index, stream.get());
       r.copy_us = median_us(stream.get(), 3, 15, [&] {
-        cuda_hooks::memcpy_any(dst.data(), kGpu, src.data(), kGpu, size_t(bytes), stream.get());
+        detail::cuda_device_ops().memcpy(dst.data(), kGpu, src.data(), kGpu, size_t(bytes), stream.get());
       });
       r.copy_gbps = 2.0 * double(bytes) / (r.copy_us * 1e-6) / 1e9;  // bytes read + written
     }
@@ -94,6 +96,7 @@ const Ceilings& ceilings() {
 // One decode shape of docs/bench-method.md.
 struct DecodeShape {
   std::string name;
+  bool hopper;  // the `hopper` backend (else `cuda`)
   int heads;
   std::vector<int> seq_lens;
   int s_q;
@@ -174,7 +177,7 @@ void bench_decode(benchmark::State& state, const DecodeShape& shape) {
   params.dtype = DType::bf16;
   params.kv_cache_dtype = shape.cache_dtype;
   params.context = RunContext{kGpu, stream.get(), 0};
-  cuda::CudaDecodeBackend backend(params);
+  cuda::CudaDecodeBackend backend(params, shape.hopper);
   backend.prepare_metadata(md);
   auto run = [&] { backend.run(q_nope.tensor(), q_pe.tensor(), cache, md, out.tensor(), lse.tensor()); };
   const int samples = 30;
@@ -199,8 +202,11 @@ void bench_decode(benchmark::State& state, const DecodeShape& shape) {
   row.judged_by = shape.judged_by;
   row.frac = std::string(shape.judged_by) == "gemm" ? row.tflops / ceil.gemm_tflops : row.gbps / ceil.copy_gbps;
   row.target = shape.target;
-  row.config = backend.uses_tensor_cores() ? backend.tile_config().str() + " parts " + std::to_string(backend.num_parts())
-                                           : "generic";
+  row.config = backend.uses_sm90_kernel()
+                   ? "sm90 wgmma m64n64s2 parts " + std::to_string(backend.num_parts())
+                   : backend.uses_tensor_cores()
+                         ? backend.tile_config().str() + " parts " + std::to_string(backend.num_parts())
+                         : "generic";
   rows().push_back(row);
   for (auto _ : state) state.SetIterationTime(best_us * 1e-6);
   state.counters["us_eager"] = row.us;
@@ -234,23 +240,44 @@ std::vector<int> mixed(int b) {  // 128 .. 32768 keys, log-uniform
 
 void register_all() {
   benchmark::RegisterBenchmark("ceilings", bench_ceilings)->Iterations(1)->UseManualTime();
-  const std::vector<DecodeShape> shapes = {
-      {"decode/H16_B128_S16384_p64_bf16", 16, same(128, 16384), 1, DType::bf16, "copy", 0.75},
-      {"decode/H128_B128_S4096_p64_bf16", 128, same(128, 4096), 1, DType::bf16, "gemm", 0.30},
-      {"decode/H16_B1_S16384_p64_bf16", 16, same(1, 16384), 1, DType::bf16, "copy", 0.50},
-      {"decode/H128_B128_S16384_p64_bf16", 128, same(128, 16384), 1, DType::bf16, "gemm", 0},
-      {"decode/H128_B64_S8192_p64_bf16", 128, same(64, 8192), 1, DType::bf16, "gemm", 0},
-      {"decode/H16_B1_S65536_p64_bf16", 16, same(1, 65536), 1, DType::bf16, "copy", 0},
-      {"decode/H16_B64_mixed128-32k_p64_bf16", 16, mixed(64), 1, DType::bf16, "copy", 0},
-      {"decode/H16_B128_S16384_p64_fp8", 16, same(128, 16384), 1, DType::fp8_e4m3, "copy", 0},
-      {"decode/H128_B128_S4096_p64_fp8", 128, same(128, 4096), 1, DType::fp8_e4m3, "gemm", 0},
-      {"decode/H16_B128_S4096_sq2_p64_bf16", 16, same(128, 4096), 2, DType::bf16, "copy", 0},
+  // Portable-backend targets (issue 7) for cuda rows, issue 12's for hopper rows.
+  struct Base {
+    std::string name;
+    int heads;
+    std::vector<int> seq_lens;
+    int s_q;
+    DType cache_dtype;
+    const char* judged_by;
+    double cuda_target, hopper_target;
   };
-  for (const DecodeShape& s : shapes) {
-    benchmark::RegisterBenchmark(s.name.c_str(), [s](benchmark::State& st) { bench_decode(st, s); })
-        ->Iterations(1)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+  const std::vector<Base> shapes = {
+      {"decode/H16_B128_S16384_p64_bf16", 16, same(128, 16384), 1, DType::bf16, "copy", 0.75, 0.94},
+      {"decode/H16_B64_S32768_p64_bf16", 16, same(64, 32768), 1, DType::bf16, "copy", 0, 0.94},
+      {"decode/H16_B32_S4096_p64_bf16", 16, same(32, 4096), 1, DType::bf16, "copy", 0, 0.70},
+      {"decode/H128_B128_S4096_p64_bf16", 128, same(128, 4096), 1, DType::bf16, "gemm", 0.30, 0.80},
+      {"decode/H128_B128_S16384_p64_bf16", 128, same(128, 16384), 1, DType::bf16, "gemm", 0, 0.80},
+      {"decode/H128_B32_S4096_p64_bf16", 128, same(32, 4096), 1, DType::bf16, "gemm", 0, 0.60},
+      {"decode/H16_B1_S16384_p64_bf16", 16, same(1, 16384), 1, DType::bf16, "copy", 0.50, 0},
+      {"decode/H16_B1_S65536_p64_bf16", 16, same(1, 65536), 1, DType::bf16, "copy", 0, 0.70},
+      {"decode/H128_B1_S65536_p64_bf16", 128, same(1, 65536), 1, DType::bf16, "gemm", 0, 0},
+      {"decode/H128_B64_S8192_p64_bf16", 128, same(64, 8192), 1, DType::bf16, "gemm", 0, 0},
+      {"decode/H16_B64_mixed128-32k_p64_bf16", 16, mixed(64), 1, DType::bf16, "copy", 0, 0},
+      {"decode/H16_B128_S16384_p64_fp8", 16, same(128, 16384), 1, DType::fp8_e4m3, "copy", 0, 0.85},
+      {"decode/H128_B128_S4096_p64_fp8", 128, same(128, 4096), 1, DType::fp8_e4m3, "gemm", 0, 0},
+      {"decode/H16_B128_S4096_sq2_p64_bf16", 16, same(128, 4096), 2, DType::bf16, "copy", 0, 0},
+  };
+  const lattn::CudaDeviceQuery q = lattn::query_cuda_devices();
+  const bool sm90 = !q.devices.empty() && q.devices[0].capability.major == 9;
+  for (const Base& b : shapes) {
+    for (bool hopper : {false, true}) {
+      if (hopper && !sm90) continue;
+      const DecodeShape s{std::string(hopper ? "hopper/" : "cuda/") + b.name, hopper, b.heads, b.seq_lens, b.s_q,
+                          b.cache_dtype, b.judged_by, hopper ? b.hopper_target : b.cuda_target};
+      benchmark::RegisterBenchmark(s.name.c_str(), [s](benchmark::State& st) { bench_decode(st, s); })
+          ->Iterations(1)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
 }
 
@@ -258,10 +285,10 @@ void print_summary() {
   const Ceilings& c = ceilings();
   std::printf("\nceilings (this run): copy %.0f GB/s (%.0f us for 2 GiB), bf16 GEMM %.0f TFLOP/s (%.0f us)\n",
               c.copy_gbps, c.copy_us, c.gemm_tflops, c.gemm_us);
-  std::printf("%-40s %9s %9s %7s %8s %8s %6s %6s %s\n", "case", "eager_us", "graph_us", "plan_us", "TFLOP/s", "GB/s",
+  std::printf("%-47s %9s %9s %7s %8s %8s %6s %6s %s\n", "case", "eager_us", "graph_us", "plan_us", "TFLOP/s", "GB/s",
               "frac", "target", "config");
   for (const Row& r : rows()) {
-    std::printf("%-40s %9.1f %9.1f %7.1f %8.1f %8.0f %6.3f %6s %s (%s)%s\n", r.name.c_str(), r.us, r.graph_us,
+    std::printf("%-47s %9.1f %9.1f %7.1f %8.1f %8.0f %6.3f %6s %s (%s)%s\n", r.name.c_str(), r.us, r.graph_us,
                 r.plan_us, r.tflops, r.gbps, r.frac, r.target > 0 ? std::to_string(r.target).substr(0, 4).c_str() : "-",
                 r.config.c_str(), r.judged_by, r.target > 0 ? (r.frac >= r.target ? "  MEETS" : "  MISSES") : "");
   }

@@ -1,15 +1,18 @@
-// Benchmarks of the `cuda` prefill kernels (sm80 tensor-core varlen
-// attention) against the same-run ceiling: a cuBLAS bf16 8192^3 GEMM.
+// Benchmarks of the prefill kernels — the `cuda` backend's sm80 tensor-core
+// varlen attention and, on an sm90 GPU, the `hopper` backend's sm_90a kernel
+// ("[hopper]" rows) — against the same-run ceiling: a cuBLAS bf16 8192^3 GEMM.
 //
-// Cases (docs/bench-method.md): causal 192/128 bf16 at H128 x one request of 8192
-// tokens, 4 x 4096 and 16 x 1024, each with the default kernel and the
-// candidate tile configurations; and chunked context (32k cached tokens +
-// 2k new, workspace 64k and 8k tokens) against the same attention done in
-// one bottom-right causal launch. Each row: median µs of many event-timed
-// launches after warm-up, TFLOP/s by the count of docs/bench-method.md, and the fraction
-// of the GEMM rate. A summary table is printed last.
+// Cases (docs/bench-method.md): causal 192/128 bf16 at H128 x one request
+// of 8192 tokens, 4 x 4096 and 16 x 1024, and H16 x 8 x 8192, each with the
+// default kernel, the candidate tile configurations and the hopper kernels;
+// and chunked context (32k cached tokens + 2k new, workspace 64k and 8k
+// tokens) against the same attention done in one bottom-right causal launch,
+// with either backend's kernel. Each row: median µs of many event-timed
+// launches after warm-up, TFLOP/s by the count of docs/bench-method.md, and
+// the fraction of the GEMM rate. A summary table is printed last.
 //
-// This benchmark reaches the internal launcher (src/cuda/sm80/prefill/prefill_launch.h)
+// This benchmark reaches the internal launchers (src/cuda/sm80/prefill/prefill_launch.h,
+// src/cuda/sm90/prefill/prefill_launch.h)
 // for the candidate configurations and for the bottom-right causal launch
 // the unchunked baseline needs; the public backend runs the same kernels.
 #include <benchmark/benchmark.h>
@@ -23,11 +26,13 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "cuda/sm80/prefill/prefill_config.h"
 #include "cuda/sm80/prefill/prefill_launch.h"
+#include "cuda/sm90/prefill/prefill_launch.h"
 #include "lattn/device.h"
 #include "lattn/dtype.h"
 #include "lattn/errors.h"
@@ -36,6 +41,13 @@
 namespace {
 
 namespace sm80 = lattn::cuda::sm80;
+namespace sm90 = lattn::cuda::sm90;
+
+// Which kernel a row times: a row of sm80::kPrefillTileConfigs (>= 0), or
+// kHopper - i for row i of sm90::kHopperPrefillConfigs.
+constexpr int kHopper = -1;
+bool is_hopper(int kernel) { return kernel <= kHopper; }
+int hopper_config(int kernel) { return kHopper - kernel; }
 
 #define BENCH_CUDA(call)                                                                          \
   do {                                                                                            \
@@ -106,6 +118,15 @@ std::string gpu_skip_reason() {
   const lattn::CudaDeviceQuery q = lattn::query_cuda_devices();
   if (q.devices.empty()) return q.unavailable_reason;
   if (q.devices[0].capability.major < 8) return "the cuda prefill kernels need sm80+";
+  return "";
+}
+
+std::string hopper_skip_reason() {
+  const lattn::CudaDeviceQuery q = lattn::query_cuda_devices();
+  if (q.devices.empty()) return q.unavailable_reason;
+  const lattn::DeviceCapability c = q.devices[0].capability;
+  if (!(c.major == 9 && c.minor == 0)) return "the hopper prefill kernel needs an sm90 GPU";
+  if (!sm90::hopper_prefill_compiled()) return "this build has no sm_90a code";
   return "";
 }
 
@@ -193,6 +214,16 @@ struct Problem {
     fill_random_bf16(v->ptr, size_t(tk) * heads * kDv, 13, 1.f);
   }
 
+  // Runs `p` with `kernel` (a config row or kHopper); p's k/v start at row
+  // k_row0 of this problem's buffers.
+  void run(const sm80::PrefillParams& p, int kernel, int64_t k_row0 = 0) const {
+    if (is_hopper(kernel)) {
+      sm90::run_hopper_prefill_attention(p, tq, tk - k_row0, nullptr, hopper_config(kernel));
+    } else {
+      sm80::run_prefill_attention(p, nullptr, kernel);
+    }
+  }
+
   // Params over rows [k_row0, ...) of this problem's k/v.
   sm80::PrefillParams params(bool causal, int64_t k_row0 = 0, const int32_t* cu_k_override = nullptr) const {
     sm80::PrefillParams p;
@@ -234,10 +265,11 @@ void report(benchmark::State& state, const std::string& name, double ms, double 
   rows().push_back({name, ms * 1e3, tflops, fraction, note});
 }
 
-bool skip_without_gpu(benchmark::State& state) {
+bool skip_without_gpu(benchmark::State& state, int kernel = 0) {
   static const std::string reason = gpu_skip_reason();
-  if (reason.empty()) return false;
-  state.SkipWithError(("no usable GPU: " + reason).c_str());
+  static const std::string hopper_reason = hopper_skip_reason();
+  if (reason.empty() && (!is_hopper(kernel) || hopper_reason.empty())) return false;
+  state.SkipWithError(("no usable GPU: " + (reason.empty() ? hopper_reason : reason)).c_str());
   for (auto _ : state) {
   }
   return true;
@@ -252,20 +284,26 @@ void BM_GemmCeiling(benchmark::State& state) {
   }
 }
 
-// Causal prefill of `batch` requests of `seq` tokens, H128, with tile config
-// `config` (index into kPrefillTileConfigs).
+std::string kernel_name(int kernel) {
+  return is_hopper(kernel) ? std::string("hopper ") + sm90::kHopperPrefillConfigs[hopper_config(kernel)].name
+                           : std::string(sm80::kPrefillTileConfigs[kernel].name);
+}
+
+// Causal prefill of `batch` requests of `seq` tokens, `heads` heads, with
+// `kernel` (index into kPrefillTileConfigs, or kHopper).
 void BM_PrefillCausal(benchmark::State& state) {
-  if (skip_without_gpu(state)) return;
-  const int batch = int(state.range(0)), seq = int(state.range(1)), config = int(state.range(2));
+  const int batch = int(state.range(0)), seq = int(state.range(1)), kernel = int(state.range(2));
+  const int heads = int(state.range(3));
+  if (skip_without_gpu(state, kernel)) return;
   gemm_ceiling_tflops();
-  const Problem pb(128, std::vector<int>(size_t(batch), seq), std::vector<int>(size_t(batch), seq));
+  const Problem pb(heads, std::vector<int>(size_t(batch), seq), std::vector<int>(size_t(batch), seq));
   const sm80::PrefillParams p = pb.params(true);
-  const double flops = attention_flops(128, pb.sq, pb.sk, true);
+  const double flops = attention_flops(heads, pb.sq, pb.sk, true);
   const int reps = flops > 5e12 ? 15 : 30;
   for (auto _ : state) {
-    const double ms = median_ms([&] { sm80::run_prefill_attention(p, nullptr, config); }, 3, reps);
-    report(state, "prefill causal H128 B" + std::to_string(batch) + " S" + std::to_string(seq) + " [" +
-                      sm80::kPrefillTileConfigs[config].name + "]",
+    const double ms = median_ms([&] { pb.run(p, kernel); }, 3, reps);
+    report(state, "prefill causal H" + std::to_string(heads) + " B" + std::to_string(batch) + " S" +
+                      std::to_string(seq) + " [" + kernel_name(kernel) + "]",
            ms, flops);
   }
 }
@@ -276,8 +314,9 @@ void BM_PrefillCausal(benchmark::State& state) {
 // merge_attn_states op is available); unchunked = one bottom-right causal
 // launch over context + new keys. Both do the same useful FLOPs.
 void BM_ChunkedContext(benchmark::State& state) {
-  if (skip_without_gpu(state)) return;
   const int context = int(state.range(0)), fresh = int(state.range(1)), workspace = int(state.range(2));
+  const int kernel = int(state.range(3));
+  if (skip_without_gpu(state, kernel)) return;
   gemm_ceiling_tflops();
   const int heads = 128;
   // K/V rows [0, context) are the gathered context, [context, context + fresh) the new tokens.
@@ -316,23 +355,24 @@ void BM_ChunkedContext(benchmark::State& state) {
   const lattn::Tensor l_chunk(all.lse->ptr, DType::f32, {heads, fresh}, dev);
   bool merge_available = true;
   try {
-    lattn::cuda_hooks::merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk, nullptr);
+    lattn::detail::cuda_device_ops().merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk, nullptr);
   } catch (const lattn::NotImplementedError&) {
     merge_available = false;
   }
 
   for (auto _ : state) {
-    const double ms_unchunked = median_ms([&] { sm80::run_prefill_attention(unchunked, nullptr); }, 2, 10);
+    const double ms_unchunked = median_ms([&] { all.run(unchunked, kernel); }, 3, 30);
     const double ms_chunked = median_ms(
         [&] {
-          sm80::run_prefill_attention(new_tokens, nullptr);
-          for (const auto& cp : chunk_params) {
-            sm80::run_prefill_attention(cp, nullptr);
-            if (merge_available) lattn::cuda_hooks::merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk, nullptr);
+          all.run(new_tokens, kernel, context);
+          for (int c = 0; c < num_chunks; ++c) {
+            all.run(chunk_params[size_t(c)], kernel, int64_t(c) * workspace);
+            if (merge_available) lattn::detail::cuda_device_ops().merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk, nullptr);
           }
         },
-        2, 10);
-    const std::string shape = "ctx" + std::to_string(context) + " new" + std::to_string(fresh) + " H128";
+        3, 30);
+    const std::string shape = "ctx" + std::to_string(context) + " new" + std::to_string(fresh) + " H128 [" +
+                              (is_hopper(kernel) ? std::string("hopper") : std::string("cuda")) + "]";
     report(state, "context unchunked " + shape, ms_unchunked, flops);
     report(state, "context chunked " + shape + " ws" + std::to_string(workspace) + " (" + std::to_string(num_chunks) +
                       " chunk" + (num_chunks > 1 ? "s" : "") + ")",
@@ -345,21 +385,35 @@ void BM_ChunkedContext(benchmark::State& state) {
 
 void register_benchmarks() {
   benchmark::RegisterBenchmark("gemm_ceiling_bf16_8192", BM_GemmCeiling)->UseManualTime()->Iterations(1);
+  std::vector<int> kernels;
+  for (int h = 0; h < sm90::kNumHopperPrefillConfigs; ++h) {
+    if (sm90::kHopperPrefillConfigs[h].head_dim_qk == kDqk && sm90::kHopperPrefillConfigs[h].head_dim_v == kDv) {
+      kernels.push_back(kHopper - h);
+    }
+  }
   for (int config = 0; config < sm80::kNumPrefillTileConfigs; ++config) {
     const sm80::PrefillTileConfig& c = sm80::kPrefillTileConfigs[config];
-    if (c.head_dim_qk != kDqk || c.head_dim_v != kDv) continue;
-    for (auto [batch, seq] : {std::pair{1, 8192}, std::pair{4, 4096}, std::pair{16, 1024}}) {
-      benchmark::RegisterBenchmark(("prefill_causal/" + std::string(c.name)).c_str(), BM_PrefillCausal)
-          ->Args({batch, seq, config})
+    if (c.head_dim_qk == kDqk && c.head_dim_v == kDv) kernels.push_back(config);
+  }
+  for (int kernel : kernels) {
+    const std::string name = is_hopper(kernel) ? "hopper_" + std::string(sm90::kHopperPrefillConfigs[hopper_config(kernel)].name)
+                                               : sm80::kPrefillTileConfigs[kernel].name;
+    for (auto [heads, batch, seq] : {std::tuple{128, 1, 8192}, std::tuple{128, 4, 4096}, std::tuple{128, 16, 1024},
+                                     std::tuple{16, 8, 8192}}) {
+      benchmark::RegisterBenchmark(("prefill_causal/" + name).c_str(), BM_PrefillCausal)
+          ->Args({batch, seq, kernel, heads})
           ->UseManualTime()
           ->Iterations(1);
     }
   }
-  benchmark::RegisterBenchmark("chunked_context", BM_ChunkedContext)
-      ->Args({32768, 2048, 65536})
-      ->Args({32768, 2048, 8192})
-      ->UseManualTime()
-      ->Iterations(1);
+  for (int kernel : {kHopper, 0}) {
+    benchmark::RegisterBenchmark(kernel == kHopper ? "chunked_context/hopper" : "chunked_context/cuda",
+                                 BM_ChunkedContext)
+        ->Args({32768, 2048, 65536, kernel})
+        ->Args({32768, 2048, 8192, kernel})
+        ->UseManualTime()
+        ->Iterations(1);
+  }
 }
 
 void print_summary() {

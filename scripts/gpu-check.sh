@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh OUT_DIR — everything lattn's CUDA backend promises, in
 # one command on a GPU machine: build for sm_90a, run every CUDA test, the
-# compute-sanitizer checks (memcheck, racecheck) on small cases, the CUDA
+# compute-sanitizer checks (memcheck, racecheck, synccheck) on small cases, the CUDA
 # benchmarks, and the SASS / resource checks of the kernels. Logs and JSON go
 # to OUT_DIR (at most 8 files); a summary table is printed last.
 #
@@ -116,6 +116,10 @@ if command -v compute-sanitizer >/dev/null; then
   san memcheck cuda_backend_test '*tiny_mixed:*deepseek_mixed:*tiny_fp8_cache'
   san racecheck cuda_decode_test 'CudaDecodeSmall.SanitizerCase:CudaDecodeSmall.LseIsOptional'
   san racecheck cuda_ops_test '*Merge*:*Gather*'
+  # The hopper backend (sm90): its wrapper unit test and the small decode case
+  # (which runs hopper's wgmma kernel on this GPU) under every tool.
+  san memcheck sm90_wgmma_test '*'
+  san synccheck cuda_decode_test 'CudaDecodeSmall.SanitizerCase'
   # Other CUDA tests (other issues' work): their small/sanitizer cases, else the whole binary.
   for extra_test in $(ls $CUDA_TESTS | xargs -n1 basename | sed 's/\.cpp$//' | grep -v -E '^cuda_(ops|decode|gemm|backend)_test$'); do
     small='*Small*:*small*:*Sanitizer*'
@@ -128,7 +132,7 @@ else
   note "compute-sanitizer: not found"
 fi
 
-# ---- SASS and resources of the decode kernels ---------------------------------------------
+# ---- SASS and resources of the decode and prefill kernels ---------------------------------
 lib=$(ls "$BUILD"/src/liblattn.so* | head -1)
 {
   echo "# cuobjdump -res-usage (registers, stack, shared memory) of lattn's kernels"
@@ -136,13 +140,13 @@ lib=$(ls "$BUILD"/src/liblattn.so* | head -1)
     sed -E 's/Function ([^ ]*):/\1/' | c++filt 2>/dev/null | cut -c1-400
   echo
   echo "# per-kernel SASS instruction counts (HMMA = tensor-core mma, LDSM = ldmatrix,"
-  echo "# LDGSTS = cp.async, LDL/STL = local memory: spills or stack arrays)"
+  echo "# LDGSTS = cp.async, LDL/STL = local memory: spills or stack arrays, HGMMA = wgmma, UTMALDG = TMA load)"
   cuobjdump -sass "$lib" 2>/dev/null | awk '
-    /Function :/ { if (name != "") print name, hmma, ldsm, ldgsts, ldl, stl; name=$3; hmma=ldsm=ldgsts=ldl=stl=0; next }
-    / HMMA/ { hmma++ } / LDSM/ { ldsm++ } / LDGSTS/ { ldgsts++ } / LDL/ { ldl++ } / STL/ { stl++ }
-    END { if (name != "") print name, hmma, ldsm, ldgsts, ldl, stl }' |
-    c++filt | awk '{ printf "HMMA=%-5s LDSM=%-5s LDGSTS=%-4s LDL=%-3s STL=%-3s %s\n", $(NF-4), $(NF-3), $(NF-2), $(NF-1), $NF, substr($0, 1, 160) }' |
-    sed -E 's/ [0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+$//'
+    /Function :/ { if (name != "") print name, hmma, ldsm, ldgsts, ldl, stl, hgmma, utma; name=$3; hmma=ldsm=ldgsts=ldl=stl=hgmma=utma=0; next }
+    / HMMA/ { hmma++ } / LDSM/ { ldsm++ } / LDGSTS/ { ldgsts++ } / LDL/ { ldl++ } / STL/ { stl++ } / HGMMA/ { hgmma++ } / UTMALDG/ { utma++ }
+    END { if (name != "") print name, hmma, ldsm, ldgsts, ldl, stl, hgmma, utma }' |
+    c++filt | awk '{ printf "HMMA=%-5s LDSM=%-5s LDGSTS=%-4s LDL=%-3s STL=%-3s HGMMA=%-4s UTMALDG=%-3s %s\n", $(NF-6), $(NF-5), $(NF-4), $(NF-3), $(NF-2), $(NF-1), $NF, substr($0, 1, 160) }' |
+    sed -E 's/ [0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+$//'
   echo
   echo "# the decode kernel's hot loop (the 64x64-tile bf16 instantiation), first 60 HMMA/LDSM/LDGSTS lines"
   cuobjdump -sass "$lib" 2>/dev/null |
@@ -151,6 +155,24 @@ lib=$(ls "$BUILD"/src/liblattn.so* | head -1)
 } > "$OUT/sass.txt" 2>&1
 decode_lines=$(grep -E 'mla_decode_kernel' "$OUT/sass.txt" | grep -E '^HMMA')
 note "SASS: decode kernels with HMMA: $(echo "$decode_lines" | grep -c -v 'HMMA=0 ') of $(echo "$decode_lines" | grep -c .); with LDL/STL: $(echo "$decode_lines" | grep -c -v -E 'LDL=0 +STL=0 ')"
+# The hopper decode kernel (sm_90a): wgmma shows as HGMMA; no local memory.
+{
+  echo
+  echo "# hopper decode kernel (mla_decode_sm90_kernel): HGMMA / LDL / STL per instantiation"
+  # (sm_90a code only: the sm_80 pass compiles the kernel to an empty body)
+  cuobjdump -sass "$lib" 2>/dev/null | awk '
+    function flush() { if (name ~ /mla_decode_sm90_kernel/ && arch == "sm_90a") print name, hg, ldl, stl }
+    /arch = / { flush(); name = ""; arch = $3; next }
+    /Function :/ { flush(); name=$3; hg=ldl=stl=0; next }
+    / HGMMA/ { hg++ } / LDL/ { ldl++ } / STL/ { stl++ }
+    END { flush() }' |
+    c++filt | awk '{ printf "HGMMA=%-4s LDL=%-3s STL=%-3s %s\n", $(NF-2), $(NF-1), $NF, substr($0, 1, 120) }'
+} >> "$OUT/sass.txt" 2>&1
+hopper_lines=$(grep -E '^HGMMA=' "$OUT/sass.txt")
+note "SASS: hopper decode kernels with HGMMA: $(echo "$hopper_lines" | grep -c -v 'HGMMA=0 ') of $(echo "$hopper_lines" | grep -c .); with LDL/STL: $(echo "$hopper_lines" | grep -c -v -E 'LDL=0 +STL=0 ')"
+# The hopper prefill kernels (sm_90a): every instance must use HGMMA and no local memory.
+hopper_prefill_lines=$(grep -E 'hopper_prefill_kernel' "$OUT/sass.txt" | grep -E '^HMMA' | grep -v 'HGMMA=0 ')
+note "SASS: hopper prefill kernels with HGMMA: $(echo "$hopper_prefill_lines" | grep -c .); with LDL/STL: $(echo "$hopper_prefill_lines" | grep -c -v -E 'LDL=0 +STL=0 ')"
 
 # ---- benchmarks -------------------------------------------------------------------------
 bench_rc=0
@@ -164,6 +186,12 @@ for src in bench/cuda_*_bench.cpp; do
   [[ $rc -ne 0 ]] && bench_rc=1
   note "bench $b: rc=$rc at $(stamp)"
 done
+
+# The cuDNN anchor for the prefill rows: PyTorch SDPA in the same run (skips
+# itself when torch is not importable).
+echo "### bench/sdpa_prefill_bench.py" >> "$OUT/bench.log"
+timeout 300 python3 bench/sdpa_prefill_bench.py >> "$OUT/bench.log" 2>&1
+note "bench sdpa_prefill_bench.py: rc=$? at $(stamp)"
 
 # The shared harness through the command (`lattn bench`, CUDA runner): the
 # issue-7 shapes, ceilings measured in the same run, roofline fractions.
@@ -196,7 +224,7 @@ echo
 echo "================ summary ================"
 cat "$SUMMARY"
 grep -h '^\[  FAILED  \]' "$OUT/tests.log" | sort -u | head -30
-grep -E '^### |ceiling|^(decode|prefill|chunked)' "$OUT/bench.log" | cut -c1-200 | head -60
+grep -E '^### |ceiling|^(decode|prefill|chunked|context|sdpa)' "$OUT/bench.log" | cut -c1-200 | head -80
 sed -n '/^### lattn bench/,$p' "$OUT/bench.log" | cut -c1-200 | head -40
 if [[ -f "$OUT/variants.log" ]]; then
   echo "---- variants"

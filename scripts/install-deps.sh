@@ -15,6 +15,7 @@ packages=(
   python3-numpy python3-pytest     # Python tests
   python3-pip python3-setuptools python3-wheel python3-venv  # `pip install .` offline (docs/python.md)
   python3-matplotlib               # lattn bench --plot
+  clang-format-14                  # scripts/check-format.sh (CI)
   clang libclang-rt-14-dev libomp-dev  # libFuzzer targets (scripts/fuzz.sh, make test)
 )
 

@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "exit_codes.h"
 #include "harness/harness.h"
+#include "harness/sparse_cases.h"
 #include "lattn/errors.h"
 #include "lattn/kernel_label.h"
 #include "layer_options.h"
@@ -124,8 +125,9 @@ std::vector<bench::BenchCase> sweep(const BenchOptions& o, const LayerSetup& set
       phases.push_back(bench::Phase::prefill);
     } else if (p == "decode") {
       phases.push_back(bench::Phase::decode);
-    } else {
-      throw CliError(kExitUsage, "--phase takes prefill and/or decode separated by commas; got '" + p + "'");
+    } else if (p != "sparse-decode" && p != "sparse-prefill" && p != "indexer") {  // those: sparse_bench below
+      throw CliError(kExitUsage, "--phase takes prefill, decode, sparse-decode, sparse-prefill and/or indexer separated "
+                                 "by commas; got '" + p + "'");
     }
   }
   const std::vector<int> heads =
@@ -157,6 +159,7 @@ std::vector<bench::BenchCase> sweep(const BenchOptions& o, const LayerSetup& set
               c.device = setup.device;
               // The thread count the CPU runs use (0 means all: say how many that is).
               c.num_threads = o.threads > 0 || !setup.device.is_cpu() ? o.threads : omp_get_max_threads();
+              c.batch_invariant = o.layer.batch_invariant;
               if (phase == bench::Phase::prefill) {
                 c.query_len = s;
                 c.context_len = v;
@@ -193,8 +196,41 @@ std::unique_ptr<bench::DeviceRunner> make_runner(const LayerSetup& setup, int th
   }
 }
 
+// The sparse-MLA phases (bench/harness/sparse_cases.h): their fixed target
+// cases on the CPU, judged against the CPU ceilings of the same run.
+void sparse_bench(const BenchOptions& o, const std::vector<bench::SparsePhase>& phases, const LayerSetup& setup) {
+  if (!setup.device.is_cpu()) {
+    throw CliError(kExitUsage, "--phase sparse-decode/sparse-prefill/indexer run on the CPU only (got --device " +
+                                   device_name(setup.device) + ")");
+  }
+  if (!o.quiet) std::fprintf(stderr, "measuring the CPU ceilings...\n");
+  const bench::Ceilings before = bench::measure_cpu_ceilings(o.threads);
+  std::vector<bench::SparseRow> rows;
+  for (bench::SparseCase c : bench::sparse_target_cases(phases)) {
+    c.threads = o.threads;
+    if (!o.backends.empty()) c.backend = o.backends;
+    if (!o.quiet) std::fprintf(stderr, "%s\n", c.name().c_str());
+    rows.push_back(bench::time_sparse_case(c, o.repeats));
+  }
+  std::fputs(bench::format_sparse_table(bench::best_of(before, bench::measure_cpu_ceilings(o.threads)), rows).c_str(),
+             stdout);
+  std::fflush(stdout);
+}
+
 int bench_command(const BenchOptions& o) {
   LayerSetup setup = resolve_layer_setup(o.layer);
+  std::vector<bench::SparsePhase> sparse_phases;
+  bool dense = false;
+  for (const std::string& p : split_list(o.phases, "--phase")) {
+    if (p == "sparse-decode") sparse_phases.push_back(bench::SparsePhase::decode);
+    else if (p == "sparse-prefill") sparse_phases.push_back(bench::SparsePhase::prefill);
+    else if (p == "indexer") sparse_phases.push_back(bench::SparsePhase::indexer);
+    else dense = true;
+  }
+  if (!sparse_phases.empty()) {
+    sparse_bench(o, sparse_phases, setup);
+    if (!dense) return kExitOk;
+  }
   if (o.output != "table" && o.output != "csv" && o.output != "json") {
     throw CliError(kExitUsage, "-o/--output must be table, csv or json; got '" + o.output + "'");
   }
@@ -276,7 +312,7 @@ Subcommand add_bench_command(CLI::App& root) {
       "roofline.");
   add_layer_flags(*app, o->layer, FlagSet{.block_size = false, .backends = false});
   const std::string sweep_group = "Sweep (comma-separated lists)";
-  app->add_option("--phase", o->phases, "prefill, decode")->capture_default_str()->group(sweep_group);
+  app->add_option("--phase", o->phases, "prefill, decode, sparse-decode, sparse-prefill, indexer (the sparse phases: fixed DeepSeek-V3.2 target cases on the CPU)")->capture_default_str()->group(sweep_group);
   app->add_option("--heads", o->heads, "Heads per rank (default: the model's, after --tp)")->group(sweep_group);
   app->add_option("--batch", o->batches, "Requests per case")->capture_default_str()->group(sweep_group);
   app->add_option("--seq", o->seqs, "prefill: new tokens per request; decode: tokens in the cache per request")

@@ -1,6 +1,7 @@
 // The layer flags and their validation.
 #include "layer_options.h"
 
+#include <cstdlib>
 #include <stdexcept>
 
 #include "exit_codes.h"
@@ -38,6 +39,10 @@ void add_layer_flags(CLI::App& app, LayerFlags& flags, FlagSet which) {
   }
   app.add_option("--device", flags.device, "Where the layers run: auto (cuda:0 when present, else cpu), cpu, cuda:N")
       ->capture_default_str()
+      ->group(group);
+  app.add_flag("--batch-invariant", flags.batch_invariant,
+               "Batch-invariant mode: a request's output bits do not depend on the rest of its batch (fixed "
+               "split sizes and reduction orders; docs/mla.md). Same as LATTN_BATCH_INVARIANT=1")
       ->group(group);
   if (which.backends) {
     app.add_option("--prefill-backend", flags.prefill_backend,
@@ -112,6 +117,9 @@ LayerSetup resolve_layer_setup(const LayerFlags& flags) {
   setup.device = resolve_device(flags.device);
   setup.prefill_backend = flags.prefill_backend;
   setup.decode_backend = flags.decode_backend;
+  // The layers and metadata builders of run, info and bench (the serving
+  // engine, the benchmark harness) all read the mode from the environment.
+  if (flags.batch_invariant) setenv("LATTN_BATCH_INVARIANT", "1", 1);
   return setup;
 }
 

@@ -23,6 +23,7 @@ struct LayerFlags {
   std::string device = "auto";
   std::string prefill_backend;  // "" = the selector's choice
   std::string decode_backend;
+  bool batch_invariant = false;  // --batch-invariant
 };
 
 struct FlagSet {

@@ -23,7 +23,7 @@ std::string BenchCase::name() const {
     s += " S" + std::to_string(seq_len) + " sq" + std::to_string(query_len) + " bs" + std::to_string(block_size) + " " +
          dtype_name(dtype) + "/" + dtype_name(kv_cache_dtype);
   }
-  return s + " " + backend;
+  return s + " " + backend + (batch_invariant ? " bi" : "");
 }
 
 void BenchCase::validate() const {

@@ -39,6 +39,7 @@ struct BenchCase {
   int block_size = 16;                 // decode only
   Device device = Device::cpu();
   int num_threads = 0;                 // CPU backends: 0 = all
+  bool batch_invariant = false;        // the backends' batch-invariant mode (RunContext::batch_invariant)
   std::string label;                   // free text shown in reports, e.g. "target"
 
   // "prefill H16 B1 q1024 ctx8192/4 bf16 cpu" / "decode H16 B8 S4096 sq1 bs16 bf16/bf16 cpu"

@@ -138,6 +138,7 @@ std::function<void()> prefill_step(const BenchCase& c, std::mt19937_64& rng) {
   params.dtype = c.dtype;
   params.context.device = c.device;
   params.context.num_threads = c.num_threads;
+  params.context.batch_invariant = c.batch_invariant;
   in->backend = mla_prefill_backend_registry().get_class(c.backend)->create(params);
 
   // As MlaAttention's chunked prefill does it: chunk 0 starts the prefix,
@@ -225,6 +226,7 @@ std::function<void()> decode_step(const BenchCase& c, std::mt19937_64& rng) {
   params.kv_cache_dtype = c.kv_cache_dtype;
   params.context.device = c.device;
   params.context.num_threads = c.num_threads;
+  params.context.batch_invariant = c.batch_invariant;
   in->backend = mla_decode_backend_registry().get_class(c.backend)->create(params);
 
   return [in]() {

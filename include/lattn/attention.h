@@ -38,6 +38,11 @@ struct MlaAttentionConfig {
   std::string decode_backend;          // "" = the selector's choice
   int block_size = 16;                 // for backend selection
   int max_query_tokens_per_request = 1;  // decode s_q the backends must support
+  // Batch-invariant mode (docs/mla.md, "Batch invariance"): a request's
+  // output bits do not depend on the rest of the batch. Also switched on by
+  // the environment variable LATTN_BATCH_INVARIANT=1. Build the metadata
+  // with MetadataBuilderConfig::batch_invariant too (per-request chunks).
+  bool batch_invariant = false;
   // Seed 002: MLACommonImpl refuses KV sharing ("KV sharing not supported in V0.").
   std::optional<std::string> kv_sharing_target_layer_name;
 };

@@ -74,6 +74,11 @@ struct RunContext {
   Device device = Device::cpu();  // where every tensor passed to run* lives
   Stream stream = nullptr;        // CUDA stream run* enqueue on (device backends); ignored on the CPU
   int num_threads = 0;            // CPU backends: worker threads, 0 = all (OpenMP default)
+  // Batch-invariant mode (docs/mla.md, "Batch invariance"): every output bit
+  // of a request depends only on that request's own inputs, never on its
+  // batchmates or its position in the batch (fixed split sizes, fixed
+  // reduction orders, fixed tiles).
+  bool batch_invariant = false;
 };
 
 // ---------------------------------------------------------------------------

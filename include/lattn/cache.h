@@ -8,6 +8,8 @@
 // dtype f16/bf16: entries are stored as the activations are (vLLM "auto").
 // dtype fp8_e4m3 (vLLM "fp8"): stored = fp8(x / scale), read = fp8 * scale,
 // with one per-tensor scale (vLLM's layer._k_scale).
+// dtype u8 (vLLM "fp8_ds_mla", DeepSeek-V3.2): each entry is 656 bytes of
+// fp8 latent, per-128 tile f32 scales and bf16 rope (lattn/sparse.h).
 #pragma once
 
 #include <cstdint>
@@ -31,8 +33,11 @@ struct LatentCache {
   DType dtype() const { return data.dtype(); }
   Device device() const { return data.device(); }
   bool is_fp8() const { return data.dtype() == DType::fp8_e4m3; }
+  // fp8_ds_mla: entry_dim() is then bytes, not elements (lattn/sparse.h).
+  bool is_fp8_ds_mla() const { return data.dtype() == DType::u8; }
 
-  // Throws ValueError when data is not [*, *, L+R] of f16/bf16/fp8_e4m3 with
+  // Throws ValueError when data is not [*, *, L+R] of f16/bf16/fp8_e4m3 (or
+  // u8 [*, *, fp8_ds_mla_entry_bytes(L, R)] with L a multiple of 128) with
   // contiguous entries, or scale is not finite and positive.
   void validate(const char* op) const;
 };

@@ -31,6 +31,7 @@
 #include "lattn/batch_reorder.h"
 #include "lattn/common_metadata.h"
 #include "lattn/device.h"
+#include "lattn/step_plans.h"
 #include "lattn/stream.h"
 #include "lattn/tensor.h"
 
@@ -84,6 +85,8 @@ struct DecodeMetadata {
   Tensor seq_start_loc_cpu, seq_start_loc;      // [num_decodes + 1] int32, [0] == 0
   Tensor block_table_cpu, block_table;          // [num_decodes, max_blocks] int32
   Tensor slot_mapping_cpu, slot_mapping;        // [num_decode_tokens] int64 (PAD_SLOT_ID for padding)
+  // This step's decode plans, made once and shared by every layer (lattn/step_plans.h).
+  std::shared_ptr<StepPlans> plans = std::make_shared<StepPlans>();
 };
 
 // Prefill view (seed: prefill_metadata): request rows [num_decodes, num_reqs)
@@ -210,6 +213,13 @@ struct MetadataBuilderConfig {
   std::optional<int> head_dim;
   // Enables CUDA-graph builds (build_for_cudagraph / padded builds).
   std::optional<CudaGraphConfig> cudagraph;
+  // Batch-invariant context chunks (docs/mla.md, "Batch invariance"): each
+  // prefill's context is cut at multiples of batch_invariant_context_chunk
+  // tokens (0: an eighth of the workspace; rounded down to block_size),
+  // whatever the rest of the batch is, instead of the seed's equal share of
+  // the workspace. Also switched on by LATTN_BATCH_INVARIANT=1.
+  bool batch_invariant = false;
+  int64_t batch_invariant_context_chunk = 0;
 };
 
 // Per-build options.

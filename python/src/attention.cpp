@@ -55,7 +55,7 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
                        float scale, py::handle dtype, py::handle kv_cache_dtype, py::handle device,
                        std::string prefill_backend, std::string decode_backend, int block_size,
                        int max_query_tokens_per_request, std::optional<std::string> kv_sharing_target_layer_name,
-                       py::object stream) {
+                       py::object stream, bool batch_invariant) {
              MlaAttentionConfig c;
              c.dims = MlaDims{num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim};
              c.scale = scale;
@@ -68,6 +68,7 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
              c.block_size = block_size;
              c.max_query_tokens_per_request = max_query_tokens_per_request;
              c.kv_sharing_target_layer_name = std::move(kv_sharing_target_layer_name);
+             c.batch_invariant = batch_invariant;
              return PyMlaAttention{std::make_shared<MlaAttention>(c)};
            }),
            py::arg("num_heads"), py::arg("kv_lora_rank"), py::arg("qk_nope_head_dim"), py::arg("qk_rope_head_dim"),
@@ -75,8 +76,10 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
            py::arg("kv_cache_dtype") = "bf16", py::arg("device") = "cpu", py::arg("prefill_backend") = "",
            py::arg("decode_backend") = "", py::arg("block_size") = 16, py::arg("max_query_tokens_per_request") = 1,
            py::arg("kv_sharing_target_layer_name") = py::none(), py::arg("stream") = py::none(),
+           py::arg("batch_invariant") = false,
            "scale 0 = 1/sqrt(P+R) (pass MlaDims.deepseek_v3(n).softmax_scale or from_dims for a model's own scale); "
-           "backends '' = the selector's choice.")
+           "backends '' = the selector's choice; batch_invariant: a request's output bits do not depend on its "
+           "batch (docs/mla.md; build the metadata with batch_invariant=True too).")
       .def("process_weights_after_loading",
            [](PyMlaAttention& a, py::object weight) {
              ArrayArgs args("process_weights_after_loading", py::none());

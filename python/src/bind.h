@@ -23,6 +23,7 @@ void bind_registry(py::module_& m); // registries, plug-ins, selector (registry.
 void bind_metadata(py::module_& m); // metadata builder and views (metadata.cpp)
 void bind_cache_ops(py::module_& m);  // LatentCache and the cache/attention-state ops (cache_ops.cpp)
 void bind_attention(py::module_& m);  // MlaAttention (attention.cpp)
+void bind_sparse(py::module_& m);     // sparse MLA, fp8_ds_mla, the indexer (sparse.cpp)
 void bind_functional(py::module_& m);  // mla_decode_plan, mla_decode, mla_prefill (functional.cpp)
 
 // "fp8_e4m3_static_per_tensor" -> QuantKey (config.cpp); ValueError otherwise.

@@ -64,7 +64,9 @@ LatentCache.empty(...) allocates one.)doc")
       .def_property_readonly("kv_lora_rank", [](const PyLatentCache& c) { return c.cache.kv_lora_rank; })
       .def_property_readonly("qk_rope_head_dim", [](const PyLatentCache& c) { return c.cache.qk_rope_head_dim; })
       .def_property_readonly("scale", [](const PyLatentCache& c) { return c.cache.scale; })
-      .def_property_readonly("dtype", [](const PyLatentCache& c) { return std::string(dtype_name(c.cache.dtype())); })
+      .def_property_readonly("dtype", [](const PyLatentCache& c) {
+        return c.cache.is_fp8_ds_mla() ? std::string("fp8_ds_mla") : std::string(dtype_name(c.cache.dtype()));
+      })
       .def_property_readonly("device", [](const PyLatentCache& c) { return device_name(c.cache.device()); })
       .def("__repr__", [](const PyLatentCache& c) { return "LatentCache(" + c.cache.data.describe() + ")"; });
 

@@ -5,11 +5,16 @@
 #include <string>
 
 #include "lattn/errors.h"
+#include "lattn/sparse.h"
 
 namespace lattn::python {
 
 DType dtype_arg(py::handle obj) {
-  if (py::isinstance<py::str>(obj)) return parse_dtype(obj.cast<std::string>());
+  if (py::isinstance<py::str>(obj)) {
+    // The fp8_ds_mla cache format is stored as bytes (lattn/sparse.h).
+    if (obj.cast<std::string>() == "fp8_ds_mla") return kFp8DsMla;
+    return parse_dtype(obj.cast<std::string>());
+  }
   // torch.dtype prints as "torch.bfloat16"; numpy dtypes and scalar types
   // have numpy.dtype(x).name ("float32").
   const std::string type = py::str(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).cast<std::string>();

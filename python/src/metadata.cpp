@@ -217,8 +217,11 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
       .def(py::init([](int block_size, bool chunked_prefill_enabled, bool enable_prefix_caching,
                        int64_t context_chunk_workspace_size, int reorder_batch_threshold,
                        std::optional<int> sliding_window, int64_t num_cache_blocks, std::optional<int> head_dim,
-                       std::optional<CudaGraphConfig> cudagraph) {
+                       std::optional<CudaGraphConfig> cudagraph, bool batch_invariant,
+                       int64_t batch_invariant_context_chunk) {
              MetadataBuilderConfig c;
+             c.batch_invariant = batch_invariant;
+             c.batch_invariant_context_chunk = batch_invariant_context_chunk;
              c.block_size = block_size;
              c.chunked_prefill_enabled = chunked_prefill_enabled;
              c.enable_prefix_caching = enable_prefix_caching;
@@ -233,7 +236,8 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
            py::arg("block_size") = 16, py::arg("chunked_prefill_enabled") = true,
            py::arg("enable_prefix_caching") = false, py::arg("context_chunk_workspace_size") = 0,
            py::arg("reorder_batch_threshold") = 1, py::arg("sliding_window") = py::none(),
-           py::arg("num_cache_blocks") = 0, py::arg("head_dim") = py::none(), py::arg("cudagraph") = py::none())
+           py::arg("num_cache_blocks") = 0, py::arg("head_dim") = py::none(), py::arg("cudagraph") = py::none(),
+           py::arg("batch_invariant") = false, py::arg("batch_invariant_context_chunk") = 0)
       .def("build",
            [](const MlaMetadataBuilder& b, py::handle requests, bool is_profile_run,
               std::optional<int> cudagraph_batch_size) {

@@ -11,6 +11,7 @@ PYBIND11_MODULE(_lattn, m) {
   lattn::python::bind_metadata(m);
   lattn::python::bind_cache_ops(m);
   lattn::python::bind_attention(m);
+  lattn::python::bind_sparse(m);
   lattn::python::bind_functional(m);
   lattn::python::bind_backends(m);
   lattn::python::bind_registry(m);

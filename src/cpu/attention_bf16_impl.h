@@ -200,6 +200,21 @@ void pv_tile_bf16(const uint32_t* p2, int groups, int n, const uint32_t* v2, int
   }
 }
 
+// Keys of a tile (n keys, the first `seen_by_all` of them seen by every
+// lane) that the paired output product takes: all n when every lane sees
+// them, else the even count below seen_by_all (a pair must not hold a masked
+// key); pv_masked_tail takes the rest.
+inline int fast_keys(int n, int seen_by_all) {
+  return seen_by_all >= n ? n : imax(0, seen_by_all) & ~1;
+}
+
+inline float bf16_bits_to_f32(uint16_t bits) {
+  const uint32_t u = uint32_t(bits) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
 // Lane `lane`'s query (dim bf16 values at row) into the pair layout qp [G][ceil(dim/2)][16].
 inline void pack_query_pairs(const uint16_t* row, int dim, int lane, uint32_t* qp) {
   const int pairs = (dim + 1) / 2;
@@ -280,6 +295,7 @@ void prefill_tile_bf16(const PrefillTileJob& job) {
     qp = sc.qp;
   }
   const int kmax = prefill_lane_ends(job, groups, 16, sc.lane_end, sc.group_min_end);
+  const int min_end = visible_min_end(sc.lane_end, groups * 16, 0);
   init_state<Bf16Isa>(groups, sc.m, sc.l, sc.ot, job.dv);
   const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};
   const float c = job.scale * kLog2e;
@@ -291,7 +307,14 @@ void prefill_tile_bf16(const PrefillTileJob& job) {
     qk_tile_bf16(qp, groups, job.dqk, sc.krow, n, sc.s);
     softmax_tile<Bf16Isa>(sc.s, groups, n, k0, c, st);
     pack_probability_pairs(sc.s, groups, n, sc.p2);
-    pv_tile_bf16(sc.p2, groups, n, v + size_t(k0 / 2) * job.v_stride, job.v_stride, sc.ot, job.dv, sc.alpha);
+    const uint32_t* vt = v + size_t(k0 / 2) * job.v_stride;
+    const int n_fast = fast_keys(n, min_end - k0);
+    pv_tile_bf16(sc.p2, groups, n_fast, vt, job.v_stride, sc.ot, job.dv, sc.alpha);
+    if (n_fast < n) {
+      pv_masked_tail<Bf16Isa>(sc.s, groups, n_fast, n, k0, sc.lane_end, sc.ot, job.dv, [&](int kk, int d) {
+        return bf16_bits_to_f32(uint16_t(vt[size_t(kk / 2) * job.v_stride + d] >> (16 * (kk & 1))));
+      });
+    }
   }
   prefill_write_rows<Bf16Isa>(job, sc.ot, sc.m, sc.l, sc.row, sc.lse);
 }
@@ -401,6 +424,7 @@ void decode_split_bf16(const DecodeSplitJob& job) {
   DecodeScratchBf16 sc(arena, groups, latent, job.rope_dim);
   pack_decode_query_pairs(job, groups, sc.qstage, sc.qp);
   const int kmax = decode_lane_ends(job, groups, 16, sc.lane_end, sc.group_min_end);
+  const int min_end = visible_min_end(sc.lane_end, groups * 16, job.key_begin);
   init_state<Bf16Isa>(groups, sc.m, sc.l, sc.ot, latent);
   const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};
   const float c = job.scale * job.cache_scale * kLog2e;
@@ -426,7 +450,12 @@ void decode_split_bf16(const DecodeSplitJob& job) {
     qk_tile_bf16(sc.qp, groups, dim, sc.krow, n, sc.s, &pf);
     softmax_tile<Bf16Isa>(sc.s, groups, n, k0, c, st);
     pack_probability_pairs(sc.s, groups, n, sc.p2);
-    pv_tile_bf16(sc.p2, groups, n, sc.values, latent, sc.ot, latent, sc.alpha);
+    const int n_fast = fast_keys(n, min_end - k0);
+    pv_tile_bf16(sc.p2, groups, n_fast, sc.values, latent, sc.ot, latent, sc.alpha);
+    if (n_fast < n) {
+      pv_masked_tail<Bf16Isa>(sc.s, groups, n_fast, n, k0, sc.lane_end, sc.ot, latent,
+                              [&](int kk, int d) { return bf16_bits_to_f32(sc.krow[kk][d]); });
+    }
     const char** done = sc.rows;
     sc.rows = sc.next_rows;
     sc.next_rows = done;

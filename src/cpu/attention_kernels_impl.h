@@ -222,6 +222,55 @@ void pv_tile_f32(const float* p, int groups, int n, const float* const* vrow, fl
 }
 
 // ---------------------------------------------------------------------------
+// Masked keys and non-finite values (docs/mla.md, "NaN and inf"). A key
+// masked for a lane has P = 0 there, but 0 * NaN (or inf) is NaN: the output
+// product of a tile whose last keys some lane may not see (the causal
+// diagonal) runs at full speed only over the keys every lane sees; the rest
+// go through pv_masked_tail, which adds a key to the lanes that see it only
+// when its values are not all finite (the same FMAs in the same order as
+// pv_tile otherwise, so finite data gives the same bits either way).
+
+// The smallest key end of the lanes that see any key from `start` on (the
+// others are padding lanes, or decode lanes that see nothing of this split:
+// their results are discarded or weigh nothing, LSE -inf). Keys at or past
+// it are masked for some lane.
+inline int visible_min_end(const int32_t* lane_end, int lanes, int start) {
+  int end = 0x7fffffff;
+  for (int i = 0; i < lanes; ++i) {
+    if (lane_end[i] > start) end = imin(end, lane_end[i]);
+  }
+  return end;
+}
+
+// Keys [kk_begin, n) of the tile at key k0: OT[g][d] += P[g][kk] * V[kk][d]
+// for the lanes that see key k0 + kk (all lanes when V[kk] is finite: P is 0
+// where masked). p [G][kKeyTile][W]; value(kk, d) -> V[kk][d] as f32.
+template <class I, class Value>
+void pv_masked_tail(const float* p, int groups, int kk_begin, int n, int k0, const int32_t* lane_end, float* ot,
+                    int dv, Value value) {
+  constexpr int W = I::W;
+  for (int kk = kk_begin; kk < n; ++kk) {
+    bool finite = true;
+    for (int d = 0; d < dv; ++d) finite = finite && __builtin_isfinite(value(kk, d));
+    for (int g = 0; g < groups; ++g) {
+      const float* pk = p + (size_t(g) * kKeyTile + kk) * W;
+      float* og = ot + size_t(g) * dv * W;
+      if (finite) {
+        const typename I::F pv = I::load(pk);
+        for (int d = 0; d < dv; ++d) {
+          I::store(og + size_t(d) * W, I::fma(I::set1(value(kk, d)), pv, I::load(og + size_t(d) * W)));
+        }
+        continue;
+      }
+      for (int i = 0; i < W; ++i) {
+        if (k0 + kk >= lane_end[g * W + i]) continue;  // masked here: contributes nothing
+        for (int d = 0; d < dv; ++d) og[size_t(d) * W + i] = __builtin_fmaf(value(kk, d), pk[i], og[size_t(d) * W + i]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Online softmax over one key tile (keys k0 .. k0+n-1), per group:
 //   x = S * c (masked to -inf where key >= lane_end), m_new = max(m, max x),
 //   alpha = 2^(m - m_new), P = 2^(x - m_new), l = l * alpha + sum P.
@@ -305,9 +354,11 @@ void finalize_group(float* ot, const float* m, const float* l, int g, int dv, fl
   float* og = ot + size_t(g) * dv * W;
   alignas(64) float inv[W];
   for (int i = 0; i < W; ++i) {
+    // No key: 0 and -inf. A NaN sum (the lane attended to a NaN, or its
+    // scores overflowed): NaN output and LSE, never a finite 0.
     const float sum = l[g * W + i];
-    inv[i] = sum > 0.f ? out_scale / sum : 0.f;
-    lse[i] = sum > 0.f ? (m[g * W + i] + __builtin_log2f(sum)) * kLn2 : kNegInf;
+    inv[i] = sum == 0.f ? 0.f : out_scale / sum;
+    lse[i] = sum == 0.f ? kNegInf : (m[g * W + i] + __builtin_log2f(sum)) * kLn2;
   }
   const typename I::F invv = I::load(inv);
   for (int d = 0; d < dv; ++d) I::store(og + size_t(d) * W, I::mul(I::load(og + size_t(d) * W), invv));
@@ -452,6 +503,7 @@ void prefill_tile_f32(const PrefillTileJob& job) {
     qt = sc.qt;
   }
   const int kmax = prefill_lane_ends(job, groups, W, sc.lane_end, sc.group_min_end);
+  const int min_end = visible_min_end(sc.lane_end, groups * W, 0);
   init_state<I>(groups, sc.m, sc.l, sc.ot, job.dv);
   const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};
   const float c = job.scale * kLog2e;
@@ -465,7 +517,12 @@ void prefill_tile_f32(const PrefillTileJob& job) {
     }
     qk_tile_f32<I>(qt, groups, job.dqk, sc.krow, n, sc.s);
     softmax_tile<I>(sc.s, groups, n, k0, c, st);
-    pv_tile_f32<I>(sc.s, groups, n, sc.vrow, sc.ot, job.dv, sc.alpha);
+    const int n_all = imax(0, imin(n, min_end - k0));  // keys every lane sees
+    pv_tile_f32<I>(sc.s, groups, n_all, sc.vrow, sc.ot, job.dv, sc.alpha);
+    if (n_all < n) {
+      pv_masked_tail<I>(sc.s, groups, n_all, n, k0, sc.lane_end, sc.ot, job.dv,
+                        [&](int kk, int d) { return sc.vrow[kk][d]; });
+    }
   }
   prefill_write_rows<I>(job, sc.ot, sc.m, sc.l, sc.row, sc.lse);
 }
@@ -604,6 +661,7 @@ void decode_split_f32(const DecodeSplitJob& job) {
     for (int d = 0; d < dim; ++d) dst[size_t(d) * W] = sc.row[d];
   }
   const int kmax = decode_lane_ends(job, groups, W, sc.lane_end, sc.group_min_end);
+  const int min_end = visible_min_end(sc.lane_end, groups * W, job.key_begin);
   init_state<I>(groups, sc.m, sc.l, sc.ot, job.kv_lora_rank);
   const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};
   // fp8: S = q · (stored * scale) = scale * (q · stored); O likewise.
@@ -620,7 +678,12 @@ void decode_split_f32(const DecodeSplitJob& job) {
     }
     qk_tile_f32<I>(sc.qt, groups, dim, sc.krow, n, sc.s, &pf);
     softmax_tile<I>(sc.s, groups, n, k0, c, st);
-    pv_tile_f32<I>(sc.s, groups, n, sc.krow, sc.ot, job.kv_lora_rank, sc.alpha);
+    const int n_all = imax(0, imin(n, min_end - k0));  // keys every lane sees (s_q > 1: not the last s_q - 1)
+    pv_tile_f32<I>(sc.s, groups, n_all, sc.krow, sc.ot, job.kv_lora_rank, sc.alpha);
+    if (n_all < n) {
+      pv_masked_tail<I>(sc.s, groups, n_all, n, k0, sc.lane_end, sc.ot, job.kv_lora_rank,
+                        [&](int kk, int d) { return sc.krow[kk][d]; });
+    }
     const char** done = sc.rows;
     sc.rows = sc.next_rows;
     sc.next_rows = done;

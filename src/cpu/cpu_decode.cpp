@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -32,18 +33,21 @@ class CpuDecodeBackend final : public DecodeBackend {
 
   std::string name() const override { return "cpu"; }
 
+  // The step's plan: made by the first layer that prepares this metadata,
+  // shared by every other layer (lattn/step_plans.h).
   void prepare_metadata(const DecodeMetadata& metadata) override {
     DecodeBackend::prepare_metadata(metadata);
-    plan_ = plan_for(metadata);
+    plan_ = shared_plan(metadata);
   }
 
   void run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& metadata,
            const Tensor& out, const Tensor& lse) override {
     validate(ql_nope, q_pe, cache, metadata, out, lse);
-    // The plan depends on the lengths and the thread count only; replan when
-    // run() is handed other metadata than prepare_metadata() saw.
-    DecodePlan plan = plan_for(metadata);
-    if (!(plan == plan_)) plan_ = std::move(plan);
+    // The plan depends on the lengths and the thread count only: keep it when
+    // it was made for exactly these (run() may be handed other metadata than
+    // prepare_metadata() saw, or metadata edited in place).
+    if (!plan_ || plan_key_ != plan_key() || !plan_matches(*plan_, metadata)) plan_ = shared_plan(metadata);
+    if (!plan_matches(*plan_, metadata)) plan_ = std::make_shared<const DecodePlan>(plan_for(metadata));
     execute(ql_nope, q_pe, cache, metadata, out, lse);
   }
 
@@ -53,7 +57,42 @@ class CpuDecodeBackend final : public DecodeBackend {
     const std::vector<int32_t> q_begin =
         read_offsets(kRunOp, "metadata.query_start_loc_cpu", md.query_start_loc_cpu, md.num_decodes, md.num_decode_tokens);
     const std::vector<int32_t> seq_lens = read_i32(kRunOp, "metadata.seq_lens_cpu", md.seq_lens_cpu, md.num_decodes);
-    return plan_decode(q_begin, seq_lens, params_.num_heads, kt.lanes_per_group, thread_count(params_.context));
+    return plan_decode(q_begin, seq_lens, params_.num_heads, kt.lanes_per_group, thread_count(params_.context),
+                       params_.context.batch_invariant ? kBatchInvariantSplitKeys : 0);
+  }
+
+  // What a plan depends on besides the metadata's lengths.
+  std::string plan_key() const {
+    return "cpu decode plan: heads " + std::to_string(params_.num_heads) + ", lanes " +
+           std::to_string(kernel_table(cpu_isa()).lanes_per_group) + ", threads " +
+           std::to_string(thread_count(params_.context));
+  }
+
+  std::shared_ptr<const DecodePlan> shared_plan(const DecodeMetadata& md) {
+    plan_key_ = plan_key();
+    if (!md.plans) return std::make_shared<const DecodePlan>(plan_for(md));
+    return md.plans->get_or_make<DecodePlan>(plan_key_, [&] { return plan_for(md); });
+  }
+
+  // Whether `plan` was made from md's query offsets and sequence lengths.
+  static bool plan_matches(const DecodePlan& plan, const DecodeMetadata& md) {
+    const int n = md.num_decodes;
+    const Tensor& q = md.query_start_loc_cpu;
+    const Tensor& s = md.seq_lens_cpu;
+    if (plan.seq_lens.size() != size_t(n) || plan.q_begin.size() != size_t(n) + 1) return false;
+    for (const Tensor* t : {&q, &s}) {
+      if (!t->defined() || !t->device().is_cpu() || t->dtype() != DType::i32 || t->dim() != 1) return false;
+    }
+    if (q.size(0) < n + 1 || s.size(0) < n) return false;
+    const int32_t* qv = q.data_as<const int32_t>();
+    const int32_t* sv = s.data_as<const int32_t>();
+    for (int r = 0; r <= n; ++r) {
+      if (qv[r * q.stride(0)] != plan.q_begin[size_t(r)]) return false;
+    }
+    for (int r = 0; r < n; ++r) {
+      if (sv[r * s.stride(0)] != plan.seq_lens[size_t(r)]) return false;
+    }
+    return true;
   }
 
   // Checks every argument (shapes, dtypes, lengths, block ids) before anything is written.
@@ -116,7 +155,8 @@ class CpuDecodeBackend final : public DecodeBackend {
   void execute(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& md,
                const Tensor& out, const Tensor& lse);
 
-  DecodePlan plan_;
+  std::shared_ptr<const DecodePlan> plan_;
+  std::string plan_key_;
   HostWorkspace partials_;  // per split: o [lanes][L] f32, lse [lanes]
   HostWorkspace scratch_;   // per thread: the kernel's scratch and a combined row
   HostWorkspace pending_;   // per request: splits not finished yet
@@ -133,11 +173,18 @@ void combine_request(const DecodePlan& plan, int r, int heads, int latent, const
   for (int64_t t = plan.q_begin[r]; t < plan.q_begin[r + 1]; ++t) {
     for (int h = 0; h < heads; ++h) {
       const int lane = int(t - plan.q_begin[r]) * heads + h;
+      // A NaN partial LSE (the split attended to a NaN) makes the row NaN.
       float m = -INFINITY;
-      for (int s = s0; s < s1; ++s) m = std::max(m, partial_lse[plan.splits[s].first_row + lane]);
+      for (int s = s0; s < s1; ++s) {
+        const float x = partial_lse[plan.splits[s].first_row + lane];
+        m = std::isnan(x) || std::isnan(m) ? NAN : std::max(m, x);
+      }
       std::fill(row, row + latent, 0.f);
       float sum = 0.f;
-      if (m != -INFINITY) {
+      if (std::isnan(m)) {
+        std::fill(row, row + latent, m);
+        sum = m;
+      } else if (m != -INFINITY) {
         for (int s = s0; s < s1; ++s) {
           const float w = std::exp(partial_lse[plan.splits[s].first_row + lane] - m);
           if (w == 0.f) continue;
@@ -162,7 +209,7 @@ void CpuDecodeBackend::execute(const Tensor& ql_nope, const Tensor& q_pe, const 
   const int heads = params_.num_heads, latent = params_.kv_lora_rank, rope = params_.qk_rope_head_dim;
   const int threads = thread_count(params_.context);
   const size_t esize = size_t(dtype_size(dt));
-  const DecodePlan& plan = plan_;
+  const DecodePlan& plan = *plan_;
   const int requests = int(plan.seq_lens.size());
 
   float* partial = static_cast<float*>(partials_.reserve((plan.partial_rows * (size_t(latent) + 1)) * 4));

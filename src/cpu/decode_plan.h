@@ -23,6 +23,9 @@ namespace lattn::cpu {
 constexpr int kJobsPerThread = 2;
 constexpr int kMinSplitKeys = 256;
 constexpr int kSplitAlign = 64;  // = the kernels' key tile
+// Batch-invariant mode: every request is split every this many keys from its
+// first key, whatever the batch or the thread count (docs/mla.md).
+constexpr int kBatchInvariantSplitKeys = 512;
 
 struct DecodeSplit {
   int request = 0;

@@ -50,6 +50,8 @@ void cpu_gemm(const GemmProblem& p, const RunContext& ctx) {
     // B's packed panels, kept per calling thread between calls.
     thread_local cpu::HostWorkspace packed;
     cpu::gemm_bf16_dot(p, threads, static_cast<uint32_t*>(packed.reserve(cpu::gemm_bf16_workspace_bytes(p))));
+  } else if (ctx.batch_invariant) {
+    cpu::gemm_fixed_order(p, threads);
   } else {
     cpu::gemm_openblas(p, threads);
   }

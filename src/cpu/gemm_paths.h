@@ -8,10 +8,17 @@
 //              panels, a 6 x 64 register-blocked vdpbf16ps kernel, f32
 //              accumulation (gemm_bf16_avx512.cpp).
 // automatic picks bf16_dot whenever it applies: it measured faster on
-// every MLA projection shape (docs/cpu.md, "Projections").
+// every MLA projection shape (docs/cpu.md, "Projections"). In batch-invariant
+// mode the GEMM must not change a row's bits with M: bf16_dot (fixed K order,
+// no split) where it applies, else gemm_fixed_order instead of OpenBLAS.
 #pragma once
 
 #include "core/ops/gemm.h"
+
+namespace lattn::detail {
+// The CPU GEMM: the entry of the CPU device-ops table (gemm_cpu.cpp).
+void cpu_gemm(const GemmProblem& p, const RunContext& ctx);
+}  // namespace lattn::detail
 
 namespace lattn::cpu {
 
@@ -27,6 +34,10 @@ GemmPath gemm_path();
 bool bf16_gemm_applies(const detail::GemmProblem& p);
 
 void gemm_openblas(const detail::GemmProblem& p, int threads);
+
+// Batch-invariant mode without bf16_dot: a plain f32 loop whose per-output
+// summation order does not depend on M (gemm_fixed.cpp).
+void gemm_fixed_order(const detail::GemmProblem& p, int threads);
 
 // bf16_gemm_applies(p) must hold; `packed` holds gemm_bf16_workspace_bytes(p)
 // bytes (64-byte aligned) for B's k-pair panels.

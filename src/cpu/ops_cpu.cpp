@@ -106,19 +106,26 @@ void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& p
         if (s == kInf) s = -kInf;
         float lse = -kInf;
         std::fill(ov.begin(), ov.end(), 0.f);
-        if (!(p == -kInf && s == -kInf)) {
+        // A side is empty iff its LSE is -inf: it is not read at all, so
+        // whatever it holds cannot leak. A NaN LSE (the side attended to a
+        // NaN) makes the row NaN; a side whose weight underflows to 0 is still
+        // read (0 * NaN stays NaN, as in the math). Both empty: 0 / -inf (the
+        // plain formula would give 0/0 = NaN).
+        const bool p_live = p != -kInf, s_live = s != -kInf;
+        if (std::isnan(p) || std::isnan(s)) {
+          std::fill(ov.begin(), ov.end(), std::numeric_limits<float>::quiet_NaN());
+          lse = std::numeric_limits<float>::quiet_NaN();
+        } else if (p_live || s_live) {
           // Scales first, then one multiply-add per element (arXiv:2501.01005 §2.2).
-          // Both sides empty: the seed-era formula gives NaN (docs/mla.md); it stays 0 / -inf.
           const float m = std::max(p, s);
           const float pe = std::exp(p - m), se = std::exp(s - m);
           const float total = pe + se;
           const float p_scale = pe / total, s_scale = se / total;
-          // A side with weight 0 is not read at all, so whatever it holds cannot leak.
-          if (p_scale != 0.f) {
+          if (p_live) {
             kt.to_f32(row(prefix_out, t, h), prefix_out.dtype(), head_dim, pv.data());
             for (int64_t d = 0; d < head_dim; ++d) ov[size_t(d)] += pv[size_t(d)] * p_scale;
           }
-          if (s_scale != 0.f) {
+          if (s_live) {
             kt.to_f32(row(suffix_out, t, h), suffix_out.dtype(), head_dim, sv.data());
             for (int64_t d = 0; d < head_dim; ++d) ov[size_t(d)] += sv[size_t(d)] * s_scale;
           }

@@ -13,6 +13,7 @@
 #include "cuda/common/device_guard.h"
 #include "cuda/common/index_check.h"
 #include "cuda/sm80/decode/decode_launch.h"
+#include "cuda/sm90/decode/decode_launch.h"
 #include "cuda/smxx/decode_combine.h"
 #include "cuda/smxx/decode_generic.h"
 #include "cuda/smxx/decode_scheduler.h"
@@ -22,12 +23,19 @@
 namespace lattn::cuda {
 namespace {
 
-constexpr const char* kRun = "cuda decode run";
-constexpr const char* kPlan = "cuda decode prepare_metadata";
+// Operation names in error messages, per backend name (cuda, hopper).
+const char* run_op(bool hopper) { return hopper ? "hopper decode run" : "cuda decode run"; }
+const char* plan_op(bool hopper) { return hopper ? "hopper decode prepare_metadata" : "cuda decode prepare_metadata"; }
 
 // Plan cost of a request's fixed work (Q load, epilogue, combine share), in
 // KV tiles; FlashMLA uses a similar constant.
 constexpr int kOverheadTiles = 4;
+
+// Batch-invariant mode: keys per split (docs/mla.md, "Batch invariance").
+constexpr int kBatchInvariantSplitKeys = 512;
+// The hopper backend runs its wgmma kernel from this many packed rows
+// (heads x query tokens) per request; fewer go to the sm80 kernel's 16-row tiles.
+constexpr int kSm90MinRows = 17;
 
 void check_index(const char* op, const char* arg, const Tensor& t, Device device, int dims) {
   check_defined(op, arg, t);
@@ -46,9 +54,9 @@ bool rows_are_16_byte(const Tensor& t) {
 
 }  // namespace
 
-CudaDecodeBackend::CudaDecodeBackend(const DecodeBackendParams& params)
-    : DecodeBackend(params), workspace_(params.context.device.index) {
-  const char* op = "cuda decode backend";
+CudaDecodeBackend::CudaDecodeBackend(const DecodeBackendParams& params, bool hopper)
+    : DecodeBackend(params), hopper_(hopper), workspace_(params.context.device.index) {
+  const char* op = hopper ? "hopper decode backend" : "cuda decode backend";
   check_arg(params.context.device.is_cuda(), op, "context.device", "a CUDA device",
             device_name(params.context.device));
   check_arg(params.num_heads > 0, op, "num_heads", "positive", std::to_string(params.num_heads));
@@ -101,9 +109,14 @@ void CudaDecodeBackend::check_metadata(const DecodeMetadata& md, const char* op)
 
 void CudaDecodeBackend::prepare_metadata(const DecodeMetadata& md) {
   DecodeBackend::prepare_metadata(md);
+  plan(md, true);
+}
+
+void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   planned_batch_ = -1;
+  sm90_ = false;
   if (md.num_decodes == 0) return;
-  check_metadata(md, kPlan);
+  check_metadata(md, plan_op(hopper_));
   const int device = params_.context.device.index;
   DeviceGuard guard(device);
   if (!fast_) {
@@ -113,17 +126,57 @@ void CudaDecodeBackend::prepare_metadata(const DecodeMetadata& md) {
   const DeviceContext& ctx = device_context(device);
   const bool fp8 = params_.kv_cache_dtype == DType::fp8_e4m3;
   const int rows = params_.num_heads * md.max_decode_query_len;
-  config_ = sm80::choose_decode_tiles(rows, ctx.max_smem_per_block_optin, fp8);
+  const bool invariant = params_.context.batch_invariant;
+  // hopper: the wgmma kernel where it serves the layout (the cache pointer is
+  // checked again at run time) and has more than 16 rows per request: with
+  // at most 16 (H16 with one query token) the sm80 kernel's 16-row tiles
+  // measured faster on an H100 than the wgmma kernel's 64-row tiles, which are
+  // then 3/4 padding (docs/perf.md, "Hopper decode"). The batch-invariant mode
+  // keeps the sm80 kernel: whether the wgmma kernel runs depends on the batch's
+  // longest query (rows), which would make a request's bits depend on the others.
+  sm90_ = hopper_ && allow_sm90 && !invariant && rows >= kSm90MinRows &&
+          sm90::decode_sm90_unsupported_reason(params_.dtype, params_.kv_cache_dtype, params_.kv_lora_rank,
+                                               params_.qk_rope_head_dim, md.block_size, nullptr, 0)
+              .empty();
+  int ctas_per_sm = 1;
+  if (sm90_) {
+    config_ = sm80::DecodeTileConfig{sm90::kDecodeBlockM, sm90::kDecodeBlockN, 9, 2};
+  } else {
+    // Batch-invariant: the tiles a single-token request of this layer would get,
+    // whatever the batch's longest query (the key tile size fixes the softmax order).
+    config_ = sm80::choose_decode_tiles(invariant ? std::min(rows, 16) : rows, ctx.max_smem_per_block_optin, fp8);
+    ctas_per_sm = std::max(1, sm80::decode_ctas_per_sm(config_, params_.dtype, params_.kv_cache_dtype));
+  }
   m_tiles_ = (rows + config_.block_m - 1) / config_.block_m;
-  const int ctas_per_sm = std::max(1, sm80::decode_ctas_per_sm(config_, params_.dtype, params_.kv_cache_dtype));
   // One wave: every SM busy with a CTA of each co-resident slot.
-  const int parts = std::clamp(ctx.sm_count * ctas_per_sm / m_tiles_, 1, 1024);
+  int parts = std::clamp(ctx.sm_count * ctas_per_sm / m_tiles_, 1, 1024);
+  const int split_tiles = std::max(1, kBatchInvariantSplitKeys / config_.block_n);
+  if (invariant) {
+    // A fixed split size in keys: one part per split of every request (from
+    // the host's seq_lens; a graph must be captured with its longest contexts).
+    int splits = 0;
+    const int32_t* lens = md.seq_lens_cpu.data_as<const int32_t>();
+    for (int r = 0; r < md.num_decodes; ++r) {
+      const int tiles = (std::max(lens[r], 0) + config_.block_n - 1) / config_.block_n;
+      const int n = (tiles + split_tiles - 1) / split_tiles;
+      if (n > kMaxDecodeSplitsPerRequest || splits + n > 65535) {
+        throw NotImplementedError(std::string(kPlan) + ": batch-invariant decode splits every " +
+                                  std::to_string(kBatchInvariantSplitKeys) + " keys; request " + std::to_string(r) +
+                                  " (seq_len " + std::to_string(lens[r]) + ") brings the batch to " +
+                                  std::to_string(splits + n) + " splits, more than the kernels handle (" +
+                                  std::to_string(kMaxDecodeSplitsPerRequest) + " per request, 65535 in all)");
+      }
+      splits += n;
+    }
+    parts = std::max(parts, splits);
+  }
   const int rows_capacity = m_tiles_ * config_.block_m;
   const size_t bytes = decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank);
-  workspace_.reserve(bytes, params_.context.stream, kPlan);
+  workspace_.reserve(bytes, params_.context.stream, plan_op(hopper_));
   carve_decode_plan(workspace_.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_);
   plan_.tile_keys = config_.block_n;
-  plan_.overhead_tiles = kOverheadTiles;
+  plan_.overhead_tiles = invariant ? 0 : kOverheadTiles;
+  plan_.fixed_split_tiles = invariant ? split_tiles : 0;
   launch_decode_plan(md.seq_lens.data_as<const int32_t>(), md.num_decodes, plan_,
                      reinterpret_cast<cudaStream_t>(params_.context.stream));
   planned_batch_ = md.num_decodes;
@@ -131,6 +184,7 @@ void CudaDecodeBackend::prepare_metadata(const DecodeMetadata& md) {
 
 void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache,
                             const DecodeMetadata& md, const Tensor& out, const Tensor& lse) {
+  const char* const kRun = run_op(hopper_);
   const Device device = params_.context.device;
   const int T = md.num_decode_tokens, H = params_.num_heads, L = params_.kv_lora_rank, R = params_.qk_rope_head_dim;
   // Validate everything before launching anything.
@@ -160,6 +214,13 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   }
   if (md.num_decodes == 0 || T == 0) return;
   if (decode_metadata_ != &md || planned_batch_ != md.num_decodes) prepare_metadata(md);
+  // A cache the bulk tensor copy engine cannot address (unaligned base or
+  // page stride: views only) falls back to the sm80 kernel with its own plan.
+  if (sm90_ && !sm90::decode_sm90_unsupported_reason(params_.dtype, cache.dtype(), L, R, int(cache.block_size()),
+                                                     cache.data.data(), cache.data.stride(0))
+                    .empty()) {
+    plan(md, false);
+  }
 
   DeviceGuard guard(device.index);
   raise_pending_index_violation(device.index, kRun);
@@ -199,7 +260,10 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   p.out_dtype = uint8_t(out.dtype());
   p.plan = plan_;
   auto stream = reinterpret_cast<cudaStream_t>(params_.context.stream);
-  if (fast_) {
+  if (sm90_) {
+    sm90::launch_decode_sm90(p, params_.dtype, cache.num_blocks(), m_tiles_, stream);
+    launch_decode_combine(p, params_.dtype, stream);
+  } else if (fast_) {
     sm80::launch_decode_sm80(p, config_, params_.dtype, params_.kv_cache_dtype, m_tiles_, stream);
     launch_decode_combine(p, params_.dtype, stream);
   } else {

@@ -12,6 +12,11 @@
 // Kernels: (L, R) = (512, 64) with a cache of the activation dtype or fp8
 // runs the tensor-core kernel (sm80/); any other dims or dtype pair run the
 // generic SIMT kernel (smxx/decode_generic.cu), correct but slow.
+//
+// The same class is the `hopper` backend when constructed with hopper = true:
+// then a 16-bit cache of the activation dtype with (L, R) = (512, 64) and a
+// page size that is a multiple of 64 runs the wgmma + TMA kernel (sm90/decode,
+// same plan and combine), and every other case the kernels above (docs/hopper.md).
 #pragma once
 
 #include <memory>
@@ -26,23 +31,28 @@ namespace lattn::cuda {
 
 class CudaDecodeBackend final : public DecodeBackend {
  public:
-  explicit CudaDecodeBackend(const DecodeBackendParams& params);
+  explicit CudaDecodeBackend(const DecodeBackendParams& params, bool hopper = false);
 
-  std::string name() const override { return "cuda"; }
+  std::string name() const override { return hopper_ ? "hopper" : "cuda"; }
   void prepare_metadata(const DecodeMetadata& metadata) override;
   void run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& metadata,
            const Tensor& out, const Tensor& lse) override;
 
   // What the last plan chose (benchmarks and tests report it).
   bool uses_tensor_cores() const { return fast_; }
+  bool uses_sm90_kernel() const { return sm90_; }
   sm80::DecodeTileConfig tile_config() const { return config_; }
   int num_parts() const { return plan_.num_parts; }
   const Workspace& workspace() const { return workspace_; }
 
  private:
   void check_metadata(const DecodeMetadata& md, const char* op) const;
+  // The plan; allow_sm90 = false keeps a hopper instance on the sm80 kernel.
+  void plan(const DecodeMetadata& md, bool allow_sm90);
 
-  bool fast_ = false;  // tensor-core kernel (else generic)
+  bool hopper_ = false;  // the `hopper` backend (may choose the sm90 kernel)
+  bool fast_ = false;    // tensor-core kernel (else generic)
+  bool sm90_ = false;    // the last plan chose the sm90 wgmma kernel
   sm80::DecodeTileConfig config_{};
   int m_tiles_ = 0;
   int planned_batch_ = -1;

@@ -67,13 +67,14 @@ def help_is_complete(lattn):
     for flag in ["--model", "--tp", "--num-heads", "--kv-lora-rank", "--qk-nope-head-dim", "--qk-rope-head-dim",
                  "--v-head-dim", "--kv-cache-dtype", "--block-size", "--layers", "--prefill-backend",
                  "--decode-backend", "--max-num-batched-tokens", "--max-num-seqs", "--num-blocks", "--trace",
-                 "--verify", "--json", "Exit codes"]:
+                 "--verify", "--json", "--batch-invariant", "Exit codes"]:
         check_in(flag, run, "run --help")
     info = lattn("info", "--help").stdout
     for flag in ["--model", "--tp", "--json"]:
         check_in(flag, info, "info --help")
     bench = lattn("bench", "--help").stdout
-    for flag in ["--phase", "--heads", "--batch", "--seq", "--block-size", "--backend", "-o", "--plot"]:
+    for flag in ["--phase", "--heads", "--batch", "--seq", "--block-size", "--backend", "-o", "--plot",
+                 "--batch-invariant"]:
         check_in(flag, bench, "bench --help")
 
 
@@ -94,7 +95,7 @@ def bad_flags_are_usage_errors(lattn):
     err = lattn("run", "--trace", "x.jsonl", "--num-requests", "3", expect=EXIT_USAGE).stderr
     check_in("--num-requests shapes a generated trace; it cannot be combined with --trace", err, "stderr")
     err = lattn("bench", "--phase", "warmup", expect=EXIT_USAGE).stderr
-    check_in("--phase takes prefill and/or decode separated by commas; got 'warmup'", err, "stderr")
+    check_in("--phase takes prefill, decode, sparse-decode, sparse-prefill and/or indexer separated by commas; got 'warmup'", err, "stderr")
     err = lattn("bench", "--batch", "1,x", expect=EXIT_USAGE).stderr
     check_in("--batch takes integers >= 1 separated by commas; got 'x'", err, "stderr")
     err = lattn("bench", "-o", "yaml", expect=EXIT_USAGE).stderr

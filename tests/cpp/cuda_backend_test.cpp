@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "lattn/backend.h"
 #include "lattn/registry.h"
@@ -38,33 +39,43 @@ std::string prefill_backend_for(const test::BackendCase& c) {
   return "reference";
 }
 
-class CudaBackendDriver : public ::testing::TestWithParam<test::BackendCase> {};
+// Parameter: the decode backend ("cuda", or "hopper" on sm90) and the case.
+class CudaBackendDriver : public ::testing::TestWithParam<std::tuple<const char*, test::BackendCase>> {};
 
 TEST_P(CudaBackendDriver, MatchesReference) {
   LATTN_REQUIRE_GPU();
-  const test::BackendCase& c = GetParam();
-  const auto decode = mla_decode_backend_registry().get_class("cuda");
+  const std::string name = std::get<0>(GetParam());
+  const test::BackendCase& c = std::get<1>(GetParam());
+  const auto decode = mla_decode_backend_registry().get_class(name);
+  if (!decode->is_available() || !decode->supports_compute_capability(device_capability(0))) {
+    GTEST_SKIP() << name << " does not run on this GPU";
+  }
   const auto reasons = decode->validate_configuration(device_capability(0), config_of(c));
   if (!reasons.empty()) {
-    // The only configuration the cuda decode backend declines: f32 activations.
+    // The only configuration the cuda (and hopper) decode backend declines: f32 activations.
     ASSERT_EQ(reasons.size(), 1u) << reasons[0];
     EXPECT_EQ(reasons[0], "dtype torch.float32 not supported");
-    GTEST_SKIP() << "cuda decode declines " << c.name << ": " << reasons[0];
+    GTEST_SKIP() << name << " decode declines " << c.name << ": " << reasons[0];
   }
   const std::string prefill = prefill_backend_for(c);
-  SCOPED_TRACE("prefill backend: " + prefill);
-  EXPECT_TRUE(test::check(test::run_backend_case(c, prefill, "cuda", kGpu)));
+  SCOPED_TRACE("prefill backend: " + prefill + ", decode backend: " + name);
+  EXPECT_TRUE(test::check(test::run_backend_case(c, prefill, name, kGpu)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cuda, CudaBackendDriver, ::testing::ValuesIn(test::all_forward_cases()),
-                         [](const ::testing::TestParamInfo<test::BackendCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaBackendDriver,
+                         ::testing::Combine(::testing::Values("cuda", "hopper"),
+                                            ::testing::ValuesIn(test::all_forward_cases())),
+                         [](const ::testing::TestParamInfo<std::tuple<const char*, test::BackendCase>>& info) {
+                           return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param).name;
+                         });
 
-// "cuda" is what the selector picks for decode on this GPU (sm80+, no hopper backend).
+// The selector picks hopper for decode on sm90 (H100/H200), cuda on other sm80+ GPUs.
 TEST(CudaBackendSelection, AutoSelectedOnTheGpu) {
   LATTN_REQUIRE_GPU();
   const SelectorConfig cfg = SelectorConfig::for_dims(MlaDims::deepseek_v3(16), DType::bf16, DType::bf16, kGpu, 64, 1);
-  const std::string chosen = auto_select_mla_decode_backend(device_capability(0), cfg)->name();
-  EXPECT_TRUE(chosen == "cuda" || chosen == "hopper") << chosen;
+  const auto capability = device_capability(0);
+  const std::string chosen = auto_select_mla_decode_backend(capability, cfg)->name();
+  EXPECT_EQ(chosen, capability && capability->major == 9 ? "hopper" : "cuda");
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
-// The `cuda` decode backend against a float64 loop written here, on hostile
+// The `cuda` and `hopper` decode backends against a float64 loop written here, on hostile
 // data (NaN-poisoned unused pages and partial-block tails, permuted block
 // tables, garbage block ids past each sequence, strided queries, outputs
 // poisoned before every run), across heads 1..128, query tokens 1..4 per
 // request (causal), block sizes 1/16/64, bf16/f16 activations, 16-bit and
 // fp8 caches, DeepSeek and other latent dims; plus split-KV scheduling on
 // unbalanced batches and CUDA-graph capture/replay of the decode step.
+// `hopper` runs every case too where the GPU is sm90 (its wgmma kernel on the
+// 16-bit cases with pages of 64/128/256 keys and more than 16 rows per
+// request, the cuda kernels it delegates to on the rest).
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -15,15 +18,19 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "core/ops/gemm.h"
 #include "cuda/common/runtime_utils.h"
 #include "lattn/backend.h"
 #include "lattn/cache.h"
 #include "lattn/errors.h"
 #include "lattn/registry.h"
+#include "lattn/device.h"
 #include "support/gpu.h"
 #include "support/test_data.h"
 
@@ -225,7 +232,8 @@ void reference_decode(const DecodeBatch& b, OwnedTensor& out, OwnedTensor& lse) 
 
 // The backend through the registry, as MlaAttention creates it (no CUDA
 // symbol is named here, so the test also links in builds without CUDA).
-std::unique_ptr<DecodeBackend> make_backend(const DecodeBatch& b, Stream stream = nullptr) {
+std::unique_ptr<DecodeBackend> make_backend(const DecodeBatch& b, Stream stream = nullptr,
+                                            const std::string& backend = "cuda") {
   DecodeBackendParams params;
   params.num_heads = b.H;
   params.scale = b.softmax_scale;
@@ -234,7 +242,25 @@ std::unique_ptr<DecodeBackend> make_backend(const DecodeBatch& b, Stream stream 
   params.dtype = b.dtype;
   params.kv_cache_dtype = b.cache_dtype;
   params.context = RunContext{kGpu, stream, 0};
-  return mla_decode_backend_registry().get_class("cuda")->create(params);
+  return mla_decode_backend_registry().get_class(backend)->create(params);
+}
+
+// Empty when `backend` can run on this GPU (cuda: sm80+; hopper: sm90 with
+// sm_90a code built), else why not.
+std::string backend_unusable(const std::string& backend) {
+  const auto cls = mla_decode_backend_registry().get_class(backend);
+  if (!cls->is_available()) return backend + " is not available in this build";
+  if (!cls->supports_compute_capability(device_capability(0))) return backend + " does not run on this GPU";
+  return {};
+}
+
+// The backends this binary checks on this GPU.
+std::vector<std::string> backends_here() {
+  std::vector<std::string> v;
+  for (const char* name : {"cuda", "hopper"}) {
+    if (backend_unusable(name).empty()) v.push_back(name);
+  }
+  return v;
 }
 
 // Poisons out/lse, runs, and checks them against the float64 reference.
@@ -249,7 +275,7 @@ void run_and_check(DecodeBackend& backend, DecodeBatch& b, const OwnedTensor& ou
     if (prepare) backend.prepare_metadata(b.md);
     backend.run(b.q_nope_dev, b.q_pe_dev, b.cache(), b.md, out.tensor(), lse.tensor());
   }
-  cuda_hooks::synchronize(stream);
+  detail::cuda_device_ops().synchronize(stream);
   OwnedTensor want_out, want_lse;
   reference_decode(b, want_out, want_lse);
   const test::ErrorReport e = test::compare(out.tensor(), want_out.tensor());
@@ -261,14 +287,17 @@ void run_and_check(DecodeBackend& backend, DecodeBatch& b, const OwnedTensor& ou
   EXPECT_LE(el.max_abs, 2e-3) << what << ": LSE " << el.str();
 }
 
-class CudaDecode : public ::testing::TestWithParam<DecodeCase> {};
+class CudaDecode : public ::testing::TestWithParam<std::tuple<const char*, DecodeCase>> {};
 
 TEST_P(CudaDecode, MatchesFloat64Reference) {
   LATTN_REQUIRE_GPU();
-  const DecodeCase& c = GetParam();
+  const std::string name = std::get<0>(GetParam());
+  const DecodeCase& c = std::get<1>(GetParam());
+  const std::string why = backend_unusable(name);
+  if (!why.empty()) GTEST_SKIP() << why;
   std::mt19937_64 rng(1234);
   auto b = make_batch(c, rng);
-  auto backend = make_backend(*b);
+  auto backend = make_backend(*b, nullptr, name);
   OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
   OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
   run_and_check(*backend, *b, out, lse, c.name);
@@ -305,23 +334,39 @@ const DecodeCase kCases[] = {
      ones(4, 2)},
     {"generic_l128_r64_h3_page1_fp8", 3, 128, 64, 1, DType::f16, DType::fp8_e4m3, random_lens(3, 1, 200, 8), ones(3)},
     {"generic_bf16_acts_f16_cache", 16, 512, 64, 64, DType::bf16, DType::f16, random_lens(3, 1, 300, 9), ones(3)},
+    // Shapes of the hopper wgmma kernel (16-bit, pages of 64/128/256 keys,
+    // more than 16 rows per request; with fewer, hopper runs the cuda kernel):
+    {"h32_sq1_page128_bf16", 32, 512, 64, 128, DType::bf16, DType::bf16, random_lens(7, 1, 3000, 12), ones(7)},
+    {"h5_sq4_page64_f16", 5, 512, 64, 64, DType::f16, DType::f16, random_lens(5, 4, 900, 13), lens({4, 1, 3, 4, 2})},
+    {"h128_sq2_page64_bf16", 128, 512, 64, 64, DType::bf16, DType::bf16, lens({1030, 2, 129, 64}), ones(4, 2)},
+    {"h64_sq1_page64_f16_misaligned_q", 64, 512, 64, 64, DType::f16, DType::f16, random_lens(5, 1, 700, 14), ones(5),
+     false, true},
+    {"h17_sq1_page64_bf16_strided", 17, 512, 64, 64, DType::bf16, DType::bf16, random_lens(6, 1, 1300, 15), ones(6),
+     true},
+    {"h32_sq2_page256_bf16", 32, 512, 64, 256, DType::bf16, DType::bf16, random_lens(4, 2, 2000, 16), ones(4, 2)},
+    {"h32_b1_long_split", 32, 512, 64, 64, DType::bf16, DType::bf16, lens({20000}), ones(1)},
 };
 
-INSTANTIATE_TEST_SUITE_P(Cuda, CudaDecode, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<DecodeCase>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaDecode, ::testing::Combine(::testing::Values("cuda", "hopper"), ::testing::ValuesIn(kCases)),
+                         [](const ::testing::TestParamInfo<std::tuple<const char*, DecodeCase>>& info) {
+                           return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param).name;
+                         });
 
 // A small case for compute-sanitizer (memcheck, racecheck): splits, fp8,
 // causal s_q > 1 and a partial last tile, all in a few CTAs' work.
+// Each backend of this GPU; page 64 with a bf16 cache is hopper's wgmma kernel.
 TEST(CudaDecodeSmall, SanitizerCase) {
   LATTN_REQUIRE_GPU();
-  for (DType cache_dtype : {DType::bf16, DType::fp8_e4m3}) {
-    const DecodeCase c{"small", 16, 512, 64, 16, DType::bf16, cache_dtype, lens({300, 5, 70}), lens({2, 1, 2})};
-    std::mt19937_64 rng(99);
-    auto b = make_batch(c, rng);
-    auto backend = make_backend(*b);
-    OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
-    OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
-    run_and_check(*backend, *b, out, lse, dtype_name(cache_dtype));
+  for (const std::string& name : backends_here()) {
+    for (auto [cache_dtype, page] : {std::pair{DType::bf16, 16}, std::pair{DType::fp8_e4m3, 16}, std::pair{DType::bf16, 64}}) {
+      const DecodeCase c{"small", 16, 512, 64, page, DType::bf16, cache_dtype, lens({300, 5, 70}), lens({2, 1, 2})};
+      std::mt19937_64 rng(99);
+      auto b = make_batch(c, rng);
+      auto backend = make_backend(*b, nullptr, name);
+      OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+      OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+      run_and_check(*backend, *b, out, lse, (name + " " + dtype_name(cache_dtype) + " page " + std::to_string(page)).c_str());
+    }
   }
 }
 
@@ -336,7 +381,7 @@ TEST(CudaDecodeSmall, LseIsOptional) {
   test::poison(out.tensor());
   backend->prepare_metadata(b->md);
   backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), Tensor{});
-  cuda_hooks::synchronize(nullptr);
+  detail::cuda_device_ops().synchronize(nullptr);
   OwnedTensor want, want_lse;
   reference_decode(*b, want, want_lse);
   const test::ErrorReport e = test::compare(out.tensor(), want.tensor());
@@ -382,18 +427,41 @@ TEST(CudaDecodeClass, DeclaresWhatItSupports) {
   EXPECT_EQ(reasons[0], "compute capability 7.0 not supported");
 }
 
+// The hopper class: registered as "hopper", sm90 only, graphs, and (built
+// with sm_90a code) available; it serves what cuda serves (it delegates).
+TEST(CudaDecodeClass, HopperDeclaresWhatItSupports) {
+  if (!built_with_cuda()) GTEST_SKIP() << "no GPU test: lattn was built without CUDA";
+  const DecodeBackendClass& cls = *mla_decode_backend_registry().get_class("hopper");
+  EXPECT_EQ(cls.name(), "hopper");
+  EXPECT_TRUE(cls.is_available());  // the default arch list (80;90a) builds its kernel
+  EXPECT_TRUE(cls.supports_cuda_graphs());
+  EXPECT_FALSE(cls.supports_compute_capability(DeviceCapability{8, 0}));
+  EXPECT_TRUE(cls.supports_compute_capability(DeviceCapability{9, 0}));
+  EXPECT_FALSE(cls.supports_compute_capability(DeviceCapability{10, 0}));
+  EXPECT_FALSE(cls.supports_compute_capability(std::nullopt));
+  SelectorConfig cfg = SelectorConfig::for_dims(MlaDims::minicpm3(), DType::bf16, DType::fp8_e4m3, kGpu, 1, 4);
+  EXPECT_TRUE(cls.validate_configuration(DeviceCapability{9, 0}, cfg).empty());
+  const auto reasons = cls.validate_configuration(DeviceCapability{8, 0}, cfg);
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_EQ(reasons[0], "compute capability 8.0 not supported");
+}
+
 // --- CUDA graphs -------------------------------------------------------------
 
 // The plan and the attention captured once, replayed with new seq_lens,
 // block tables, cache contents and queries written into the same buffers.
 TEST(CudaDecodeGraph, CapturedPlanAndRunReplayWithNewMetadata) {
   LATTN_REQUIRE_GPU();
-  for (DType cache_dtype : {DType::bf16, DType::fp8_e4m3}) {
+  for (const std::string& name : backends_here()) {
+  for (auto [cache_dtype, page] : {std::pair{DType::bf16, 16}, std::pair{DType::fp8_e4m3, 16}, std::pair{DType::bf16, 64}}) {
+    SCOPED_TRACE(name + " page " + std::to_string(page));
     cuda::StreamHandle stream(0);
-    const DecodeCase c{"graph", 16, 512, 64, 16, DType::bf16, cache_dtype, random_lens(6, 1, 600, 10), ones(6)};
+    // Page 64 with 32 heads: hopper's wgmma kernel (16 heads would run the cuda kernel).
+    const DecodeCase c{"graph", page == 64 ? 32 : 16, 512, 64, page, DType::bf16, cache_dtype, random_lens(6, 1, 600, 10),
+                       ones(6)};
     std::mt19937_64 rng(77);
-    auto b = make_batch(c, rng, /*capacity_blocks=*/140);  // room for 2200 keys per request
-    auto backend = make_backend(*b, stream.get());
+    auto b = make_batch(c, rng, /*capacity_blocks=*/2240 / page);  // room for 2200 keys per request
+    auto backend = make_backend(*b, stream.get(), name);
     OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
     OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
     run_and_check(*backend, *b, out, lse, "eager warm-up", true, nullptr, stream.get());
@@ -412,16 +480,19 @@ TEST(CudaDecodeGraph, CapturedPlanAndRunReplayWithNewMetadata) {
       run_and_check(*backend, *b, out, lse, "replay", false, &graph, stream.get());
     }
   }
+  }
 }
 
 // Only run() captured; prepare_metadata re-plans outside before each replay.
 TEST(CudaDecodeGraph, CapturedRunReplaysWithPlanOutside) {
   LATTN_REQUIRE_GPU();
+  for (const std::string& name : backends_here()) {
+  SCOPED_TRACE(name);
   cuda::StreamHandle stream(0);
   const DecodeCase c{"graph-run", 128, 512, 64, 64, DType::bf16, DType::bf16, random_lens(4, 1, 500, 11), ones(4, 2)};
   std::mt19937_64 rng(78);
   auto b = make_batch(c, rng, /*capacity_blocks=*/40);
-  auto backend = make_backend(*b, stream.get());
+  auto backend = make_backend(*b, stream.get(), name);
   OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
   OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
   run_and_check(*backend, *b, out, lse, "eager warm-up", true, nullptr, stream.get());
@@ -434,6 +505,7 @@ TEST(CudaDecodeGraph, CapturedRunReplaysWithPlanOutside) {
     randomize(*b, random_lens(4, 2, 2500, 200 + uint64_t(step)), ones(4, 2), rng);
     backend->prepare_metadata(b->md);
     run_and_check(*backend, *b, out, lse, "replay", false, &graph, stream.get());
+  }
   }
 }
 
@@ -469,7 +541,8 @@ TEST(CudaDecodeGraph, WholeDecodeStepReplays) {
   const RunContext ctx{kGpu, stream.get(), 0};
 
   auto issue_step = [&] {
-    cuda_hooks::concat_and_cache_mla(kv_c_d.tensor(), k_pe_d.tensor(), cache, slots_d.tensor(), stream.get());
+    detail::cuda_device_ops().concat_and_cache_mla(kv_c_d.tensor(), k_pe_d.tensor(), cache, slots_d.tensor(),
+                                                   stream.get());
     detail::GemmProblem absorb;  // per head h: q_nope[:, h, :] [B, P] . W_UK_T[h] [P, L] -> ql[h] [B, L]
     absorb.m = B, absorb.n = L, absorb.k = P, absorb.batch = H;
     absorb.a = q_nope_d.data(), absorb.a_dtype = DType::bf16, absorb.lda = H * P, absorb.batch_stride_a = P;

@@ -1,4 +1,4 @@
-// cuda_hooks::gemm (cuBLAS, and the fallback kernel for mixed dtypes) against
+// The CUDA GEMM (cuBLAS, and the fallback kernel for mixed dtypes) against
 // a float64 host loop of the same row-major batched strided problem.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "core/ops/gemm.h"
 #include "support/gpu.h"
 #include "support/test_data.h"
@@ -44,7 +44,7 @@ TEST_P(CudaGemm, MatchesFloat64Loops) {
   p.c = cd.data(), p.c_dtype = g.c, p.ldc = ldc, p.batch_stride_c = sc;
   p.alpha = 0.75f, p.beta = g.beta;
   detail::gemm(p, RunContext{Device::cuda(0), nullptr, 0});
-  cuda_hooks::synchronize(nullptr);
+  detail::cuda_device_ops().synchronize(nullptr);
 
   OwnedTensor want = OwnedTensor::empty({g.batch, g.m, g.n}, DType::f32);
   OwnedTensor got_all = test::to_host_f32(cd.tensor());

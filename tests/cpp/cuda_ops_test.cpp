@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "lattn/cache.h"
 #include "lattn/ops.h"
 #include "lattn/tensor.h"
@@ -317,7 +317,8 @@ TEST(CudaQuantizeFp8, MatchesHostRoundingBitExactly) {
       OwnedTensor src_d = to_device(src.tensor()), scale_d = to_device(scale.tensor());
       OwnedTensor dst = OwnedTensor::empty({rows, cols}, DType::fp8_e4m3, kGpu);
       test::poison(dst.tensor());
-      cuda_hooks::quantize_fp8(src_d.tensor().narrow(1, 0, cols), dst.tensor(), scale_d.tensor(), nullptr);
+      detail::cuda_device_ops().quantize_fp8(src_d.tensor().narrow(1, 0, cols), dst.tensor(), scale_d.tensor(),
+                                             nullptr);
       const std::vector<uint8_t> got = bytes_of(dst.tensor());
       int64_t bad = 0;
       for (int r = 0; r < rows; ++r) {
@@ -353,8 +354,8 @@ TEST(CudaAdvanceStep, UpdatesQueriesAndResetsPaddedRows) {
   OwnedTensor tok = mk64(tokens, {num_seqs}), pos = mk64(positions, {num_seqs}), sl = mk64(slots, {num_seqs});
   OwnedTensor smp = mk64(sampled, {num_queries, 1});
   OwnedTensor lens = mk32(seq_lens, {num_seqs}), bt = mk32(table, {num_seqs, max_blocks});
-  cuda_hooks::advance_step(num_seqs, num_queries, block_size, tok.tensor(), smp.tensor(), pos.tensor(), lens.tensor(),
-                           sl.tensor(), bt.tensor(), nullptr);
+  detail::cuda_device_ops().advance_step(num_seqs, num_queries, block_size, tok.tensor(), smp.tensor(), pos.tensor(),
+                                         lens.tensor(), sl.tensor(), bt.tensor(), nullptr);
   auto get64 = [](const Tensor& t) {
     OwnedTensor h = OwnedTensor::empty(t.shape(), t.dtype());
     copy_tensor(t, h.tensor());

@@ -1,9 +1,11 @@
-// The `cuda` prefill backend and its sm80 kernels against plain float64
-// loops written here: random data, poisoned outputs, causal (new tokens)
-// and non-causal (context chunks), varlen with unequal and zero lengths,
-// head counts 1, 3 and 128, every supported (qk, v) pair, bf16 and f16,
-// strided views, NaN in key rows no request owns. Without a GPU (or without
-// CUDA) the GPU tests skip with a one-line reason.
+// The `cuda` and `hopper` prefill backends and their kernels (sm80; sm_90a)
+// against plain float64 loops written here: random data, poisoned outputs,
+// causal (new tokens) and non-causal (context chunks), varlen with unequal
+// and zero lengths, head counts 1, 3 and 128, every supported (qk, v) pair,
+// bf16 and f16, strided views, NaN in key rows no request owns. The backend
+// tests run once per backend (parameter "cuda" / "hopper"); without a GPU
+// (or without CUDA, or, for hopper, without an sm90 GPU) they skip with a
+// one-line reason.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "core/backends/builtin_backends.h"
 #include "cuda/sm80/prefill/prefill_config.h"
 #include "cuda/sm80/prefill/prefill_launch.h"
+#include "cuda/sm90/prefill/prefill_launch.h"
 #include "lattn/backend.h"
 #include "lattn/device.h"
 #include "lattn/errors.h"
@@ -28,27 +31,37 @@ namespace lattn {
 namespace {
 
 namespace sm80 = cuda::sm80;
+namespace sm90 = cuda::sm90;
 
-const PrefillBackendClass* cuda_prefill_class() {
+const PrefillBackendClass* prefill_class(const std::string& name) {
   for (const auto& c : detail::builtin_prefill_classes())
-    if (c->name() == "cuda") return c.get();
+    if (c->name() == name) return c.get();
   return nullptr;
 }
+const PrefillBackendClass* cuda_prefill_class() { return prefill_class("cuda"); }
 
-// Empty when the GPU tests can run, else the one-line reason to skip.
-std::string gpu_skip_reason() {
-  if (cuda_prefill_class() == nullptr) return "lattn was built without CUDA (no `cuda` prefill backend)";
+// Empty when the GPU tests of `backend` can run, else the one-line reason to skip.
+std::string gpu_skip_reason(const std::string& backend = "cuda") {
+  const PrefillBackendClass* cls = prefill_class(backend);
+  if (cls == nullptr) return "lattn was built without CUDA (no `" + backend + "` prefill backend)";
+  if (!cls->is_available()) return "this build has no `" + backend + "` prefill kernels (no sm_90a code)";
   const CudaDeviceQuery q = query_cuda_devices();
   if (q.devices.empty()) return q.unavailable_reason;
-  if (q.devices[0].capability.major < 8) return "the cuda prefill kernels need sm80+, device 0 is older";
+  const DeviceCapability cap = q.devices[0].capability;
+  if (cap.major < 8) return "the cuda prefill kernels need sm80+, device 0 is older";
+  if (backend == "hopper" && !(cap.major == 9 && cap.minor == 0)) {
+    return "the hopper prefill backend needs an sm90 GPU, device 0 is " + std::to_string(cap.major) + "." +
+           std::to_string(cap.minor);
+  }
   return "";
 }
 
-#define SKIP_WITHOUT_GPU()                                   \
+#define SKIP_WITHOUT_GPU_FOR(backend)                        \
   do {                                                       \
-    const std::string reason_ = gpu_skip_reason();           \
+    const std::string reason_ = gpu_skip_reason(backend);    \
     if (!reason_.empty()) GTEST_SKIP() << reason_;           \
   } while (0)
+#define SKIP_WITHOUT_GPU() SKIP_WITHOUT_GPU_FOR("cuda")
 
 // ---- the float64 reference -------------------------------------------------
 
@@ -187,7 +200,8 @@ struct HandMadeMetadata {
   }
 };
 
-std::unique_ptr<PrefillBackend> make_backend(int heads, int nope, int rope, int dv, DType dtype, float scale) {
+std::unique_ptr<PrefillBackend> make_backend(const std::string& backend, int heads, int nope, int rope, int dv,
+                                             DType dtype, float scale) {
   PrefillBackendParams p;
   p.num_heads = heads;
   p.scale = scale;
@@ -197,7 +211,7 @@ std::unique_ptr<PrefillBackend> make_backend(int heads, int nope, int rope, int 
   p.v_head_dim = dv;
   p.dtype = dtype;
   p.context.device = Device::cuda(0);
-  return cuda_prefill_class()->create(p);
+  return prefill_class(backend)->create(p);
 }
 
 struct NewTokensCase {
@@ -206,7 +220,7 @@ struct NewTokensCase {
   std::vector<int32_t> cu_q;
 };
 
-void run_new_tokens_case(const NewTokensCase& c, uint64_t seed) {
+void run_new_tokens_case(const std::string& backend_name, const NewTokensCase& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int dqk = c.nope + c.rope;
   const int64_t t = c.cu_q.back();
@@ -222,7 +236,7 @@ void run_new_tokens_case(const NewTokensCase& c, uint64_t seed) {
   test::poison(lse.tensor());
 
   HandMadeMetadata meta(c.cu_q, {});
-  auto backend = make_backend(c.heads, c.nope, c.rope, c.dv, c.dtype, scale);
+  auto backend = make_backend(backend_name, c.heads, c.nope, c.rope, c.dv, c.dtype, scale);
   backend->prepare_metadata(meta.md);
   backend->run_prefill_new_tokens(q, k, v, /*return_softmax_lse=*/true, out, lse);
 
@@ -231,43 +245,49 @@ void run_new_tokens_case(const NewTokensCase& c, uint64_t seed) {
   const OwnedTensor ref_lse = OwnedTensor::empty({c.heads, t}, DType::f32);
   reference_attention(q_h, k_h, v_h, s, ref_out, ref_lse);
   expect_matches(out, lse, ref_out, ref_lse, c.dtype,
-                 std::string("new tokens ") + dtype_name(c.dtype) + " H" + std::to_string(c.heads) + " qk" +
+                 backend_name + " new tokens " + dtype_name(c.dtype) + " H" + std::to_string(c.heads) + " qk" +
                      std::to_string(dqk) + " v" + std::to_string(c.dv));
 }
 
-TEST(CudaPrefill, NewTokensCausalVarlenBf16) {
-  SKIP_WITHOUT_GPU();
+// The backend tests, once per backend: the parameter is its name.
+class CudaPrefill : public ::testing::TestWithParam<std::string> {
+ protected:
+  const std::string& backend() const { return GetParam(); }
+};
+
+TEST_P(CudaPrefill, NewTokensCausalVarlenBf16) {
+  SKIP_WITHOUT_GPU_FOR(backend());
   // Unequal lengths around the 128-row tile and 64-key block edges, a
   // zero-length request, and a single-token request.
-  run_new_tokens_case({3, 128, 64, 128, DType::bf16, {0, 1, 18, 18, 147, 403}}, 1);
+  run_new_tokens_case(backend(), {3, 128, 64, 128, DType::bf16, {0, 1, 18, 18, 147, 403}}, 1);
 }
 
-TEST(CudaPrefill, NewTokensCausalVarlenF16) {
-  SKIP_WITHOUT_GPU();
-  run_new_tokens_case({1, 128, 64, 128, DType::f16, {0, 64, 65, 320}}, 2);
+TEST_P(CudaPrefill, NewTokensCausalVarlenF16) {
+  SKIP_WITHOUT_GPU_FOR(backend());
+  run_new_tokens_case(backend(), {1, 128, 64, 128, DType::f16, {0, 64, 65, 320}}, 2);
 }
 
-TEST(CudaPrefill, NewTokens128HeadsBf16) {
-  SKIP_WITHOUT_GPU();
-  run_new_tokens_case({128, 128, 64, 128, DType::bf16, {0, 70, 100}}, 3);
+TEST_P(CudaPrefill, NewTokens128HeadsBf16) {
+  SKIP_WITHOUT_GPU_FOR(backend());
+  run_new_tokens_case(backend(), {128, 128, 64, 128, DType::bf16, {0, 70, 100}}, 3);
 }
 
-TEST(CudaPrefill, NewTokensMiniCpm3Dims) {
-  SKIP_WITHOUT_GPU();
+TEST_P(CudaPrefill, NewTokensMiniCpm3Dims) {
+  SKIP_WITHOUT_GPU_FOR(backend());
   // MiniCPM3: qk_nope 64 + rope 32 = 96, v 64.
-  run_new_tokens_case({3, 64, 32, 64, DType::bf16, {0, 33, 290}}, 4);
-  run_new_tokens_case({1, 64, 32, 64, DType::f16, {0, 129}}, 5);
+  run_new_tokens_case(backend(), {3, 64, 32, 64, DType::bf16, {0, 33, 290}}, 4);
+  run_new_tokens_case(backend(), {1, 64, 32, 64, DType::f16, {0, 129}}, 5);
 }
 
-TEST(CudaPrefill, NewTokensQk256V256Dims) {
-  SKIP_WITHOUT_GPU();
+TEST_P(CudaPrefill, NewTokensQk256V256Dims) {
+  SKIP_WITHOUT_GPU_FOR(backend());
   // qk_nope 192 + rope 64 = 256, v 256.
-  run_new_tokens_case({3, 192, 64, 256, DType::bf16, {0, 200, 231}}, 6);
-  run_new_tokens_case({1, 192, 64, 256, DType::f16, {0, 97}}, 7);
+  run_new_tokens_case(backend(), {3, 192, 64, 256, DType::bf16, {0, 200, 231}}, 6);
+  run_new_tokens_case(backend(), {1, 192, 64, 256, DType::f16, {0, 97}}, 7);
 }
 
-TEST(CudaPrefill, NewTokensWithoutLse) {
-  SKIP_WITHOUT_GPU();
+TEST_P(CudaPrefill, NewTokensWithoutLse) {
+  SKIP_WITHOUT_GPU_FOR(backend());
   std::mt19937_64 rng(8);
   const std::vector<int32_t> cu_q = {0, 50, 90};
   const int64_t t = cu_q.back();
@@ -278,9 +298,9 @@ TEST(CudaPrefill, NewTokensWithoutLse) {
   const OwnedTensor out = OwnedTensor::empty({t, 2, 128}, DType::bf16, Device::cuda(0));
   test::poison(out.tensor());
   HandMadeMetadata meta(cu_q, {});
-  auto backend = make_backend(2, 128, 64, 128, DType::bf16, 0.1f);
-  backend->prepare_metadata(meta.md);
-  backend->run_prefill_new_tokens(q, k, v, /*return_softmax_lse=*/false, out, Tensor());
+  auto instance = make_backend(backend(), 2, 128, 64, 128, DType::bf16, 0.1f);
+  instance->prepare_metadata(meta.md);
+  instance->run_prefill_new_tokens(q, k, v, /*return_softmax_lse=*/false, out, Tensor());
   const OwnedTensor ref_out = OwnedTensor::empty({t, 2, 128}, DType::f32);
   const OwnedTensor ref_lse = OwnedTensor::empty({2, t}, DType::f32);
   reference_attention(q_h, k_h, v_h, {2, 192, 128, 0.1f, true, cu_q, cu_q}, ref_out, ref_lse);
@@ -290,8 +310,8 @@ TEST(CudaPrefill, NewTokensWithoutLse) {
 // Context chunks: non-causal, key rows from the chunk's cu_seq_lens, a
 // request with no context in the chunk (0 keys: out 0, lse -inf), and NaN
 // in the workspace rows past the chunk's last key, which must not be read.
-TEST(CudaPrefill, ContextChunksNonCausalVarlen) {
-  SKIP_WITHOUT_GPU();
+TEST_P(CudaPrefill, ContextChunksNonCausalVarlen) {
+  SKIP_WITHOUT_GPU_FOR(backend());
   std::mt19937_64 rng(9);
   const int heads = 3;
   const std::vector<int32_t> cu_q = {0, 5, 69, 198};
@@ -302,8 +322,8 @@ TEST(CudaPrefill, ContextChunksNonCausalVarlen) {
   const OwnedTensor q_h = random_host({t, heads, 192}, DType::bf16, rng, 1.5f);
   const OwnedTensor q = upload(q_h);
   HandMadeMetadata meta(cu_q, chunks);
-  auto backend = make_backend(heads, 128, 64, 128, DType::bf16, scale);
-  backend->prepare_metadata(meta.md);
+  auto instance = make_backend(backend(), heads, 128, 64, 128, DType::bf16, scale);
+  instance->prepare_metadata(meta.md);
   for (int c = 0; c < int(chunks.size()); ++c) {
     const OwnedTensor k_h = random_host({workspace, heads, 192}, DType::bf16, rng, 1.5f);
     const OwnedTensor v_h = random_host({workspace, heads, 128}, DType::bf16, rng, 1.f);
@@ -315,7 +335,7 @@ TEST(CudaPrefill, ContextChunksNonCausalVarlen) {
     const OwnedTensor lse = OwnedTensor::empty({heads, t}, DType::f32, Device::cuda(0));
     test::poison(out.tensor());
     test::poison(lse.tensor());
-    backend->run_prefill_context_chunk(c, q, k, v, out, lse);
+    instance->run_prefill_context_chunk(c, q, k, v, out, lse);
 
     const OwnedTensor ref_out = OwnedTensor::empty({t, heads, 128}, DType::f32);
     const OwnedTensor ref_lse = OwnedTensor::empty({heads, t}, DType::f32);
@@ -326,8 +346,8 @@ TEST(CudaPrefill, ContextChunksNonCausalVarlen) {
 
 // vLLM's layout: k = [k_nope | k_pe] and v = kv[..., P:] are views with a
 // head stride larger than the head dim; q and out are views too.
-TEST(CudaPrefill, StridedViews) {
-  SKIP_WITHOUT_GPU();
+TEST_P(CudaPrefill, StridedViews) {
+  SKIP_WITHOUT_GPU_FOR(backend());
   std::mt19937_64 rng(10);
   const int heads = 3;
   const std::vector<int32_t> cu_q = {0, 77, 211};
@@ -351,9 +371,9 @@ TEST(CudaPrefill, StridedViews) {
   const Tensor lse = lse_full.tensor().narrow(0, 1, heads);
 
   HandMadeMetadata meta(cu_q, {});
-  auto backend = make_backend(heads, 128, 64, 128, DType::bf16, scale);
-  backend->prepare_metadata(meta.md);
-  backend->run_prefill_new_tokens(q, k, v, true, out, lse);
+  auto instance = make_backend(backend(), heads, 128, 64, 128, DType::bf16, scale);
+  instance->prepare_metadata(meta.md);
+  instance->run_prefill_new_tokens(q, k, v, true, out, lse);
 
   const OwnedTensor ref_out = OwnedTensor::empty({t, heads, 128}, DType::f32);
   const OwnedTensor ref_lse = OwnedTensor::empty({heads, t}, DType::f32);
@@ -379,8 +399,8 @@ TEST(CudaPrefill, StridedViews) {
   EXPECT_EQ(touched, 0);
 }
 
-TEST(CudaPrefill, RejectsBadArgumentsBeforeWriting) {
-  SKIP_WITHOUT_GPU();
+TEST_P(CudaPrefill, RejectsBadArgumentsBeforeWriting) {
+  SKIP_WITHOUT_GPU_FOR(backend());
   std::mt19937_64 rng(11);
   const std::vector<int32_t> cu_q = {0, 10};
   const OwnedTensor q = upload(random_host({10, 2, 192}, DType::bf16, rng, 1.f));
@@ -390,20 +410,20 @@ TEST(CudaPrefill, RejectsBadArgumentsBeforeWriting) {
   const OwnedTensor out = OwnedTensor::empty({10, 2, 128}, DType::bf16, Device::cuda(0));
   const OwnedTensor lse = OwnedTensor::empty({2, 10}, DType::f32, Device::cuda(0));
   const OwnedTensor lse_bad = OwnedTensor::empty({10, 2}, DType::f32, Device::cuda(0));
-  auto backend = make_backend(2, 128, 64, 128, DType::bf16, 0.1f);
+  auto instance = make_backend(backend(), 2, 128, 64, 128, DType::bf16, 0.1f);
   // No metadata yet.
-  EXPECT_THROW(backend->run_prefill_new_tokens(q, k, v, true, out, lse), ValueError);
+  EXPECT_THROW(instance->run_prefill_new_tokens(q, k, v, true, out, lse), ValueError);
   HandMadeMetadata meta(cu_q, {});
-  backend->prepare_metadata(meta.md);
+  instance->prepare_metadata(meta.md);
   test::poison(out.tensor());
-  EXPECT_THROW(backend->run_prefill_new_tokens(q, k, v16, true, out, lse), ValueError);
-  EXPECT_THROW(backend->run_prefill_new_tokens(q, k, v, true, out, lse_bad), ValueError);
-  EXPECT_THROW(backend->run_prefill_new_tokens(q, k.tensor().narrow(0, 0, 9), v, true, out, lse), ValueError);
+  EXPECT_THROW(instance->run_prefill_new_tokens(q, k, v16, true, out, lse), ValueError);
+  EXPECT_THROW(instance->run_prefill_new_tokens(q, k, v, true, out, lse_bad), ValueError);
+  EXPECT_THROW(instance->run_prefill_new_tokens(q, k.tensor().narrow(0, 0, 9), v, true, out, lse), ValueError);
   const OwnedTensor scale = OwnedTensor::empty({1}, DType::f32, Device::cuda(0));
-  EXPECT_THROW(backend->run_prefill_new_tokens(q, k, v, true, out, lse, scale), NotImplementedError);
-  EXPECT_THROW(backend->run_prefill_context_chunk(0, q, k, v, out, lse), ValueError);  // no chunks planned
+  EXPECT_THROW(instance->run_prefill_new_tokens(q, k, v, true, out, lse, scale), NotImplementedError);
+  EXPECT_THROW(instance->run_prefill_context_chunk(0, q, k, v, out, lse), ValueError);  // no chunks planned
   try {
-    backend->run_prefill_new_tokens(q, k, v16, true, out, lse);
+    instance->run_prefill_new_tokens(q, k, v16, true, out, lse);
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("'v'"), std::string::npos) << e.what();
   }
@@ -416,15 +436,30 @@ TEST(CudaPrefill, RejectsBadArgumentsBeforeWriting) {
 // configuration (including the benchmark candidates) ---------------------------
 
 struct KernelCase {
-  int config;
+  int config;  // a row of sm80::kPrefillTileConfigs, or of sm90::kHopperPrefillConfigs when hopper
   DType dtype;
   bool causal;
   std::vector<int32_t> cu_q, cu_k;
   int heads;
+  bool hopper = false;
 };
 
+// The dims and name of a KernelCase's configuration.
+struct KernelConfigView {
+  int head_dim_qk, head_dim_v;
+  const char* name;
+};
+KernelConfigView config_of(const KernelCase& c) {
+  if (c.hopper) {
+    const sm90::HopperPrefillConfig& h = sm90::kHopperPrefillConfigs[c.config];
+    return {h.head_dim_qk, h.head_dim_v, h.name};
+  }
+  const sm80::PrefillTileConfig& t = sm80::kPrefillTileConfigs[c.config];
+  return {t.head_dim_qk, t.head_dim_v, t.name};
+}
+
 void run_kernel_case(const KernelCase& c, uint64_t seed) {
-  const sm80::PrefillTileConfig& cfg = sm80::kPrefillTileConfigs[c.config];
+  const KernelConfigView cfg = config_of(c);
   std::mt19937_64 rng(seed);
   const int64_t tq = c.cu_q.back(), tk = c.cu_k.back();
   const float scale = 1.f / std::sqrt(float(cfg.head_dim_qk));
@@ -463,7 +498,11 @@ void run_kernel_case(const KernelCase& c, uint64_t seed) {
   p.scale = scale;
   p.causal = c.causal;
   p.element = c.dtype == DType::bf16 ? sm80::PrefillElement::bf16 : sm80::PrefillElement::f16;
-  sm80::run_prefill_attention(p, nullptr, c.config);
+  if (c.hopper) {
+    sm90::run_hopper_prefill_attention(p, tq, std::max<int64_t>(tk, 1), nullptr, c.config);
+  } else {
+    sm80::run_prefill_attention(p, nullptr, c.config);
+  }
 
   const OwnedTensor ref_out = OwnedTensor::empty({tq, c.heads, cfg.head_dim_v}, DType::f32);
   const OwnedTensor ref_lse = OwnedTensor::empty({c.heads, tq}, DType::f32);
@@ -508,6 +547,63 @@ TEST(CudaPrefillKernel, RefusesUnsupportedDims) {
   }
 }
 
+// ---- the sm_90a kernel directly ------------------------------------------------
+
+TEST(HopperPrefillKernel, CausalBottomRightAndNonCausal) {
+  SKIP_WITHOUT_GPU_FOR("hopper");
+  // As for the sm80 configurations: more keys than queries, fewer, none,
+  // and equal lengths across several 128-row tiles and 128-key blocks.
+  const std::vector<int32_t> cu_q = {0, 40, 240, 250, 550};
+  const std::vector<int32_t> cu_k = {0, 300, 330, 330, 630};
+  for (int config = 0; config < sm90::kNumHopperPrefillConfigs; ++config) {
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(sm90::kHopperPrefillConfigs[config].name);
+      run_kernel_case({config, DType::bf16, causal, cu_q, cu_k, 3, true}, 300 + config * 2 + causal);
+      if (!sm90::kHopperPrefillConfigs[config].candidate) {
+        run_kernel_case({config, DType::f16, causal, cu_q, cu_k, 1, true}, 400 + config * 2 + causal);
+      }
+    }
+  }
+}
+
+// More tiles than SMs, so every persistent CTA walks several tiles and its
+// pipeline phases carry from one tile to the next; requests of 1, 127, 128,
+// 129 and 300 rows put tile and block edges everywhere.
+TEST(HopperPrefillKernel, ManyTilesPerCta) {
+  SKIP_WITHOUT_GPU_FOR("hopper");
+  const std::vector<int32_t> cu = {0, 1, 128, 256, 385, 685};
+  for (int config = 0; config < sm90::kNumHopperPrefillConfigs; ++config) {
+    SCOPED_TRACE(sm90::kHopperPrefillConfigs[config].name);
+    run_kernel_case({config, DType::bf16, true, cu, cu, 48, true}, 500);
+    run_kernel_case({config, DType::bf16, false, cu, cu, 48, true}, 501);
+  }
+}
+
+// A small case for compute-sanitizer (scripts/gpu-check.sh runs *Sanitizer*).
+TEST(HopperPrefillKernel, SanitizerCase) {
+  SKIP_WITHOUT_GPU_FOR("hopper");
+  for (int config = 0; config < sm90::kNumHopperPrefillConfigs; ++config) {
+    run_kernel_case({config, DType::bf16, true, {0, 70, 70, 200}, {0, 90, 95, 225}, 2, true}, 600);
+    run_kernel_case({config, DType::bf16, false, {0, 70, 70, 200}, {0, 90, 95, 225}, 2, true}, 601);
+  }
+}
+
+TEST(HopperPrefillKernel, RefusesUnsupportedDims) {
+  sm80::PrefillParams p;
+  p.head_dim_qk = 96;
+  p.head_dim_v = 64;
+  p.scale = 1.f;
+  try {
+    sm90::run_hopper_prefill_attention(p, 1, 1, nullptr);
+    FAIL() << "expected a ValueError";
+  } catch (const ValueError& e) {
+    const std::string msg = e.what();
+    if (msg.find("built without CUDA") == std::string::npos) {
+      EXPECT_NE(msg.find("(192, 128)"), std::string::npos) << msg;
+    }
+  }
+}
+
 // ---- the whole forward through the shared backend driver ---------------------
 
 // MlaAttention with `cuda` prefill (and `reference` decode) on the GPU against
@@ -515,23 +611,26 @@ TEST(CudaPrefillKernel, RefusesUnsupportedDims) {
 // cuda kernel. The rest of the CUDA forward path (cuBLAS GEMMs, cache ops,
 // merge) belongs to the CUDA ops work; until it is in, the forward refuses
 // with NotImplementedError and this test skips, saying so.
-TEST(CudaPrefill, ForwardAgainstReferenceThroughDriver) {
-  SKIP_WITHOUT_GPU();
+TEST_P(CudaPrefill, ForwardAgainstReferenceThroughDriver) {
+  SKIP_WITHOUT_GPU_FOR(backend());
   int ran = 0;
   for (const test::BackendCase& c : test::all_forward_cases()) {
     const SelectorConfig config = SelectorConfig::for_dims(c.dims, c.dtype, c.kv_cache_dtype, Device::cuda(0));
-    if (c.prefills.empty() || !cuda_prefill_class()->validate_configuration(device_capability(0), config).empty()) {
+    if (c.prefills.empty() || !prefill_class(backend())->validate_configuration(device_capability(0), config).empty()) {
       continue;
     }
     try {
-      EXPECT_TRUE(test::check(test::run_backend_case(c, "cuda", "reference", Device::cuda(0))));
+      EXPECT_TRUE(test::check(test::run_backend_case(c, backend(), "reference", Device::cuda(0))));
       ++ran;
     } catch (const NotImplementedError& e) {
       GTEST_SKIP() << "the CUDA forward path is not complete on this branch: " << e.what();
     }
   }
-  if (ran == 0) GTEST_SKIP() << "no driver case has dims the cuda prefill kernels serve";
+  if (ran == 0) GTEST_SKIP() << "no driver case has dims the " << backend() << " prefill kernels serve";
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, CudaPrefill, ::testing::Values(std::string("cuda"), std::string("hopper")),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // ---- the class: capability, dims table, registration (no GPU needed) ---------
 
@@ -572,6 +671,29 @@ TEST(CudaPrefillClass, ValidateConfiguration) {
   p.qk_nope_head_dim = 128;
   p.context.device = Device::cpu();
   EXPECT_THROW(cls->create(p), ValueError);
+}
+
+TEST(HopperPrefillClass, ValidateConfiguration) {
+  const PrefillBackendClass* cls = prefill_class("hopper");
+  if (cls == nullptr) GTEST_SKIP() << "lattn was built without CUDA (no `hopper` prefill backend)";
+  if (!cls->is_available()) GTEST_SKIP() << "this build has no sm_90a code";
+  const SelectorConfig deepseek =
+      SelectorConfig::for_dims(MlaDims::deepseek_v3(), DType::bf16, DType::bf16, Device::cuda(0));
+  EXPECT_TRUE(cls->validate_configuration(DeviceCapability{9, 0}, deepseek).empty());
+  EXPECT_EQ(cls->validate_configuration(DeviceCapability{8, 0}, deepseek),
+            std::vector<std::string>{"compute capability 8.0 not supported"});
+  EXPECT_EQ(cls->validate_configuration(DeviceCapability{10, 0}, deepseek),
+            std::vector<std::string>{"compute capability 10.0 not supported"});
+  // MiniCPM3's 96/64 is served by the sm80 kernels inside the hopper backend.
+  const SelectorConfig minicpm = SelectorConfig::for_dims(MlaDims::minicpm3(), DType::f16, DType::f16, Device::cuda(0));
+  EXPECT_TRUE(cls->validate_configuration(DeviceCapability{9, 0}, minicpm).empty());
+  MlaDims odd = MlaDims::deepseek_v3();
+  odd.qk_nope_head_dim = 96;  // qk 160
+  const auto reasons = cls->validate_configuration(
+      DeviceCapability{9, 0}, SelectorConfig::for_dims(odd, DType::bf16, DType::bf16, Device::cuda(0)));
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_NE(reasons[0].find("qk_rope_head_dim = 160, v_head_dim = 128 not supported"), std::string::npos)
+      << reasons[0];
 }
 
 }  // namespace

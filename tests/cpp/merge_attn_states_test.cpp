@@ -82,6 +82,20 @@ TEST(TV_MERGE, BothEmptyGivesZeroAndMinusInfinity) {
   }
 }
 
+TEST(MergeNonFinite, NanLseOrNanValuesOfALiveSideGiveNan) {
+  // docs/mla.md, "NaN and inf": a side that attended to a NaN (NaN LSE, NaN
+  // values) makes the row NaN, even against an empty other side; a live side
+  // whose weight underflows is still read (0 * NaN is NaN).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const auto& [p, s] : {std::pair{nan, 0.5f}, std::pair{0.5f, nan}, std::pair{nan, -kInf}, std::pair{-kInf, nan}}) {
+    const Merged m = merge_one({{nan, nan}, {nan, nan}, p, s});
+    EXPECT_TRUE(std::isnan(m.out[0]) && std::isnan(m.out[1]) && std::isnan(m.lse)) << p << " " << s;
+  }
+  const Merged tiny = merge_one({{nan, 1}, {5, -2}, -200.f, 0.f});  // prefix weight e^-200 underflows to 0
+  EXPECT_TRUE(std::isnan(tiny.out[0]));
+  EXPECT_EQ(tiny.out[1], -2.f);
+}
+
 TEST(TV_MERGE, LargeLseDoesNotOverflow) {
   const Merged m = merge_one({{1, 1}, {3, 3}, 1000.f, 1000.f});
   EXPECT_FLOAT_EQ(m.out[0], 2.f);

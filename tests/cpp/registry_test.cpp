@@ -158,14 +158,18 @@ TEST_F(RegistryTest, StandardMembersMissingFromTheBuildAreUnavailableNotFaked) {
   }
 }
 
-// hopper has no implementation yet, and cuda none in a build without CUDA.
+// hopper prefill is built in with CUDA (available when the build has sm_90a
+// code); without CUDA it, and cuda, are placeholders that explain themselves.
 TEST_F(RegistryTest, HopperAndCudaWithoutCudaAreUnavailableToday) {
   const auto& builtins = detail::builtin_prefill_classes();
   const auto registered = [&](const char* n) {
     return std::any_of(builtins.begin(), builtins.end(), [&](const auto& c) { return c->name() == n; });
   };
-  if (registered("hopper")) GTEST_SKIP() << "a hopper prefill backend is linked into this build";
-  EXPECT_FALSE(prefill.get_class("hopper")->is_available());
+  EXPECT_EQ(registered("hopper"), built_with_cuda());
+  if (!registered("hopper")) {
+    EXPECT_FALSE(prefill.get_class("hopper")->is_available());
+    EXPECT_THROW(prefill.get_class("hopper")->create({}), BackendUnavailableError);
+  }
   if (!built_with_cuda()) {
     ASSERT_FALSE(registered("cuda"));
     EXPECT_FALSE(prefill.get_class("cuda")->is_available());

@@ -171,3 +171,38 @@ def test_weights_views():
     w_uk, w_uv = ref.split_kv_b_proj(w, n, p, v_dim)
     np.testing.assert_array_equal(attn.W_UK_T.numpy(), w_uk)  # [N, P, L]
     np.testing.assert_array_equal(attn.W_UV.numpy(), w_uv.transpose(0, 2, 1))  # [N, L, V]
+
+
+def run_invariant(batch, requests, block_size):
+    """Forward of `requests` in batch-invariant mode (layer and metadata builder)."""
+    n, lora, p, r, v_dim = DIMS
+    cache_data = np.full((batch.num_blocks, block_size, lora + r), np.nan, dtype=np.float16)
+    fill_context(batch, cache_data, block_size)
+    cache = lattn.LatentCache(cache_data, lora, r)
+    builder = lattn.MlaMetadataBuilder(block_size=block_size, context_chunk_workspace_size=16, batch_invariant=True,
+                                       batch_invariant_context_chunk=8)
+    md = builder.build([(q, c, batch.tables[i]) for i, (q, c) in enumerate(requests)])
+    attn = lattn.MlaAttention(n, lora, p, r, v_dim, scale=batch.scale, dtype="f32", kv_cache_dtype="f16",
+                              batch_invariant=True)
+    attn.process_weights_after_loading(batch.w)
+    kv_c, k_pe = batch.new_tokens()
+    return attn.forward(batch.q, kv_c, k_pe, cache, md)
+
+
+def test_batch_invariant_mode():
+    # The last prefill (9 new tokens over a 30-token context) alone and after
+    # the other requests: bit-identical rows, and the math still holds.
+    requests = [(1, 37), (1, 5), (6, 21), (9, 30)]
+    block_size = 4
+    batch = Batch(np.random.default_rng(21), requests, block_size, "f32", cache_dtype="f16")
+    out = run_invariant(batch, requests, block_size)
+    naive = batch.expected(ref.mha_request)
+    t_dec = 2
+    assert rel_l2(out[t_dec:], naive[t_dec:]) < 1e-5
+    alone = Batch(np.random.default_rng(21), requests, block_size, "f32", cache_dtype="f16")
+    # Keep only the last request (its data and block table) and run it alone.
+    alone.requests = [requests[-1]]
+    alone.kv_c, alone.k_pe, alone.tables = [alone.kv_c[-1]], [alone.k_pe[-1]], [alone.tables[-1]]
+    alone.q = alone.q[-9:]
+    out_alone = run_invariant(alone, alone.requests, block_size)
+    np.testing.assert_array_equal(out_alone, out[-9:])

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/attention/attention_impl.h"
+#include "core/types/batch_invariant.h"
 #include "core/ops/forward_ops.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
@@ -42,6 +43,7 @@ MlaAttention::MlaAttention(const MlaAttentionConfig& config) : impl_(std::make_u
   validate_config(config);
   Impl& im = *impl_;
   im.config = config;
+  if (detail::batch_invariant_from_env()) im.config.batch_invariant = true;
   const MlaDims& d = config.dims;
   if (im.config.scale == 0.f) im.config.scale = d.softmax_scale();
   im.workspace = detail::Workspace(config.device);

@@ -31,7 +31,7 @@ struct MlaAttention::Impl {
   std::atomic<bool> in_use{false};
 
   const MlaDims& dims() const { return config.dims; }
-  RunContext run_context() const { return {config.device, config.stream, 0}; }
+  RunContext run_context() const { return {config.device, config.stream, 0, config.batch_invariant}; }
   bool supports_quant_output() const;
 };
 

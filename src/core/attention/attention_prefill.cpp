@@ -5,8 +5,8 @@
 //   suffix = causal attention of the new tokens among themselves, with LSE
 //   for each context chunk i (at most workspace rows of context at a time):
 //     gather_cache -> up-project -> non-causal attention, with LSE
-//     prefix = merge(prefix, chunk)            (first chunk: prefix = chunk)
-//   out    = merge(prefix, suffix)
+//     run = merge(run, chunk)     (f32; first chunk: run = merge(chunk, suffix))
+//   out    = run, rounded once to the activation dtype (the last merge)
 // The up-projected context of one chunk is the only memory that grows with
 // the context, and the chunk plan bounds it by the workspace size.
 #include <algorithm>
@@ -64,15 +64,19 @@ void reserve_context_workspace(MlaAttention::Impl& impl, int64_t workspace_rows)
 
 namespace {
 
-// The merged attention of the new tokens over their whole context, chunk by
-// chunk: writes prefix_out [Tp, N, V'] and prefix_lse [N, Tp] (an empty
-// context gives 0 and -inf).
-std::pair<Tensor, Tensor> attend_context(MlaAttention::Impl& impl, const LatentCache& cache,
-                                         const PrefillMetadata& pm, int64_t workspace_rows, const Tensor& q,
-                                         int64_t v_width) {
+// The new tokens' attention merged with their whole context, chunk by chunk,
+// into target [Tp, N, V] (activation dtype). The running result and its LSE
+// stay in f32 across the chunk loop and are rounded once, by the last merge,
+// so the error does not grow with the number of chunks (docs/mla.md,
+// "Precision"). Merge order per row: ((new ⊕ chunk 0) ⊕ chunk 1) ⊕ ...; a
+// chunk in which a request has no keys has LSE -inf and merges as an exact
+// identity, so a row's bits do not depend on how many chunks the batch needs.
+void attend_context(MlaAttention::Impl& impl, const LatentCache& cache, const PrefillMetadata& pm,
+                    int64_t workspace_rows, const Tensor& q, int64_t v_width, const Tensor& new_out,
+                    const Tensor& new_lse, const Tensor& target) {
   const MlaDims& d = impl.dims();
   const int64_t Tp = pm.num_prefill_tokens, N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim,
-                R = d.qk_rope_head_dim;
+                R = d.qk_rope_head_dim, V = d.v_head_dim;
   const DType dtype = impl.config.dtype;
   Workspace& ws = impl.workspace;
   const Stream stream = impl.config.stream;
@@ -81,29 +85,37 @@ std::pair<Tensor, Tensor> attend_context(MlaAttention::Impl& impl, const LatentC
   const Tensor latent_all = ws.get(WorkspaceSlot::context_latent, {workspace_rows, L + R}, dtype);
   const Tensor k_all = ws.get(WorkspaceSlot::context_k, {workspace_rows, N, P + R}, dtype);
   const Tensor v_all = ws.get(WorkspaceSlot::context_v, {workspace_rows, N, v_width}, dtype);
-  const Tensor prefix_out = ws.get(WorkspaceSlot::context_out, {Tp, N, v_width}, dtype);
-  Tensor prefix_lse = ws.get(WorkspaceSlot::context_lse, {N, Tp}, DType::f32);
-  Tensor merged_lse = ws.get(WorkspaceSlot::context_lse_next, {N, Tp}, DType::f32);
   const Tensor chunk_out = ws.get(WorkspaceSlot::chunk_out, {Tp, N, v_width}, dtype);
   const Tensor chunk_lse = ws.get(WorkspaceSlot::chunk_lse, {N, Tp}, DType::f32);
+  const int num_chunks = pm.chunks.num_chunks;
+  Tensor run_out, run_lse, next_lse;  // f32 running state (only when there is more than one chunk)
+  if (num_chunks > 1) {
+    run_out = ws.get(WorkspaceSlot::context_out, {Tp, N, V}, DType::f32);
+    run_lse = ws.get(WorkspaceSlot::context_lse, {N, Tp}, DType::f32);
+    next_lse = ws.get(WorkspaceSlot::context_lse_next, {N, Tp}, DType::f32);
+  }
 
-  for (int i = 0; i < pm.chunks.num_chunks; ++i) {
+  for (int i = 0; i < num_chunks; ++i) {
     const int64_t rows = pm.chunks.seq_tot[size_t(i)];
     const Tensor latent = latent_all.narrow(0, 0, rows);
     gather_cache(cache, latent, pm.block_table, pm.chunks.cu_seq_lens.select(0, i), pm.num_prefills,
                  pm.chunks.starts.select(0, i), stream);
     const Tensor k = k_all.narrow(0, 0, rows), v = v_all.narrow(0, 0, rows);
     up_project(impl, latent.narrow(1, 0, L), latent.narrow(1, L, R), k, v);
+    impl.prefill->run_prefill_context_chunk(i, q, k, v, chunk_out, chunk_lse);
+    const Tensor chunk = chunk_out.narrow(2, 0, V);
+    const bool last = i == num_chunks - 1;
     if (i == 0) {
-      impl.prefill->run_prefill_context_chunk(i, q, k, v, prefix_out, prefix_lse);
+      // (new ⊕ chunk 0): prefix = context, suffix = new tokens, as the seed merges them.
+      merge_attn_states(last ? target : run_out, last ? Tensor() : run_lse, chunk, chunk_lse,
+                        new_out.narrow(2, 0, V), new_lse, stream);
       continue;
     }
-    impl.prefill->run_prefill_context_chunk(i, q, k, v, chunk_out, chunk_lse);
     // The output may alias the prefix (elementwise); the LSE may not, hence two LSE buffers.
-    merge_attn_states(prefix_out, merged_lse, prefix_out, prefix_lse, chunk_out, chunk_lse, stream);
-    std::swap(prefix_lse, merged_lse);
+    merge_attn_states(last ? target : run_out, last ? Tensor() : next_lse, run_out, run_lse, chunk, chunk_lse,
+                      stream);
+    std::swap(run_lse, next_lse);
   }
-  return {prefix_out, prefix_lse};
 }
 
 }  // namespace
@@ -148,10 +160,8 @@ bool forward_prefill(MlaAttention::Impl& impl, const ForwardArgs& args, const La
 
   int64_t workspace_rows = std::max<int64_t>(metadata.context_chunk_workspace_size, 1);
   for (int32_t rows : pm.chunks.seq_tot) workspace_rows = std::max<int64_t>(workspace_rows, rows);
-  const auto [prefix_out, prefix_lse] = attend_context(impl, cache, pm, workspace_rows, q, v_width);
-  // Context is the prefix, new tokens the suffix (docs/mla.md, "One forward"); only the first V columns are kept.
-  merge_attn_states(target, Tensor(), prefix_out.narrow(2, 0, V), prefix_lse, new_out.narrow(2, 0, V), new_lse,
-                    stream);
+  // Only the first V columns of (padded) outputs are merged.
+  attend_context(impl, cache, pm, workspace_rows, q, v_width, new_out, new_lse, target);
   return staged;
 }
 

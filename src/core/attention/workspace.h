@@ -25,7 +25,7 @@ enum class WorkspaceSlot : int {
   context_v,          // [ws, N, V']   up-projected context values
   chunk_out,          // [Tp, N, V']   one chunk's output
   chunk_lse,          // [N, Tp]
-  context_out,        // [Tp, N, V']   merged context output (prefix)
+  context_out,        // [Tp, N, V]    f32: running result of the chunk loop (new tokens + chunks so far)
   context_lse,        // [N, Tp]
   context_lse_next,   // [N, Tp]       merge target (an LSE may not alias its inputs)
   prefill_out,        // [Tp, N, V']   padded-V or quantized prefill output before the final copy

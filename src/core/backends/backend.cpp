@@ -92,7 +92,11 @@ std::vector<std::string> DecodeBackendClass::validate_configuration(std::optiona
   if (!is_available()) reasons.push_back("required dependencies not available");
   const auto cache_dtypes = supported_kv_cache_dtypes();
   if (std::find(cache_dtypes.begin(), cache_dtypes.end(), config.kv_cache_dtype) == cache_dtypes.end()) {
-    reasons.push_back(std::string("kv cache dtype ") + dtype_torch_name(config.kv_cache_dtype) + " not supported");
+    // u8 is the fp8_ds_mla format (lattn/sparse.h): only sparse attention reads it.
+    reasons.push_back(config.kv_cache_dtype == DType::u8
+                          ? std::string("kv cache dtype fp8_ds_mla not supported (dense attention; the format is read "
+                                        "by sparse MLA only: sparse_mla, or MlaAttentionConfig::index_topk)")
+                          : std::string("kv cache dtype ") + dtype_torch_name(config.kv_cache_dtype) + " not supported");
   }
   const auto blocks = supported_block_sizes();
   if (!blocks.empty() && std::find(blocks.begin(), blocks.end(), config.block_size) == blocks.end()) {

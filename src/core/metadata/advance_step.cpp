@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "lattn/errors.h"
 
 namespace lattn {
@@ -36,7 +36,7 @@ void read_i64(const Tensor& src, int64_t* dst, int64_t n) {
   if (src.device().is_cpu()) {
     std::memcpy(dst, src.data(), size_t(n) * 8);
   } else {
-    cuda_hooks::memcpy_any(dst, Device::cpu(), src.data(), src.device(), size_t(n) * 8, nullptr);
+    detail::device_ops(src.device()).memcpy(dst, Device::cpu(), src.data(), src.device(), size_t(n) * 8, nullptr);
   }
 }
 void write_i64(const int64_t* src, const Tensor& dst, int64_t n, Stream stream) {
@@ -44,7 +44,7 @@ void write_i64(const int64_t* src, const Tensor& dst, int64_t n, Stream stream) 
   if (dst.device().is_cpu()) {
     std::memcpy(dst.data(), src, size_t(n) * 8);
   } else {
-    cuda_hooks::memcpy_any(dst.data(), dst.device(), src, Device::cpu(), size_t(n) * 8, stream);
+    detail::device_ops(dst.device()).memcpy(dst.data(), dst.device(), src, Device::cpu(), size_t(n) * 8, stream);
   }
 }
 
@@ -185,6 +185,7 @@ void advance_step(MlaMetadata& m, const Tensor& sampled_token_ids, const Tensor&
   if (m.decode) {
     m.decode->max_decode_seq_len = max_seq_len;
     m.decode->max_decode_query_len = 1;
+    m.decode->plans = std::make_shared<StepPlans>();  // new lengths: a new step to plan
   }
   // Device views: re-upload into the same device memory (or alias the host).
   m.to_device(m.device, stream);

@@ -45,11 +45,68 @@ ContextChunkSizing size_context_chunks(bool planning_enabled, int num_prefills, 
   return s;
 }
 
+int64_t batch_invariant_chunk_len(int64_t configured, int64_t workspace_size, int page_size) {
+  if (workspace_size < page_size) {
+    throw AssertionError("batch-invariant context chunks need a workspace of at least one page (context_chunk_"
+                         "workspace_size " + std::to_string(workspace_size) + ", page_size " +
+                         std::to_string(page_size) + ")");
+  }
+  int64_t len = configured > 0 ? configured : workspace_size / 8;
+  len = std::min(len, workspace_size) / page_size * page_size;
+  return std::max<int64_t>(len, page_size);
+}
+
+ContextChunkSizing plan_batch_invariant_chunks(std::span<const int64_t> prefill_context_lens, int64_t workspace_size,
+                                               int64_t chunk_len) {
+  ContextChunkSizing s;
+  const size_t np = prefill_context_lens.size();
+  s.max_context_chunk = chunk_len;
+  std::vector<int64_t> next(np, 0);  // each prefill's next piece start
+  for (int64_t len : prefill_context_lens) s.num_prefills_with_context += len > 0;
+  size_t remaining = size_t(s.num_prefills_with_context);
+  while (remaining > 0) {
+    int64_t room = workspace_size;
+    for (size_t p = 0; p < np; ++p) {
+      const int64_t start = next[p], len = std::min(chunk_len, prefill_context_lens[p] - start);
+      // Pieces are never split: a prefill whose piece does not fit waits for the next chunk.
+      if (len <= 0 || len > room) {
+        s.piece_start.push_back(0);  // empty piece (gather_cache wants page-aligned starts even then)
+        s.piece_len.push_back(0);
+        continue;
+      }
+      s.piece_start.push_back(int32_t(start));
+      s.piece_len.push_back(int32_t(len));
+      room -= len;
+      next[p] = start + len;
+      if (next[p] == prefill_context_lens[p]) --remaining;
+    }
+    ++s.num_chunks;
+  }
+  return s;
+}
+
 void fill_context_chunks(const ContextChunkSizing& sizing, std::span<const int32_t> prefill_context_lens,
                          int64_t workspace_size, int32_t* starts, int32_t* cu_seq_lens, int32_t* max_seq_lens,
                          int32_t* seq_tot) {
   const int num_prefills = int(prefill_context_lens.size());
   const int64_t chunk = sizing.max_context_chunk;
+  if (!sizing.piece_len.empty()) {  // batch-invariant: the pieces planned by plan_batch_invariant_chunks
+    for (int i = 0; i < sizing.num_chunks; ++i) {
+      int32_t* row_cu = cu_seq_lens + int64_t(i) * (num_prefills + 1);
+      int32_t total = 0, longest = 0;
+      row_cu[0] = 0;
+      for (int p = 0; p < num_prefills; ++p) {
+        const size_t k = size_t(i) * size_t(num_prefills) + size_t(p);
+        starts[int64_t(i) * num_prefills + p] = sizing.piece_start[k];
+        total += sizing.piece_len[k];
+        longest = std::max(longest, sizing.piece_len[k]);
+        row_cu[p + 1] = total;
+      }
+      max_seq_lens[i] = longest;
+      seq_tot[i] = total;
+    }
+    return;
+  }
   for (int i = 0; i < sizing.num_chunks; ++i) {
     const int64_t start = int64_t(i) * chunk;
     int32_t* row_starts = starts + int64_t(i) * num_prefills;

@@ -8,8 +8,8 @@
 #include <string>
 #include <tuple>
 
-#include "core/ops/cuda_hooks.h"
 #include "core/metadata/metadata_storage.h"
+#include "core/ops/device_ops.h"
 #include "lattn/errors.h"
 
 namespace lattn {
@@ -31,7 +31,8 @@ void copy_into(const char* what, const Tensor& src, const Tensor& dst, Stream st
   if (src.device().is_cpu() && dst.device().is_cpu()) {
     std::memmove(dst.data(), src.data(), src.nbytes());
   } else {
-    cuda_hooks::memcpy_any(dst.data(), dst.device(), src.data(), src.device(), src.nbytes(), stream);
+    detail::device_ops(dst.device(), src.device())
+        .memcpy(dst.data(), dst.device(), src.data(), src.device(), src.nbytes(), stream);
   }
 }
 
@@ -92,8 +93,8 @@ MlaCommonState::GraphCapture MlaCommonState::graph_capture(int max_batch_size) {
   std::memcpy(base + block_tables_, graph_block_tables_.data(), rows * width * 4);
   if (config_.device.is_cuda()) {
     storage->device = Buffer(layout.total(), config_.device);
-    cuda_hooks::memcpy_any(storage->device.data(), config_.device, storage->host.data(), Device::cpu(),
-                           layout.total(), nullptr);
+    detail::device_ops(config_.device)
+        .memcpy(storage->device.data(), config_.device, storage->host.data(), Device::cpu(), layout.total(), nullptr);
   }
   capture_ = std::move(storage);
   capture_batch_size_ = max_batch_size;

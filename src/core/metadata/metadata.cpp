@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "core/ops/cuda_hooks.h"
 #include "core/metadata/metadata_storage.h"
+#include "core/ops/device_ops.h"
 #include "lattn/errors.h"
 
 namespace lattn {
@@ -79,8 +79,8 @@ void MlaMetadata::to_device(Device target, Stream stream) {
   if (!s.device.data() && s.host.size() > 0) s.device = Buffer(s.host.size(), target);
   for (const detail::ByteRange& r : s.upload_ranges) {
     if (r.bytes == 0) continue;
-    cuda_hooks::memcpy_any(static_cast<std::byte*>(s.device.data()) + r.offset, target, s.host_base() + r.offset,
-                           Device::cpu(), r.bytes, stream);
+    detail::device_ops(target).memcpy(static_cast<std::byte*>(s.device.data()) + r.offset, target,
+                                      s.host_base() + r.offset, Device::cpu(), r.bytes, stream);
   }
   detail::bind_device_views(*this, target);
 }

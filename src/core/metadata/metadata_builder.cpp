@@ -14,6 +14,7 @@
 #include "core/metadata/graph_buffers.h"
 #include "core/metadata/metadata_storage.h"
 #include "core/metadata/slot_mapping.h"
+#include "core/types/batch_invariant.h"
 #include "lattn/errors.h"
 #include "lattn/metadata.h"
 #include "lattn/overflow.h"
@@ -276,8 +277,17 @@ BatchPlan plan_batch(const MetadataBuilderConfig& cfg, const detail::GraphBuffer
     plan.block_table_width = batch.block_table_width();
   }
 
-  plan.chunks = detail::size_context_chunks(chunking, plan.num_prefills, prefills_with_context, max_context_all,
-                                            max_context_prefill, cfg.context_chunk_workspace_size, block_size);
+  if (cfg.batch_invariant && chunking && plan.num_prefills > 0 && max_context_prefill > 0) {
+    // Per-request chunk boundaries (docs/mla.md, "Batch invariance").
+    std::vector<int64_t> lens;
+    for (int r = plan.num_reqs - plan.num_prefills; r < plan.num_reqs; ++r) lens.push_back(batch.context_len(r));
+    const int64_t len = detail::batch_invariant_chunk_len(cfg.batch_invariant_context_chunk,
+                                                          cfg.context_chunk_workspace_size, block_size);
+    plan.chunks = detail::plan_batch_invariant_chunks(lens, cfg.context_chunk_workspace_size, len);
+  } else {
+    plan.chunks = detail::size_context_chunks(chunking, plan.num_prefills, prefills_with_context, max_context_all,
+                                              max_context_prefill, cfg.context_chunk_workspace_size, block_size);
+  }
   return plan;
 }
 
@@ -605,6 +615,7 @@ int64_t mla_context_chunk_workspace_size(int64_t max_model_len, int64_t max_num_
 
 MlaMetadataBuilder::MlaMetadataBuilder(MetadataBuilderConfig config) : config_(std::move(config)) {
   const std::string op = "MlaMetadataBuilder: ";
+  if (detail::batch_invariant_from_env()) config_.batch_invariant = true;
   const MetadataBuilderConfig& c = config_;
   if (c.block_size <= 0) throw ValueError(op + "block_size must be > 0, got " + std::to_string(c.block_size));
   if (c.reorder_batch_threshold < 1) {

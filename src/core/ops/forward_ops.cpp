@@ -1,10 +1,7 @@
 // Device-dispatched data movements of the forward (see core/ops/forward_ops.h).
 #include "core/ops/forward_ops.h"
 
-#include <cstring>
-
-#include "core/ops/cuda_hooks.h"
-#include "cpu/ops_cpu.h"
+#include "core/ops/device_ops.h"
 
 namespace lattn::detail {
 namespace {
@@ -12,11 +9,8 @@ namespace {
 // Copies `rows` rows of `row_bytes` bytes between pitched layouts on any device.
 void copy_rows(char* dst, size_t dst_pitch, const char* src, size_t src_pitch, size_t row_bytes, size_t rows,
                Device device, Stream stream) {
-  if (device.is_cuda()) {
-    cuda_hooks::memcpy_2d(dst, dst_pitch, device, src, src_pitch, device, row_bytes, rows, stream);
-    return;
-  }
-  for (size_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_pitch, src + r * src_pitch, row_bytes);
+  if (row_bytes == 0 || rows == 0) return;
+  device_ops(device).memcpy_2d(dst, dst_pitch, src, src_pitch, row_bytes, rows, device.index, stream);
 }
 
 }  // namespace
@@ -50,11 +44,7 @@ void copy_leading_columns(const Tensor& src, const Tensor& dst, Stream stream) {
 }
 
 void quantize_fp8(const Tensor& src, const Tensor& dst, const Tensor& scale, Stream stream) {
-  if (dst.device().is_cuda()) {
-    cuda_hooks::quantize_fp8(src, dst, scale, stream);
-    return;
-  }
-  cpu::quantize_fp8(src, dst, *scale.data_as<const float>());
+  device_ops(dst.device()).quantize_fp8(src, dst, scale, stream);
 }
 
 void zero_rows(const Tensor& t, Stream stream) {
@@ -65,12 +55,13 @@ void zero_rows(const Tensor& t, Stream stream) {
   }
   const size_t row_bytes = size_t(t.size(1)) * size_t(t.element_size());
   if (t.is_contiguous()) {
-    cuda_hooks::memset_device(t.data(), 0, row_bytes * size_t(t.size(0)), t.device().index, stream);
+    device_ops(t.device()).memset(t.data(), 0, row_bytes * size_t(t.size(0)), t.device().index, stream);
     return;
   }
   for (int64_t r = 0; r < t.size(0); ++r) {
-    cuda_hooks::memset_device(static_cast<char*>(t.data()) + size_t(r * t.stride(0)) * size_t(t.element_size()), 0,
-                              row_bytes, t.device().index, stream);
+    device_ops(t.device())
+        .memset(static_cast<char*>(t.data()) + size_t(r * t.stride(0)) * size_t(t.element_size()), 0, row_bytes,
+                t.device().index, stream);
   }
 }
 

@@ -1,6 +1,6 @@
 // src/core/ops/forward_ops.h — the small device-dispatched data movements
 // MlaAttention::forward needs besides GEMMs, attention and the public ops
-// (internal). Host: plain loops; CUDA: runtime copies or cuda_hooks.
+// (internal), through the device-ops table (core/ops/device_ops.h).
 #pragma once
 
 #include "lattn/stream.h"

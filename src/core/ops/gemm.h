@@ -38,10 +38,7 @@ struct GemmProblem {
   float alpha = 1.f, beta = 0.f;
 };
 
-// Runs p on ctx.device (CPU: cpu_gemm; CUDA: cuBLAS through cuda_hooks::gemm).
+// Runs p on ctx.device through that device's ops table (core/ops/device_ops.h).
 void gemm(const GemmProblem& p, const RunContext& ctx);
-
-// The CPU implementation (src/cpu/).
-void cpu_gemm(const GemmProblem& p, const RunContext& ctx);
 
 }  // namespace lattn::detail

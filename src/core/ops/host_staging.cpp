@@ -1,7 +1,7 @@
 // Host staging of device views (see core/ops/host_staging.h).
 #include "core/ops/host_staging.h"
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "lattn/errors.h"
 
 namespace lattn::detail {
@@ -16,14 +16,15 @@ HostStaged::HostStaged(const Tensor& t, bool copy_in) : device_view_(t), host_(t
   }
   span_bytes_ = size_t(last + 1) * size_t(t.element_size());
   storage_ = Buffer(span_bytes_, Device::cpu());
-  if (copy_in) cuda_hooks::memcpy_any(storage_.data(), Device::cpu(), t.data(), t.device(), span_bytes_, nullptr);
+  if (copy_in)
+    device_ops(t.device()).memcpy(storage_.data(), Device::cpu(), t.data(), t.device(), span_bytes_, nullptr);
   host_ = Tensor(storage_.data(), t.dtype(), t.shape(), t.strides(), Device::cpu());
 }
 
 void HostStaged::copy_back() const {
   if (span_bytes_ == 0) return;
-  cuda_hooks::memcpy_any(device_view_.data(), device_view_.device(), storage_.data(), Device::cpu(), span_bytes_,
-                         nullptr);
+  device_ops(device_view_.device())
+      .memcpy(device_view_.data(), device_view_.device(), storage_.data(), Device::cpu(), span_bytes_, nullptr);
 }
 
 HostStagedCache::HostStagedCache(const LatentCache& cache) : data_(cache.data, true), host_(cache) {

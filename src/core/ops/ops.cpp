@@ -1,14 +1,13 @@
 // The cache and attention-state ops (lattn/ops.h): every argument is
 // validated here first — shapes, dtypes, devices and, for host-resident
 // index tensors, every index value — so a refused call has written nothing.
-// Then the op runs on the device of its tensors: src/cpu for the host,
-// cuda_hooks for CUDA tensors.
+// Then the op runs on the device of its tensors, through that device's ops
+// table (core/ops/device_ops.h).
 #include "lattn/ops.h"
 
 #include <string>
 
-#include "core/ops/cuda_hooks.h"
-#include "cpu/ops_cpu.h"
+#include "core/ops/device_ops.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
 
@@ -89,10 +88,11 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
     }
   }
 
-  if (cache.device().is_cuda()) {
-    cuda_hooks::concat_and_cache_mla(kv_c, pe, cache, slot_mapping, stream);
+  const detail::DeviceOps& dev = detail::device_ops(cache.device());
+  if (cache.is_fp8_ds_mla()) {  // per-tile quantization: lattn/sparse.h
+    dev.concat_and_cache_ds_mla(kv_c, pe, cache, slot_mapping, stream);
   } else {
-    cpu::concat_and_cache_mla(kv_c, pe, cache, slot_mapping);
+    dev.concat_and_cache_mla(kv_c, pe, cache, slot_mapping, stream);
   }
 }
 
@@ -106,7 +106,7 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
   check_dim(op, "dst", dst, 2);
   check_dtype_in(op, "dst", dst, kActivationDtypes);
   check_device(op, "dst", dst, device);
-  check_shape(op, "dst", dst, {kAnySize, cache.entry_dim()});
+  check_shape(op, "dst", dst, {kAnySize, int64_t(cache.kv_lora_rank) + cache.qk_rope_head_dim});
   check_last_dim_contiguous(op, "dst", dst);
 
   check_dtype(op, "block_table", block_table, DType::i32);
@@ -153,11 +153,14 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
       }
     }
     const int64_t total = batch_size > 0 ? index_at(cu_seq_lens, batch_size) : 0;
-    check_arg(total <= dst.size(0), op, "dst", "have at least cu_seq_lens[batch_size] = " + std::to_string(total) + " rows",
-              dst.shape_str());
-    cpu::gather_cache(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts);
+    check_arg(total <= dst.size(0), op, "dst",
+              "have at least cu_seq_lens[batch_size] = " + std::to_string(total) + " rows", dst.shape_str());
+  }
+  if (cache.is_fp8_ds_mla()) {
+    detail::device_ops(device).gather_cache_ds_mla(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts,
+                                                   stream);
   } else {
-    cuda_hooks::gather_cache(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts, stream);
+    detail::device_ops(device).gather_cache(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts, stream);
   }
 }
 
@@ -192,11 +195,7 @@ void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& p
     check_arg(out_lse.data() != prefix_lse.data() && out_lse.data() != suffix_lse.data(), op, "output_lse",
               "not alias prefix_lse or suffix_lse", "an aliasing tensor");
   }
-  if (device.is_cuda()) {
-    cuda_hooks::merge_attn_states(out, out_lse, prefix_out, prefix_lse, suffix_out, suffix_lse, stream);
-  } else {
-    cpu::merge_attn_states(out, out_lse, prefix_out, prefix_lse, suffix_out, suffix_lse);
-  }
+  detail::device_ops(device).merge_attn_states(out, out_lse, prefix_out, prefix_lse, suffix_out, suffix_lse, stream);
 }
 
 void copy_blocks(std::span<const LatentCache> caches, const Tensor& block_mapping, Stream stream) {
@@ -208,11 +207,7 @@ void copy_blocks(std::span<const LatentCache> caches, const Tensor& block_mappin
     check_device(op, "kv_caches", cache.data, device);
     check_block_mapping(op, block_mapping, cache.num_blocks(), cache.num_blocks());
   }
-  if (device.is_cuda()) {
-    cuda_hooks::copy_blocks(caches, block_mapping, stream);
-    return;
-  }
-  for (const LatentCache& cache : caches) cpu::copy_cache_blocks(cache, cache, block_mapping);
+  detail::device_ops(device).copy_blocks(caches, block_mapping, stream);
 }
 
 void swap_blocks(const LatentCache& src, const LatentCache& dst, const Tensor& block_mapping, Stream stream) {
@@ -230,19 +225,7 @@ void swap_blocks(const LatentCache& src, const LatentCache& dst, const Tensor& b
   }
   check_block_mapping(op, block_mapping, src.num_blocks(), dst.num_blocks());
 
-  if (src.device().is_cpu() && dst.device().is_cpu()) {
-    cpu::copy_cache_blocks(src, dst, block_mapping);
-    return;
-  }
-  // Blocks are contiguous runs of block_size * entry_dim elements.
-  const size_t block_elems = size_t(src.block_size() * src.entry_dim());
-  const size_t block_bytes = block_elems * size_t(src.data.element_size());
-  for (int64_t i = 0; i < block_mapping.size(0); ++i) {
-    const int64_t from = index_at(block_mapping, i, 0), to = index_at(block_mapping, i, 1);
-    const char* s = static_cast<const char*>(src.data.data()) + from * src.data.stride(0) * src.data.element_size();
-    char* d = static_cast<char*>(dst.data.data()) + to * dst.data.stride(0) * dst.data.element_size();
-    cuda_hooks::memcpy_any(d, dst.device(), s, src.device(), block_bytes, stream);
-  }
+  detail::device_ops(src.device(), dst.device()).swap_blocks(src, dst, block_mapping, stream);
 }
 
 }  // namespace lattn

@@ -1,7 +1,7 @@
 // Device names and the CUDA device query (see lattn/device.h).
 #include "lattn/device.h"
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "lattn/errors.h"
 
 namespace lattn {
@@ -24,7 +24,7 @@ Device parse_device(const std::string& text) {
 
 CudaDeviceQuery query_cuda_devices() {
   try {
-    return cuda_hooks::query_devices();
+    return detail::cuda_device_ops().query_devices();
   } catch (const std::exception& e) {
     return {{}, std::string("CUDA device query failed: ") + e.what()};
   }
@@ -38,12 +38,6 @@ std::optional<DeviceCapability> device_capability(int cuda_index) {
   return std::nullopt;
 }
 
-bool built_with_cuda() {
-#ifdef LATTN_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
+bool built_with_cuda() { return detail::cuda_device_ops().absent_reason == nullptr; }
 
 }  // namespace lattn

@@ -1,16 +1,13 @@
 // Tensor views, owning buffers and host copies (see lattn/tensor.h).
 #include "lattn/tensor.h"
 
-#include <sys/mman.h>
-#include <sys/sysinfo.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "core/ops/cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "lattn/errors.h"
 #include "lattn/overflow.h"
 
@@ -230,34 +227,8 @@ std::string Tensor::describe() const {
 
 Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   if (bytes == 0) return;
-  if (device.is_cpu()) {
-    // Large host buffers (latent caches, workspaces) are 2 MiB aligned and
-    // asked for transparent huge pages: attention streams them in scattered
-    // blocks, and with 4 KiB pages the TLB misses cost the CPU decode ~15%.
-    // Without THP (or with it off) madvise fails harmlessly.
-    constexpr size_t kHugePage = size_t(2) << 20;
-    const size_t align = bytes >= kHugePage ? kHugePage : 64;
-    // More than memory + swap can never be backed (Linux refuses such a
-    // request too); asking would only trip sanitizers' allocation limits.
-    // (Asked once: a syscall per allocation would tax every metadata build.)
-    static const size_t backing = [] {
-      struct sysinfo info {};
-      return sysinfo(&info) == 0 ? (size_t(info.totalram) + info.totalswap) * info.mem_unit : SIZE_MAX;
-    }();
-    if (bytes > SIZE_MAX - align || bytes > backing) {
-      throw OutOfMemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed (this machine has " +
-                        std::to_string(backing) + " bytes of memory and swap)");
-    }
-    const size_t rounded = (bytes + align - 1) / align * align;
-    data_ = std::aligned_alloc(align, rounded);
-    if (data_ && align == kHugePage) madvise(data_, rounded, MADV_HUGEPAGE);
-    if (!data_) {
-      bytes_ = 0;
-      throw OutOfMemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed (out of memory)");
-    }
-  } else {
-    data_ = cuda_hooks::device_malloc(bytes, device.index);
-  }
+  // Host buffers: 2 MiB aligned huge pages when large (src/cpu/device_ops_cpu.cpp).
+  data_ = detail::device_ops(device).malloc(bytes, device.index);
 }
 
 Buffer::~Buffer() { reset(); }
@@ -280,13 +251,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
 }
 
 void Buffer::reset() {
-  if (data_) {
-    if (device_.is_cpu()) {
-      std::free(data_);
-    } else {
-      cuda_hooks::device_free(data_, device_.index);
-    }
-  }
+  if (data_) detail::device_ops(device_).free(data_, device_.index);
   data_ = nullptr;
   bytes_ = 0;
 }
@@ -374,7 +339,8 @@ void copy_tensor(const Tensor& src, const Tensor& dst) {
     throw ValueError("copy_tensor: device copies need contiguous tensors of equal dtype and size, got " +
                      src.describe() + " and " + dst.describe());
   }
-  cuda_hooks::memcpy_any(dst.data(), dst.device(), src.data(), src.device(), src.nbytes(), nullptr);
+  detail::device_ops(src.device(), dst.device())
+      .memcpy(dst.data(), dst.device(), src.data(), src.device(), src.nbytes(), nullptr);
 }
 
 void fill_bytes(const Tensor& t, uint8_t byte) {
@@ -390,7 +356,7 @@ void fill_bytes(const Tensor& t, uint8_t byte) {
     return;
   }
   if (!t.is_contiguous()) throw ValueError("fill_bytes: device tensors must be contiguous, got " + t.describe());
-  cuda_hooks::memset_device(t.data(), byte, t.nbytes(), t.device().index, nullptr);
+  detail::device_ops(t.device()).memset(t.data(), byte, t.nbytes(), t.device().index, nullptr);
 }
 
 void fill(const Tensor& t, float value) {

@@ -1,14 +1,12 @@
-// CUDA memory hooks and the device query used by the core (core/ops/cuda_hooks.h).
+// CUDA memory entries and the device query of the CUDA device-ops table (cuda/device_ops.h).
 #include <cuda_runtime.h>
 
-#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
+#include "cuda/device_ops.h"
 #include "lattn/errors.h"
 
-namespace lattn::cuda_hooks {
-
-using cuda::DeviceGuard;
+namespace lattn::cuda {
 
 void* device_malloc(size_t bytes, int device) {
   DeviceGuard guard(device);
@@ -89,4 +87,4 @@ CudaDeviceQuery query_devices() {
   return q;
 }
 
-}  // namespace lattn::cuda_hooks
+}  // namespace lattn::cuda

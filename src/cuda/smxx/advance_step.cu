@@ -4,9 +4,9 @@
 // [num_queries, num_seqs) are reset (token 0, position 0, slot PAD = -1).
 #include <cuda_runtime.h>
 
-#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
+#include "cuda/device_ops.h"
 
 namespace lattn::cuda {
 namespace {
@@ -63,7 +63,7 @@ IndexVec index_vec(const Tensor& t) {
 }  // namespace
 }  // namespace lattn::cuda
 
-namespace lattn::cuda_hooks {
+namespace lattn::cuda {
 
 void advance_step(int num_seqs, int num_queries, int block_size, const Tensor& input_tokens,
                   const Tensor& sampled_token_ids, const Tensor& input_positions, const Tensor& seq_lens,
@@ -87,4 +87,4 @@ void advance_step(int num_seqs, int num_queries, int block_size, const Tensor& i
   LATTN_CUDA_CHECK_LAUNCH("advance_step_kernel");
 }
 
-}  // namespace lattn::cuda_hooks
+}  // namespace lattn::cuda

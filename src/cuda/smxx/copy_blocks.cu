@@ -1,15 +1,16 @@
 // copy_blocks (the seeds' copy_blocks_mla) on CUDA: whole blocks within each
 // layer's cache. The (src, dst) pairs travel inside the kernel's parameters
 // (up to kPairsPerLaunch per launch), so no device allocation or extra upload
-// is needed. (swap_blocks is the core's: one cudaMemcpyAsync per block.)
+// is needed. swap_blocks (between two caches, one may be on the host) is one
+// cudaMemcpyAsync per block.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
-#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/device_ops.h"
 
 namespace lattn::cuda {
 namespace {
@@ -39,7 +40,7 @@ __global__ void __launch_bounds__(256) copy_blocks_kernel(const __grid_constant_
 }  // namespace
 }  // namespace lattn::cuda
 
-namespace lattn::cuda_hooks {
+namespace lattn::cuda {
 
 void copy_blocks(std::span<const LatentCache> caches, const Tensor& block_mapping, Stream stream) {
   using namespace lattn::cuda;
@@ -72,4 +73,17 @@ void copy_blocks(std::span<const LatentCache> caches, const Tensor& block_mappin
   }
 }
 
-}  // namespace lattn::cuda_hooks
+void swap_blocks(const LatentCache& src, const LatentCache& dst, const Tensor& block_mapping, Stream stream) {
+  // Blocks are contiguous runs of block_size * entry_dim elements.
+  const size_t block_bytes = size_t(src.block_size() * src.entry_dim()) * size_t(src.data.element_size());
+  const int64_t* mapping = block_mapping.data_as<const int64_t>();
+  const int64_t ms0 = block_mapping.stride(0), ms1 = block_mapping.stride(1);
+  for (int64_t i = 0; i < block_mapping.size(0); ++i) {
+    const int64_t from = mapping[i * ms0], to = mapping[i * ms0 + ms1];
+    const char* s = static_cast<const char*>(src.data.data()) + from * src.data.stride(0) * src.data.element_size();
+    char* d = static_cast<char*>(dst.data.data()) + to * dst.data.stride(0) * dst.data.element_size();
+    memcpy_any(d, dst.device(), s, src.device(), block_bytes, stream);
+  }
+}
+
+}  // namespace lattn::cuda

@@ -1,7 +1,10 @@
 // The split-KV combine (arXiv:2501.01005 §2.2 generalized to n parts):
 //   lse = log sum_s exp(lse_s),  out = sum_s exp(lse_s - lse) * out_s
 // where out_s = O_s / l_s are the normalized partials. Parts whose rows saw
-// no key have lse_s = -inf and weight 0.
+// no key have lse_s = -inf and weight 0 (not read); a NaN lse_s makes the row
+// NaN. The parts are summed in a fixed order for a given number of parts, so
+// with a fixed split size (batch-invariant mode) the bits do not depend on
+// the batch.
 #include "cuda/smxx/decode_combine.h"
 
 #include <cmath>
@@ -19,17 +22,22 @@ namespace {
 // rows x 4 CTAs, each with 8 loads in flight per column.
 constexpr int kColThreads = 32, kSplitGroups = 8, kCombineThreads = kColThreads * kSplitGroups;
 constexpr int kColsPerCta = kColThreads * 4;
-constexpr int kMaxSplits = 2048;  // >= slot capacity (2 * num_parts), checked on the host
+// >= a request's splits: balanced plans have at most 2 * num_parts slots in
+// all; batch-invariant plans are checked per request on the host.
+constexpr int kMaxSplits = kMaxDecodeSplitsPerRequest;
+
+// max(a, b), NaN when either is NaN: a part that attended to a NaN makes the row NaN.
+__device__ __forceinline__ float max_nan(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmaxf(a, b); }
 
 __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) {
   for (int d = 16; d > 0; d /= 2) {
     const float o = __shfl_xor_sync(0xffffffffu, v, d);
-    v = is_max ? fmaxf(v, o) : v + o;
+    v = is_max ? max_nan(v, o) : v + o;
   }
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
   __syncthreads();
   float r = red[0];
-  for (int w = 1; w < kCombineThreads / 32; ++w) r = is_max ? fmaxf(r, red[w]) : r + red[w];
+  for (int w = 1; w < kCombineThreads / 32; ++w) r = is_max ? max_nan(r, red[w]) : r + red[w];
   __syncthreads();
   return r;
 }
@@ -62,7 +70,7 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
 
   // The parts' LSE -> weights exp(lse_s - lse), lse = log sum exp(lse_s).
   float m = -INFINITY;
-  for (int s = threadIdx.x; s < n; s += kCombineThreads) m = fmaxf(m, lse[int64_t(s) * plan.rows_capacity]);
+  for (int s = threadIdx.x; s < n; s += kCombineThreads) m = max_nan(m, lse[int64_t(s) * plan.rows_capacity]);
   m = block_reduce(m, red, true);
   float sum = 0.f;
   for (int s = threadIdx.x; s < n; s += kCombineThreads) {
@@ -71,8 +79,9 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
     sum += e;
   }
   sum = block_reduce(sum, red, false);  // its barriers also publish `weights`
-  const float inv = sum > 0.f ? 1.f / sum : 0.f;
-  const float final_lse = sum > 0.f ? m + logf(sum) : -INFINITY;
+  // sum is NaN when a part's LSE was NaN: output and LSE NaN then.
+  const float inv = sum == 0.f ? 0.f : 1.f / sum;
+  const float final_lse = sum == 0.f ? -INFINITY : m + logf(sum);
 
   const float* part = plan.partial_o + (int64_t(slot0) * plan.rows_capacity + row) * p.L;
   const int64_t part_stride = int64_t(plan.rows_capacity) * p.L;
@@ -121,7 +130,7 @@ void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t 
   if (p.L % 4 != 0) {
     throw NotImplementedError("decode_combine: latent dim " + std::to_string(p.L) + " is not a multiple of 4");
   }
-  if (p.plan.slot_capacity > kMaxSplits) {
+  if (p.plan.fixed_split_tiles == 0 && p.plan.slot_capacity > kMaxSplits) {
     throw RuntimeError("decode_combine: " + std::to_string(p.plan.slot_capacity) + " split slots exceed the limit " +
                        std::to_string(kMaxSplits));
   }

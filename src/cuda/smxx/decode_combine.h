@@ -8,6 +8,9 @@
 
 namespace lattn::cuda {
 
+// The most partial results one request may have (the combine's shared weights).
+constexpr int kMaxDecodeSplitsPerRequest = 2048;
+
 // For every request with num_splits >= 2: out/LSE = LSE-weighted sum of its
 // partials; for every request with no keys: out 0, LSE -inf. Requests with one
 // split were written by the attention kernel. Grid (batch, rows_capacity):

@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_generic_kernel(const __gri
     for (int d = lane; d < D; d += 32) dot += q[d] * load_f32(p.cache, ct, entry + d);
     for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
     const float s = dot * p.scale_log2;
-    const float m_new = fmaxf(m, s);
+    const float m_new = (isnan(m) || isnan(s)) ? NAN : fmaxf(m, s);  // a NaN score makes the row NaN
     const float alpha = exp2f(m - m_new);  // m = -inf on the first key: 0
     const float pr = exp2f(s - m_new);
     l = l * alpha + pr;
@@ -73,13 +73,13 @@ __global__ void __launch_bounds__(kWarps * 32) decode_generic_kernel(const __gri
   }
   __syncthreads();
   float m_all = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w]);
+  for (int w = 0; w < kWarps; ++w) m_all = (isnan(m_all) || isnan(warp_m[w])) ? NAN : fmaxf(m_all, warp_m[w]);
   float l_all = 0.f, scale[kWarps];
   for (int w = 0; w < kWarps; ++w) {
     scale[w] = warp_m[w] == -INFINITY ? 0.f : exp2f(warp_m[w] - m_all);
     l_all += warp_l[w] * scale[w];
   }
-  const float inv = l_all > 0.f ? p.out_scale / l_all : 0.f;
+  const float inv = l_all == 0.f ? 0.f : p.out_scale / l_all;  // l_all NaN: the row is NaN
   for (int d = threadIdx.x; d < p.L; d += blockDim.x) {
     float v = 0.f;
     for (int w = 0; w < kWarps; ++w) v += acc[w * p.L + d] * scale[w];
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_generic_kernel(const __gri
   }
   if (p.lse && threadIdx.x == 0) {
     p.lse[h * p.lse_stride_h + int64_t(token) * p.lse_stride_t] =
-        l_all > 0.f ? (m_all + log2f(l_all)) * 0.69314718055994531f : -INFINITY;
+        l_all == 0.f ? -INFINITY : (m_all + log2f(l_all)) * 0.69314718055994531f;
   }
 }
 

@@ -6,7 +6,8 @@
 // iff a part boundary (a multiple of W) falls inside its tile range, so at
 // most num_parts - 1 requests are split, into at most 2 * num_parts - 2
 // partial slots in total: the slot capacity is 2 * num_parts whatever the
-// batch size.
+// batch size. Batch-invariant plans (fixed_split_tiles > 0) cut each request
+// every fixed_split_tiles tiles from its own start instead (decode_params.h).
 #include "cuda/smxx/decode_scheduler.h"
 
 #include <algorithm>
@@ -59,7 +60,12 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const int32_t
     if (r < batch) {
       const int keys = max(seq_lens[r], 0);
       const int tiles = (keys + plan.tile_keys - 1) / plan.tile_keys;
-      cost = tiles > 0 ? tiles + ovh : 0;
+      const int split = plan.fixed_split_tiles;
+      if (split > 0) {
+        cost = (tiles + split - 1) / split * split;  // whole splits (ovh is 0)
+      } else {
+        cost = tiles > 0 ? tiles + ovh : 0;
+      }
     }
     const int incl = block_inclusive_scan(cost, warp_sums);
     if (r < batch) plan.cost_prefix[r] = carry + incl - cost;
@@ -69,7 +75,8 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const int32_t
     __syncthreads();
   }
   const int total = carry;
-  const int w = max(1, (total + plan.num_parts - 1) / plan.num_parts);
+  const int w = plan.fixed_split_tiles > 0 ? plan.fixed_split_tiles
+                                           : max(1, (total + plan.num_parts - 1) / plan.num_parts);
   if (tid == 0) {
     plan.cost_prefix[batch] = total;
     plan.header[0] = w;

@@ -6,11 +6,11 @@
 
 #include <type_traits>
 
-#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/device_ops.h"
 #include "cuda/common/index_check.cuh"
 
 namespace lattn::cuda {
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kWarps * 32) gather_cache_kernel(GatherParams 
 }  // namespace
 }  // namespace lattn::cuda
 
-namespace lattn::cuda_hooks {
+namespace lattn::cuda {
 
 void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& block_table, const Tensor& cu_seq_lens,
                   int batch_size, const Tensor& seq_starts, Stream stream) {
@@ -130,4 +130,4 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
                        "within its " + std::to_string(p.table_width) + " columns");
 }
 
-}  // namespace lattn::cuda_hooks
+}  // namespace lattn::cuda

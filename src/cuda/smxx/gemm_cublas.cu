@@ -1,7 +1,8 @@
-// cuda_hooks::gemm: lattn's batched strided row-major GEMM (core/ops/gemm.h) on
+// cuda::gemm: lattn's batched strided row-major GEMM (core/ops/gemm.h) on
 // the GPU. Same-type f16/bf16/f32 operands go to cuBLAS (f32 accumulation,
 // tensor cores for 16-bit types); mixed operand types, and strides cuBLAS
-// cannot express, go to a small tiled fallback kernel (f32 accumulation).
+// cannot express, go to a small tiled fallback kernel (f32 accumulation),
+// as does every GEMM in batch-invariant mode (a fixed K order per output).
 //
 // Row-major C[M,N] = A[M,K] * B[K,N] is column-major C^T[N,M] = B^T * A^T, so
 // cuBLAS is called with the operands swapped and m/n exchanged.
@@ -10,12 +11,12 @@
 
 #include <limits>
 
-#include "core/ops/cuda_hooks.h"
 #include "core/ops/gemm.h"
 #include "cuda/common/context.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/device_ops.h"
 
 namespace lattn::cuda {
 namespace {
@@ -77,13 +78,15 @@ __global__ void __launch_bounds__(kTile* kTile) gemm_fallback_kernel(detail::Gem
 }  // namespace
 }  // namespace lattn::cuda
 
-namespace lattn::cuda_hooks {
+namespace lattn::cuda {
 
-void gemm(const detail::GemmProblem& p, int device, Stream stream) {
+void gemm(const detail::GemmProblem& p, int device, Stream stream, bool batch_invariant) {
   using namespace lattn::cuda;
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
   DeviceGuard guard(device);
-  if (cublas_can_run(p) && p.k > 0) {
+  // cuBLAS picks its algorithm (tiles, split-K) by shape, so a row's bits
+  // follow M; the fallback kernel's K order per output is fixed.
+  if (!batch_invariant && cublas_can_run(p) && p.k > 0) {
     cublasHandle_t handle = cublas_handle(device, stream);
     check_cublas(cublasGemmStridedBatchedEx(handle, p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, int(p.n),
                                             int(p.m), int(p.k), &p.alpha, p.b, cuda_type(p.b_dtype), int(p.ldb),
@@ -103,4 +106,4 @@ void gemm(const detail::GemmProblem& p, int device, Stream stream) {
   LATTN_CUDA_CHECK_LAUNCH("gemm_fallback_kernel");
 }
 
-}  // namespace lattn::cuda_hooks
+}  // namespace lattn::cuda

@@ -6,11 +6,11 @@
 
 #include <cmath>
 
-#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/device_ops.h"
 
 namespace lattn::cuda {
 namespace {
@@ -32,19 +32,35 @@ struct MergeParams {
   int T, N, D;
 };
 
-// Weights of the two sides for one row; also the merged LSE.
+// Weights of the two sides for one row; also the merged LSE. A side is
+// empty (not read) iff its LSE is -inf; a NaN LSE (the side attended to a
+// NaN) makes the row NaN; a side whose weight underflows to 0 is still read,
+// so 0 * NaN stays NaN as in the math (docs/mla.md, "NaN and inf").
 struct MergeWeights {
   float wp, ws, lse;
+  bool p_live, s_live;
 };
 __device__ __forceinline__ MergeWeights merge_weights(float p, float s) {
   const float inf = INFINITY;
   if (p == inf) p = -inf;  // FA2 reports an empty row as +inf
   if (s == inf) s = -inf;
+  if (isnan(p) || isnan(s)) return {NAN, NAN, NAN, true, true};
+  const bool p_live = p != -inf, s_live = s != -inf;
+  if (!p_live && !s_live) return {0.f, 0.f, -inf, false, false};
   const float m = fmaxf(p, s);
-  if (m == -inf) return {0.f, 0.f, -inf};
-  const float ep = expf(p - m), es = expf(s - m);  // exp(-inf) = 0: an empty side contributes nothing
+  const float ep = expf(p - m), es = expf(s - m);  // exp(-inf) = 0
   const float sum = ep + es;
-  return {ep / sum, es / sum, m + logf(sum)};
+  return {ep / sum, es / sum, m + logf(sum), p_live, s_live};
+}
+
+// One merged element; an empty side adds nothing (not even 0 * its value).
+// Both products are rounded before the sum (no FMA contraction), so the
+// result does not depend on which side is the prefix: the batch-invariant
+// chunk loop may merge a request's pieces in either role (docs/mla.md).
+__device__ __forceinline__ float merge_one(const MergeWeights& w, float a, float b) {
+  if (w.p_live && w.s_live) return __fadd_rn(__fmul_rn(a, w.wp), __fmul_rn(b, w.ws));
+  if (w.p_live) return a * w.wp;
+  return w.s_live ? b * w.ws : 0.f;
 }
 
 template <class T, bool kVec>
@@ -67,15 +83,12 @@ __global__ void merge_attn_states_kernel(MergeParams p) {
     load8(static_cast<const T*>(p.prefix.data) + po + c * 8, a);
     load8(static_cast<const T*>(p.suffix.data) + so + c * 8, b);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      // A side with weight 0 contributes nothing, even if its output is NaN.
-      o[i] = (w.wp > 0.f ? a[i] * w.wp : 0.f) + (w.ws > 0.f ? b[i] * w.ws : 0.f);
-    }
+    for (int i = 0; i < 8; ++i) o[i] = merge_one(w, a[i], b[i]);
     store8(static_cast<T*>(p.out.data) + oo + c * 8, o);
   } else {
     const float a = load_f32(p.prefix.data, p.prefix.dtype, po + c);
     const float b = load_f32(p.suffix.data, p.suffix.dtype, so + c);
-    store_f32(p.out.data, p.out.dtype, oo + c, (w.wp > 0.f ? a * w.wp : 0.f) + (w.ws > 0.f ? b * w.ws : 0.f));
+    store_f32(p.out.data, p.out.dtype, oo + c, merge_one(w, a, b));
   }
   if (c == 0 && p.out_lse.data) p.out_lse.data[n * p.out_lse.stride_n + t * p.out_lse.stride_t] = w.lse;
 }
@@ -89,7 +102,7 @@ Lse lse_of(const Tensor& t) {
 }  // namespace
 }  // namespace lattn::cuda
 
-namespace lattn::cuda_hooks {
+namespace lattn::cuda {
 
 void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& prefix_out, const Tensor& prefix_lse,
                        const Tensor& suffix_out, const Tensor& suffix_lse, Stream stream) {
@@ -136,4 +149,4 @@ void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& p
   LATTN_CUDA_CHECK_LAUNCH("merge_attn_states_kernel");
 }
 
-}  // namespace lattn::cuda_hooks
+}  // namespace lattn::cuda

@@ -3,11 +3,11 @@
 // scale is read on the device, so a captured graph sees a new scale value.
 #include <cuda_runtime.h>
 
-#include "core/ops/cuda_hooks.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/device_ops.h"
 
 namespace lattn::cuda {
 namespace {
@@ -43,7 +43,7 @@ __global__ void quantize_fp8_kernel(QuantizeParams p) {
 }  // namespace
 }  // namespace lattn::cuda
 
-namespace lattn::cuda_hooks {
+namespace lattn::cuda {
 
 void quantize_fp8(const Tensor& src, const Tensor& dst, const Tensor& scale, Stream stream) {
   using namespace lattn::cuda;
@@ -68,4 +68,4 @@ void quantize_fp8(const Tensor& src, const Tensor& dst, const Tensor& scale, Str
   LATTN_CUDA_CHECK_LAUNCH("quantize_fp8_kernel");
 }
 
-}  // namespace lattn::cuda_hooks
+}  // namespace lattn::cuda

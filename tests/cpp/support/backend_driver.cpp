@@ -85,15 +85,27 @@ CaseData make_case_data(const BackendCase& c) {
   fill_normal(data.kv_c, rng);
   fill_normal(data.k_pe, rng);
   const int64_t real = T - c.pad_tokens;
+  // Hostile poison: NaN bytes, or the case's poison value in every element.
+  const auto poison_with = [&](const Tensor& t) {
+    if (c.poison_value == 0.f) {
+      poison(t);
+      return;
+    }
+    fill(t, c.poison_value);
+  };
   if (c.hostile && c.pad_tokens > 0) {  // padded rows hold garbage: it must reach neither cache nor output
-    poison(data.q.tensor().narrow(0, real, c.pad_tokens));
-    poison(data.kv_c.tensor().narrow(0, real, c.pad_tokens));
-    poison(data.k_pe.tensor().narrow(0, real, c.pad_tokens));
+    poison_with(data.q.tensor().narrow(0, real, c.pad_tokens));
+    poison_with(data.kv_c.tensor().narrow(0, real, c.pad_tokens));
+    poison_with(data.k_pe.tensor().narrow(0, real, c.pad_tokens));
   }
 
   // The cache before the step: context latents in place, everything else NaN (hostile) or 0.
   data.initial_cache = OwnedTensor::empty({data.num_blocks, c.block_size, L + R}, c.kv_cache_dtype);
-  fill_bytes(data.initial_cache, c.hostile ? 0xff : 0x00);
+  if (c.hostile) {
+    poison_with(data.initial_cache.tensor());
+  } else {
+    fill_bytes(data.initial_cache, 0x00);
+  }
   std::normal_distribution<float> normal(0.f, 1.f);
   for (size_t r = 0; r < data.requests.size(); ++r) {
     const int context = data.requests[r].context_len;
@@ -108,6 +120,39 @@ CaseData make_case_data(const BackendCase& c) {
       }
     }
     data.context.push_back(std::move(latents));
+  }
+
+  // Planted non-finite values.
+  std::vector<int64_t> first_row(data.requests.size() + 1, 0);
+  for (size_t r = 0; r < data.requests.size(); ++r) first_row[r + 1] = first_row[r] + data.requests[r].query_len;
+  for (const Plant& pl : c.plants) {
+    const size_t r = size_t(pl.request);
+    if (r >= data.requests.size()) throw std::runtime_error("plant: no request " + std::to_string(pl.request));
+    switch (pl.where) {
+      case Plant::Where::query: {
+        const int64_t row = first_row[r] + pl.token;
+        store_from_f32(data.q.data(), c.dtype, (row * N + pl.head) * (P + R) + pl.element, pl.value);
+        break;
+      }
+      case Plant::Where::new_token: {
+        const int64_t row = first_row[r] + pl.token;
+        if (pl.element < L) {
+          store_from_f32(data.kv_c.data(), c.dtype, row * L + pl.element, pl.value);
+        } else {
+          store_from_f32(data.k_pe.data(), c.dtype, row * R + (pl.element - L), pl.value);
+        }
+        break;
+      }
+      case Plant::Where::context_token: {
+        if (pl.token >= data.requests[r].context_len) throw std::runtime_error("plant: context position out of range");
+        data.context[r][size_t(pl.token * (L + R) + pl.element)] = pl.value;
+        const int64_t block = data.block_tables[r][size_t(pl.token / c.block_size)];
+        void* entry = data.initial_cache.tensor().ptr_at({block, pl.token % c.block_size});
+        store_from_f32(entry, c.kv_cache_dtype, pl.element,
+                       c.kv_cache_dtype == DType::fp8_e4m3 ? pl.value / c.cache_scale : pl.value);
+        break;
+      }
+    }
   }
   return data;
 }
@@ -157,7 +202,10 @@ std::string BackendCase::str() const {
   for (const CaseRequest& r : decodes) s << " " << r.context_len << "+" << r.query_len;
   s << ", prefills (ctx+q):";
   for (const CaseRequest& r : prefills) s << " " << r.context_len << "+" << r.query_len;
-  s << ", workspace " << workspace_rows << ", pad " << pad_tokens << (hostile ? ", hostile" : "")
+  s << ", workspace " << workspace_rows << ", pad " << pad_tokens << (hostile ? ", hostile" : "");
+  if (poison_value != 0.f) s << " (poison " << poison_value << ")";
+  if (!plants.empty()) s << ", " << plants.size() << " planted non-finite values";
+  s
     << (output_scale > 0 ? ", fp8 output" : "") << ", seed " << seed << "}";
   return s.str();
 }
@@ -468,12 +516,114 @@ std::vector<BackendCase> small_cases() {
   return cases;
 }
 
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+using W = Plant::Where;
+
+// NaN and inf planted where a backend can lose them (a max that drops NaN, an
+// empty-row test that reads NaN as "no key") or spread them (0 * NaN for a
+// masked key): queries, cached context (one chunk and several), the last new
+// tokens of prefills and of multi-token decodes, padded rows and unowned
+// cache entries. Requests: 0..3 the decodes, 4..7 the prefills below.
+std::vector<BackendCase> tiny_nonfinite_cases() {
+  const std::vector<CaseRequest> decodes{{37, 1}, {0, 1}, {16, 3}, {5, 2}};
+  const std::vector<CaseRequest> prefills{{0, 9}, {21, 6}, {0, 4}, {40, 13}};
+  const int L = kTiny.kv_lora_rank, P = kTiny.qk_nope_head_dim;
+  std::vector<BackendCase> cases;
+  {
+    BackendCase c = make("nonfinite_query", kTiny, decodes, prefills, 41);
+    c.plants = {{W::query, 0, 0, 1, 3, kNaN},      {W::query, 2, 1, 0, P + 2, kNaN}, {W::query, 5, 2, 2, 0, kNaN},
+                {W::query, 7, 12, 0, 5, kInf},     {W::query, 4, 0, 1, 1, -kInf}};
+    cases.push_back(c);
+  }
+  const std::vector<Plant> context{{W::context_token, 0, 5, 0, 2, kNaN},
+                                   {W::context_token, 3, 4, 0, L + 1, kNaN},
+                                   {W::context_token, 5, 7, 0, 0, kNaN},
+                                   {W::context_token, 7, 39, 0, 10, kInf}};
+  {
+    BackendCase c = make("nonfinite_context", kTiny, decodes, prefills, 42);
+    c.plants = context;
+    cases.push_back(c);
+  }
+  {
+    BackendCase c = make("nonfinite_context_chunked", kTiny, decodes, prefills, 43);
+    c.plants = context;
+    c.workspace_rows = 32;  // 16-token chunks: the planted tokens fall in different chunks
+    cases.push_back(c);
+  }
+  // The last new token of a prefill / decode: the earlier rows must not see it.
+  const std::vector<Plant> new_tokens{{W::new_token, 4, 8, 0, 0, kNaN},   {W::new_token, 2, 2, 0, 0, kNaN},
+                                      {W::new_token, 7, 12, 0, L + 3, kInf}, {W::new_token, 5, 5, 0, 4, -kInf},
+                                      {W::new_token, 3, 1, 0, 7, kInf}};
+  {
+    BackendCase c = make("nonfinite_new_tokens", kTiny, decodes, prefills, 44);
+    c.plants = new_tokens;
+    cases.push_back(c);
+  }
+  {
+    BackendCase c = make("nonfinite_new_tokens_f16_chunked", kTiny, decodes, prefills, 45);
+    c.dtype = c.kv_cache_dtype = DType::f16;
+    c.plants = new_tokens;
+    c.workspace_rows = 32;
+    cases.push_back(c);
+  }
+  {
+    BackendCase c = make("nonfinite_inf_poison", kTiny, decodes, prefills, 46);
+    c.poison_value = kInf;  // unowned cache entries and padded rows
+    c.pad_tokens = 5;
+    cases.push_back(c);
+  }
+  {
+    BackendCase c = make("nonfinite_neg_inf_poison_block_1", kTiny, decodes, prefills, 47);
+    c.poison_value = -kInf;
+    c.pad_tokens = 3;
+    c.block_size = 1;
+    c.workspace_rows = 20;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+// The same on DeepSeek dims, where the tensor-core kernels run: decode
+// requests 0..2 (the third decodes 3 tokens), prefills 3..5.
+std::vector<BackendCase> deepseek_nonfinite_cases() {
+  const std::vector<CaseRequest> decodes{{45, 1}, {0, 1}, {20, 3}};
+  const std::vector<CaseRequest> prefills{{0, 11}, {35, 5}, {18, 4}};
+  const int L = kSmallDeepSeek.kv_lora_rank, P = kSmallDeepSeek.qk_nope_head_dim;
+  std::vector<BackendCase> cases;
+  {
+    BackendCase c = make("deepseek_nonfinite_query_context", kSmallDeepSeek, decodes, prefills, 48);
+    c.plants = {{W::query, 0, 0, 2, 7, kNaN},          {W::query, 4, 1, 1, P + 5, kNaN},
+                {W::context_token, 0, 44, 0, 100, kNaN}, {W::context_token, 4, 3, 0, L + 8, kInf},
+                {W::context_token, 5, 17, 0, 3, kNaN}};
+    cases.push_back(c);
+  }
+  {
+    BackendCase c = make("deepseek_nonfinite_new_tokens", kSmallDeepSeek, decodes, prefills, 49);
+    c.plants = {{W::new_token, 2, 1, 0, 5, kInf}, {W::new_token, 3, 10, 0, 0, kNaN}, {W::new_token, 5, 3, 0, 9, kInf}};
+    c.block_size = 64;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 }  // namespace
 
-std::vector<BackendCase> small_forward_cases() { return small_cases(); }
+std::vector<BackendCase> nonfinite_forward_cases() {
+  std::vector<BackendCase> cases = tiny_nonfinite_cases();
+  for (BackendCase& c : deepseek_nonfinite_cases()) cases.push_back(std::move(c));
+  return cases;
+}
+
+std::vector<BackendCase> small_forward_cases() {
+  std::vector<BackendCase> cases = small_cases();
+  for (BackendCase& c : tiny_nonfinite_cases()) cases.push_back(std::move(c));
+  return cases;
+}
 
 std::vector<BackendCase> all_forward_cases() {
-  std::vector<BackendCase> cases = small_cases();
+  std::vector<BackendCase> cases = small_forward_cases();
+  for (BackendCase& c : deepseek_nonfinite_cases()) cases.push_back(std::move(c));
   const std::vector<CaseRequest> decodes{{45, 1}, {0, 1}, {20, 2}};
   const std::vector<CaseRequest> prefills{{0, 11}, {35, 5}, {18, 3}};
   cases.push_back(make("deepseek_mixed", kSmallDeepSeek, decodes, prefills, 31));

@@ -39,6 +39,23 @@ struct CaseRequest {
   int query_len = 1;    // new tokens this step
 };
 
+// A non-finite value planted in a case's inputs (docs/mla.md, "NaN and
+// inf"): the output must be NaN exactly where the reference's is — in the
+// rows that attend to it, and nowhere else.
+struct Plant {
+  enum class Where {
+    query,          // q[row of `token` of `request`, head, element], element < P+R
+    new_token,      // the latent of new token `token`: element < L is kv_c, else k_pe[element - L]
+    context_token,  // cached context position `token` of `request` (its latent element)
+  };
+  Where where = Where::query;
+  int request = 0;  // index over decodes, then prefills
+  int token = 0;
+  int head = 0;     // query only
+  int element = 0;
+  float value = 0.f;  // NaN, +inf or -inf
+};
+
 struct BackendCase {
   std::string name;
   MlaDims dims = MlaDims::deepseek_v3(16);
@@ -54,6 +71,8 @@ struct BackendCase {
   int64_t workspace_rows = 0;          // context-chunk workspace; 0 = room for every context at once
   int pad_tokens = 0;                  // token rows past the real ones (slot PAD_SLOT_ID)
   bool hostile = true;                 // permuted tables, NaN-poisoned unused entries and pad rows
+  float poison_value = 0.f;            // hostile: 0 = NaN bytes (0xff); else this value (e.g. +inf) in them
+  std::vector<Plant> plants;           // non-finite values in the inputs
   float output_scale = 0.f;            // > 0: fp8_e4m3 output, out = fp8(o / output_scale)
   uint64_t seed = 1;
 
@@ -130,9 +149,12 @@ BackendRun run_forward(const BackendCase& c, const std::string& prefill_backend,
 OwnedTensor naive_forward(const BackendCase& c);
 
 // The case tables: every kind of batch, hostile data, dims, dtypes and block
-// sizes (all), and a quick subset with small dims (small).
+// sizes (all), and a quick subset with small dims (small). Both include the
+// non-finite cases (nonfinite_forward_cases: NaN/inf planted in queries,
+// cached context, new tokens, padded rows and unowned cache entries).
 std::vector<BackendCase> all_forward_cases();
 std::vector<BackendCase> small_forward_cases();
+std::vector<BackendCase> nonfinite_forward_cases();
 
 // FNV-1a hash of a tensor's bytes (host or device; contiguous): "the cache is
 // unchanged" checks after a refused call.

@@ -30,9 +30,10 @@ __device__ __forceinline__ void write_o(const DecodeParams& p, const RequestView
       float l = 0.f;
 #pragma unroll
       for (int g = 0; g < K::kColGroups; ++g) l += reduce[g * K::kBlockM + row];
-      // A row that saw no key: output 0, LSE -inf.
-      row_vec[row] = l > 0.f ? p.out_scale / l : 0.f;
-      row_vec[K::kBlockM + row] = l > 0.f ? (st.m[i] + log2f(l)) * 0.69314718055994531f : -INFINITY;
+      // A row that saw no key: output 0, LSE -inf. A NaN row sum (the row
+      // attended to a NaN) gives NaN output and LSE.
+      row_vec[row] = l == 0.f ? 0.f : p.out_scale / l;
+      row_vec[K::kBlockM + row] = l == 0.f ? -INFINITY : (st.m[i] + log2f(l)) * 0.69314718055994531f;
     }
   }
   __syncthreads();

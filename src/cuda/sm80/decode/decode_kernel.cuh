@@ -97,6 +97,17 @@ __device__ __forceinline__ void attend_piece(const DecodeParams& p, const Reques
     const int key0 = tile * K::kBlockN;
     update_softmax<K>(s, st, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, rg, cg, reduce, row_vec,
                       p_smem);
+    if (mask_from < rv.seq_len && key0 + K::kBlockN > mask_from) {
+      // Keys some row may not see (docs/mla.md, "NaN and inf"): non-finite
+      // values zeroed, and a row that sees such a key is NaN (its row sum l
+      // is NaN from here on, so the epilogue writes NaN and LSE NaN).
+      const int first_bad = sanitize_masked_keys<K>(const_cast<T*>(kv), key0, max(key0, mask_from),
+                                                    min(key0 + K::kBlockN, rv.seq_len), reinterpret_cast<int*>(reduce));
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (first_bad < key_limit[i]) st.l[i] = NAN;
+      }
+    }
     compute_pv<K>(p_smem, kv, row_vec, warp, o);
   }
   cp_async_wait<0>();  // only empty groups can be pending; the next piece starts from a clean state
@@ -142,7 +153,8 @@ __device__ __forceinline__ void decode_kernel_body(const DecodeParams& p) {
     if (c1 == c0) continue;  // no keys: decode_combine writes 0 / -inf
     const int first_tile_pos = c0 + ovh;
     const int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
-    const int tile_end = min(end, c1) - first_tile_pos;
+    // A batch-invariant plan rounds the cost up to whole splits: clamp to the request's tiles.
+    const int tile_end = min(min(end, c1) - first_tile_pos, (p.seq_lens[r] + K::kBlockN - 1) / K::kBlockN);
     if (tile_end <= tile_begin) continue;
 
     RequestView rv;

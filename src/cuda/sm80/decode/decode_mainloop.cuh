@@ -6,6 +6,7 @@
 
 #include <cuda_fp8.h>
 
+#include <climits>
 #include <cmath>
 
 #include "cuda/sm80/decode/decode_traits.h"
@@ -222,9 +223,10 @@ struct SoftmaxState {
   float l[2];
 };
 
+// Row maxima propagate NaN (max_nan): a NaN score makes the whole row NaN.
 __device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+  v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return max_nan(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
@@ -255,7 +257,7 @@ __device__ __forceinline__ void update_softmax(float (&s)[K::kNTilesS][4], Softm
         if (key >= key_limit[half]) v = -INFINITY;
       }
       s[nt][e] = v;
-      mx[half] = fmaxf(mx[half], v);
+      mx[half] = max_nan(mx[half], v);
     }
   }
 #pragma unroll
@@ -269,8 +271,8 @@ __device__ __forceinline__ void update_softmax(float (&s)[K::kNTilesS][4], Softm
   for (int i = 0; i < 2; ++i) {
     float tile_max = reduce[rows[i]];
 #pragma unroll
-    for (int g = 1; g < K::kColGroups; ++g) tile_max = fmaxf(tile_max, reduce[g * K::kBlockM + rows[i]]);
-    m_new[i] = fmaxf(st.m[i], tile_max);
+    for (int g = 1; g < K::kColGroups; ++g) tile_max = max_nan(tile_max, reduce[g * K::kBlockM + rows[i]]);
+    m_new[i] = max_nan(st.m[i], tile_max);
     // A row that has seen no key yet keeps m = -inf: nothing to rescale, and
     // its probabilities are 0 (never exp2(-inf - -inf) = NaN).
     alpha[i] = m_new[i] == -INFINITY ? 1.f : exp2f(st.m[i] - m_new[i]);
@@ -336,6 +338,33 @@ __device__ __forceinline__ void compute_pv(const typename K::T* p_smem, const ty
       }
     }
   }
+}
+
+// Keys [k_lo, k_hi) of the tile (key0 = its first key) are masked for some
+// row of the CTA (s_q > 1: a query token does not see the tokens after it).
+// A masked key must contribute nothing, but P = 0 times a NaN or inf value
+// is NaN in the tensor-core product, so their non-finite elements are zeroed
+// in the tile, after S = Q K^T has seen them. Returns the first key that had
+// one (INT_MAX if none): a row that may see that key is made NaN by the
+// caller, as the math makes it. `flag` is one int of shared memory.
+// Every thread of the CTA must call this (it has barriers).
+template <class K>
+__device__ __forceinline__ int sanitize_masked_keys(typename K::T* tile, int key0, int k_lo, int k_hi, int* flag) {
+  using T = typename K::T;
+  if (threadIdx.x == 0) *flag = INT_MAX;
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < (k_hi - k_lo) * K::kL; idx += K::kThreads) {
+    const int key = k_lo + idx / K::kL, col = idx % K::kL;
+    T& x = tile[swizzle<K::kD>(key - key0, col & ~7) + (col & 7)];
+    if (!isfinite(static_cast<float>(x))) {
+      x = T(0.f);
+      atomicMin(flag, key);
+    }
+  }
+  __syncthreads();
+  const int first = *flag;
+  __syncthreads();  // `flag` lives in the reduction buffer the next stage writes
+  return first;
 }
 
 }  // namespace lattn::cuda::sm80

@@ -45,10 +45,11 @@ struct PrefillEpilogue {
         float sum = row_sum[mt][h];  // this thread's part: add the quad's
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        // No key: 0 and LSE -inf. A NaN sum (the row attended to a NaN): NaN and LSE NaN.
+        const float inv = sum == 0.f ? 0.f : 1.f / sum;
         const int row = mt * 16 + h * 8 + g;
         if (lse_rows != nullptr && t == 0 && row < valid_rows) {
-          lse_rows[row] = sum > 0.f ? row_offset[mt][h] * 0.69314718055994531f + logf(sum) : -INFINITY;
+          lse_rows[row] = sum == 0.f ? -INFINITY : row_offset[mt][h] * 0.69314718055994531f + logf(sum);
         }
 #pragma unroll
         for (int j = 0; j < kNTilesO; ++j) {

@@ -130,6 +130,18 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 
     cp_async_wait<0>();  // V[nb] landed
     __syncthreads();     // ... for every thread; and every warp is done with K[nb]
+    if constexpr (kCausal) {
+      // Keys of this block that some row of the tile does not see (the
+      // diagonal): a masked key must contribute nothing, but P = 0 times a NaN
+      // or inf value is NaN in the tensor-core product. Their non-finite values
+      // are zeroed; a row that does see such a key is NaN through its score
+      // (K and V come from the same latent). docs/mla.md, "NaN and inf".
+      const int k_lo = max(key0, row0 + diag + 1), k_hi = min(key0 + kBlockN, tile.seqlen_k);
+      if (k_lo < k_hi) {
+        Mainloop::sanitize_values(smem + Traits::kSmemV, k_lo - key0, k_hi - key0, tid);
+        __syncthreads();
+      }
+    }
     if (nb > 0) {
       Mainloop::template load_tile<kBlockN, Traits::kChunksQK, Traits::kPitchQK>(
           smem_base + Traits::kSmemK, k, params.k_row_stride, key0 - kBlockN, tile.seqlen_k, tid);

@@ -1,7 +1,7 @@
 // src/cuda/sm80/prefill/prefill_launch.h — the host entry point of the sm80 prefill
 // attention kernels (internal; plain C++, usable from tests and benchmarks).
 //
-// Without CUDA (src/core/ops/cuda_prefill_stub.cpp) run_prefill_attention
+// Without CUDA (src/cuda/absent/prefill_launch_absent.cpp) run_prefill_attention
 // throws; query functions still answer from the table.
 #pragma once
 

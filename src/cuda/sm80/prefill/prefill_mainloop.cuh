@@ -68,6 +68,16 @@ struct PrefillMainloop {
     }
   }
 
+  // Zeroes the non-finite elements of rows [r_lo, r_hi) of the V tile
+  // (kPitchV bytes per row): keys masked for some row (see the kernel).
+  __device__ __forceinline__ static void sanitize_values(uint8_t* v_tile, int r_lo, int r_hi, int tid) {
+    for (int idx = tid; idx < (r_hi - r_lo) * Traits::kHeadDimV; idx += kThreads) {
+      const int r = r_lo + idx / Traits::kHeadDimV, e = idx % Traits::kHeadDimV;
+      Element* x = reinterpret_cast<Element*>(v_tile + r * kPitchV) + e;
+      if (!isfinite(static_cast<float>(*x))) *x = Element(0.f);
+    }
+  }
+
   // acc_s = Q_warp Kᵀ. q_lane / k_lane: this lane's ldmatrix row address in
   // the Q tile (at the warp's first row) and in the K tile (see lane_offsets).
   __device__ __forceinline__ static void compute_qk(float (&acc_s)[kMTiles][kNTilesS][4], uint32_t q_lane,

@@ -1,8 +1,6 @@
 // Definitions of lattn's CUDA stream/graph/timer helpers (cuda/common/
-// runtime_utils.h) for builds without CUDA: each refuses with one sentence,
+// runtime_utils.h) for builds without CUDA (src/cuda/absent/ is compiled only there): each refuses with one sentence,
 // so tests and tools that name them still link and report the reason.
-#ifndef LATTN_WITH_CUDA
-
 #include "cuda/common/runtime_utils.h"
 
 #include <string>
@@ -11,9 +9,7 @@
 
 namespace lattn::cuda {
 namespace {
-[[noreturn]] void no_cuda(const char* what) {
-  throw ValueError(std::string(what) + ": lattn was built without CUDA");
-}
+[[noreturn]] void no_cuda(const char* what) { throw ValueError(std::string(what) + ": lattn was built without CUDA"); }
 }  // namespace
 
 StreamHandle::StreamHandle(int) { no_cuda("StreamHandle"); }
@@ -33,5 +29,3 @@ void device_synchronize(int) { no_cuda("device_synchronize"); }
 void check_last_error(const char*) {}
 
 }  // namespace lattn::cuda
-
-#endif  // LATTN_WITH_CUDA

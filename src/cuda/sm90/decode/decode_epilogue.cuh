@@ -1,0 +1,67 @@
+// src/cuda/sm90/decode/decode_epilogue.cuh — the end of one (request, key
+// range) piece: the two warpgroups' partial row sums are added (they share the
+// row max, so their sums add directly), O is normalized and written with the
+// LSE — the final output when the request is not split, else a partial result
+// (O / l and LSE, f32) for decode_combine, exactly as the `cuda` backend does.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/sm90/decode/decode_mainloop.cuh"
+
+namespace lattn::cuda::sm90 {
+
+template <class K>
+__device__ __forceinline__ void write_o(const DecodeParams& p, const PieceView& pv, const SoftmaxState& st,
+                                        const float (&o)[K::kColsPerWarpgroup / 2], int slot, int g,
+                                        float* row_sum) {
+  using T = typename K::T;
+  const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
+  const int r0 = 16 * w + lane / 4;
+  float l[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] = st.l[i];
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+  if (lane % 4 == 0) {
+    row_sum[g * K::kBlockM + r0] = l[0];
+    row_sum[g * K::kBlockM + r0 + 8] = l[1];
+  }
+  named_barrier_sync(kBarConsumers, K::kConsumerThreads);
+  float inv[2], lse[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float total = l[i] + row_sum[(1 - g) * K::kBlockM + r0 + 8 * i];
+    // A row that saw no key: output 0, LSE -inf.
+    inv[i] = total > 0.f ? p.out_scale / total : 0.f;
+    lse[i] = total > 0.f ? (st.m[i] + log2f(total)) * 0.69314718055994531f : -INFINITY;
+  }
+  const int col0 = g * K::kColsPerWarpgroup + 2 * (lane % 4);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = pv.row0 + r0 + 8 * i;
+    if (gr >= pv.rows) continue;
+    if (slot < 0) {
+      const int j = gr / p.num_heads, h = gr % p.num_heads;
+      T* out = static_cast<T*>(p.out) + (pv.q0 + j) * p.out_stride_t + h * p.out_stride_h + col0;
+#pragma unroll
+      for (int n = 0; n < K::kColsPerWarpgroup / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(out + 8 * n) =
+            sm80::pack2<T>(o[4 * n + 2 * i] * inv[i], o[4 * n + 2 * i + 1] * inv[i]);
+      }
+      if (p.lse && g == 0 && lane % 4 == 0) p.lse[h * p.lse_stride_h + int64_t(pv.q0 + j) * p.lse_stride_t] = lse[i];
+    } else {
+      float* out = p.plan.partial_o + (int64_t(slot) * p.plan.rows_capacity + gr) * K::kL + col0;
+#pragma unroll
+      for (int n = 0; n < K::kColsPerWarpgroup / 8; ++n) {
+        *reinterpret_cast<float2*>(out + 8 * n) =
+            make_float2(o[4 * n + 2 * i] * inv[i], o[4 * n + 2 * i + 1] * inv[i]);
+      }
+      if (g == 0 && lane % 4 == 0) p.plan.partial_lse[int64_t(slot) * p.plan.rows_capacity + gr] = lse[i];
+    }
+  }
+}
+
+}  // namespace lattn::cuda::sm90

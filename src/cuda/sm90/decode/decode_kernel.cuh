@@ -1,0 +1,143 @@
+// src/cuda/sm90/decode/decode_kernel.cuh — the Hopper absorbed-MLA decode
+// kernel: grid (m_tiles, num_parts) of the `cuda` backend's split-KV plan
+// (smxx/decode_scheduler), 384 threads: two consumer warpgroups and a
+// producer warpgroup (one thread of it issues the copies). CTA (mt, part) computes packed rows [64 mt, +64) of every
+// (request, tile range) piece the plan gives to `part`; the producer walks the
+// same pieces and keeps a 2-stage ring of 72 KB KV tiles full (TMA through the
+// block table, `full` barriers with transaction counts; the consumers release
+// a stage on its `empty` barrier when their wgmmas have read it).
+//
+// sm_90a only: the body compiles to nothing for other targets (the CMake arch
+// list also builds sm_80, where this kernel is never launched).
+#pragma once
+
+#include "cuda/sm90/decode/decode_epilogue.cuh"
+#include "cuda/sm90/decode/decode_mainloop.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define LATTN_SM90_DECODE_BODY 1
+#endif
+
+namespace lattn::cuda::sm90 {
+
+// Iterates the pieces of `part` (as the sm80 kernel does): fn(pv, tile_begin,
+// tile_end, slot) for every request the part's cost range meets.
+template <class K, class Fn>
+__device__ __forceinline__ void for_each_piece(const DecodeParams& p, int part, Fn&& fn) {
+  const DecodePlan& plan = p.plan;
+  const int w = plan.header[0], total = plan.header[1];
+  const int begin = part * w, end = min(begin + w, total);
+  if (begin >= end) return;
+  const int ovh = plan.overhead_tiles;
+  for (int r = plan.part_first_req[part]; r < p.batch; ++r) {
+    const int c0 = plan.cost_prefix[r];
+    if (c0 >= end) break;
+    const int c1 = plan.cost_prefix[r + 1];
+    if (c1 == c0) continue;  // no keys: decode_combine writes 0 / -inf
+    const int first_tile_pos = c0 + ovh;
+    const int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
+    const int tile_end = min(end, c1) - first_tile_pos;
+    if (tile_end <= tile_begin) continue;
+    PieceView pv;
+    pv.request = r;
+    pv.q0 = p.query_start_loc[r];
+    pv.s_q = p.query_start_loc[r + 1] - pv.q0;
+    pv.seq_len = p.seq_lens[r];
+    pv.rows = pv.s_q * p.num_heads;
+    pv.row0 = blockIdx.x * K::kBlockM;
+    pv.table = p.block_table + r * p.block_table_stride;
+    if (pv.row0 >= pv.rows) continue;
+    const int n_splits = plan.num_splits[r];
+    const int slot = n_splits >= 2 ? plan.split_offset[r] + (part - first_tile_pos / w) : -1;
+    fn(pv, tile_begin, tile_end, slot);
+  }
+}
+
+template <class K>
+__global__ void __launch_bounds__(K::kThreads, 1)
+    mla_decode_sm90_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap cache_map,
+                           CacheHint kv_hint) {
+#ifdef LATTN_SM90_DECODE_BODY
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* q_smem = smem + K::kQOffset;
+  uint8_t* kv_smem = smem + K::kKVOffset;
+  uint8_t* p_smem = smem + K::kPOffset;
+  float* row_max = reinterpret_cast<float*>(smem + K::kRowMaxOffset);
+  float* row_sum = reinterpret_cast<float*>(smem + K::kRowSumOffset);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + K::kBarrierOffset);
+  uint64_t* empty = full + K::kStages;
+  const int part = blockIdx.y;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < K::kStages; ++s) {
+      mbarrier_init(&full[s], 1);                        // the producer's arrive.expect_tx
+      mbarrier_init(&empty[s], K::kConsumerThreads);     // every consumer thread, after its wgmmas
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= K::kConsumerThreads) {
+    // ---- producer warpgroup: one thread issues the copies ----
+    setmaxnreg_dec<K::kProducerRegs>();
+    if (threadIdx.x != K::kConsumerThreads) return;
+    tma_prefetch_descriptor(&cache_map);
+    int it = 0;  // tiles issued so far (all pieces): stage it % kStages, round it / kStages
+    for_each_piece<K>(p, part, [&](const PieceView& pv, int tile_begin, int tile_end, int) {
+      for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
+        const int s = it % K::kStages, round = it / K::kStages;
+        if (round > 0) mbarrier_wait(&empty[s], (round - 1) & 1);
+        producer_load_tile<K>(&cache_map, p, pv, tile, kv_smem + s * K::kKVTileBytes, &full[s], kv_hint);
+      }
+    });
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  setmaxnreg_inc<K::kConsumerRegs>();
+  const int g = threadIdx.x / 128;
+  const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
+  int it = 0;  // tiles consumed so far
+  for_each_piece<K>(p, part, [&](const PieceView& pv, int tile_begin, int tile_end, int slot) {
+    // The previous piece's wgmmas are complete (waited) in both warpgroups
+    // before anyone overwrites Q.
+    named_barrier_sync(kBarConsumers, K::kConsumerThreads);
+    load_q<K>(p, pv, q_smem);
+    named_barrier_sync(kBarConsumers, K::kConsumerThreads);
+
+    int key_limit[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int gr = pv.row0 + 16 * w + lane / 4 + 8 * i;
+      key_limit[i] = gr < pv.rows ? pv.seq_len - pv.s_q + gr / p.num_heads + 1 : pv.seq_len;
+    }
+    const int mask_from = pv.seq_len - pv.s_q + 1;  // tiles reaching past it need masking
+
+    SoftmaxState st{{-INFINITY, -INFINITY}, {0.f, 0.f}};
+    float o[K::kColsPerWarpgroup / 2];
+#pragma unroll
+    for (int i = 0; i < K::kColsPerWarpgroup / 2; ++i) o[i] = 0.f;
+
+    for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
+      const int s = it % K::kStages, round = it / K::kStages;
+      uint8_t* kv = kv_smem + s * K::kKVTileBytes;
+      mbarrier_wait(&full[s], round & 1);
+      const int key0 = tile * K::kBlockN;
+      if (key0 + K::kBlockN > pv.seq_len) zero_tail_rows<K>(kv, pv.seq_len - key0, g);
+
+      float sc[K::kKeysPerWarpgroup / 2];
+      compute_qk<K>(q_smem, kv, g, sc);
+      float alpha[2];
+      softmax_tile<K>(sc, st, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, g, row_max, p_smem,
+                      alpha);
+      named_barrier_sync(kBarP, K::kConsumerThreads);  // both halves of P written (and fenced)
+      compute_pv<K>(p_smem, kv, g, o, alpha);
+      mbarrier_arrive(&empty[s]);  // this thread's wgmmas have read the stage
+    }
+    write_o<K>(p, pv, st, o, slot, g, row_sum);
+  });
+#endif
+}
+
+}  // namespace lattn::cuda::sm90

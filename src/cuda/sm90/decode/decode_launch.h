@@ -1,0 +1,28 @@
+// src/cuda/sm90/decode/decode_launch.h — host entry points of the Hopper
+// decode kernel (plain C++: no device code).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/smxx/decode_params.h"
+#include "lattn/dtype.h"
+
+namespace lattn::cuda::sm90 {
+
+// The kernel's tile: 64 packed rows x 64 keys; page sizes must be multiples of 64.
+constexpr int kDecodeBlockM = 64, kDecodeBlockN = 64;
+
+// Empty when the Hopper kernel can read this cache with the bulk tensor copy
+// engine (16-bit cache of the activation dtype, (L, R) = (512, 64), page size a
+// multiple of 64, 16-byte aligned base and page stride), else why not.
+std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
+                                           const void* cache, int64_t block_stride_elems);
+
+// Launches the kernel: grid (m_tiles, p.plan.num_parts), 288 threads.
+// num_blocks = the cache's page count (the tensor map's outer extent).
+void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream);
+
+}  // namespace lattn::cuda::sm90

@@ -1,0 +1,228 @@
+// src/cuda/sm90/decode/decode_mainloop.cuh — the steps of the Hopper decode
+// kernel's main loop (decode_traits.h has the shape): the producer's paged
+// tile copy, the consumers' Q load, S = Q K^T, the online softmax with the
+// cross-warpgroup row max, the tail zeroing of V, and O += P V.
+#pragma once
+
+#include <cuda.h>
+
+#include <cmath>
+
+#include "cuda/sm80/mma.cuh"  // pack2
+#include "cuda/sm90/common/mbarrier.cuh"
+#include "cuda/sm90/common/tma.cuh"
+#include "cuda/sm90/common/warpgroup.cuh"
+#include "cuda/sm90/common/wgmma.cuh"
+#include "cuda/sm90/decode/decode_traits.h"
+#include "cuda/smxx/decode_params.h"
+
+namespace lattn::cuda::sm90 {
+
+// Named barrier ids (0 is __syncthreads).
+enum DecodeBarrier : int { kBarRowMax = 1, kBarP = 2, kBarConsumers = 3 };
+
+// What the CTA knows about the (request, key range) piece it is working on.
+struct PieceView {
+  int request;
+  int q0;        // first token row of the request
+  int s_q;       // query tokens
+  int seq_len;   // keys
+  int rows;      // s_q * num_heads
+  int row0;      // first packed row of this CTA's M tile
+  const int32_t* table;  // the request's block-table row
+};
+
+// Producer (one thread): copies KV tile `tile` of the request (keys
+// [64 tile, +64), inside one page because the page size is a multiple of 64)
+// into `dst` as 9 boxes of [64 keys][64 columns], completing on `full`.
+// Keys past seq_len come from the same page (garbage or poison there: the
+// consumers mask their scores and zero their V rows). `hint`: the L2 policy
+// of the copies (decode_launch.cu chooses it).
+template <class K>
+__device__ __forceinline__ void producer_load_tile(const CUtensorMap* cache_map, const DecodeParams& p,
+                                                   const PieceView& pv, int tile, uint8_t* dst, uint64_t* full,
+                                                   CacheHint hint) {
+  const int key0 = tile * K::kBlockN;
+  const int page = pv.table[key0 / p.block_size];
+  const int row = key0 % p.block_size;
+  mbarrier_arrive_expect_tx(full, K::kKVTileTxBytes);
+#pragma unroll
+  for (int c = 0; c < K::kBoxes; ++c) {
+    tma_load_3d(dst + c * K::kBlockN * 128, cache_map, full, c * K::kBoxCols, row, page, hint);
+  }
+}
+
+// Consumers (256 threads): Q tile rows [row0, +64) of [q_nope | q_pe] into 9
+// swizzled boxes; rows past the request's rows are zero. Ordinary loads and
+// stores, then fence.proxy.async so wgmma (async proxy) may read it after the
+// caller's barrier.
+template <class K>
+__device__ __forceinline__ void load_q(const DecodeParams& p, const PieceView& pv, uint8_t* q_smem) {
+  using T = typename K::T;
+  constexpr int kChunks = K::kD / 8;  // 16-byte chunks per row (72)
+  for (int c = threadIdx.x; c < K::kBlockM * kChunks; c += K::kConsumerThreads) {
+    const int row = c / kChunks, chunk = c % kChunks;
+    const int gr = pv.row0 + row;
+    const int col = chunk * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (gr < pv.rows) {
+      const int j = gr / p.num_heads, h = gr % p.num_heads;
+      const T* src = col < K::kL ? static_cast<const T*>(p.q_nope) + (pv.q0 + j) * p.q_nope_stride_t +
+                                       h * p.q_nope_stride_h + col
+                                 : static_cast<const T*>(p.q_pe) + (pv.q0 + j) * p.q_pe_stride_t +
+                                       h * p.q_pe_stride_h + (col - K::kL);
+      if (p.q_vec) {
+        v = *reinterpret_cast<const uint4*>(src);
+      } else {
+        T e[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) e[i] = src[i];
+        memcpy(&v, e, 16);
+      }
+    }
+    const int box = col / K::kBoxCols;
+    *reinterpret_cast<uint4*>(q_smem + box * K::kBoxBytes + swizzle128_offset(row, col % K::kBoxCols)) = v;
+  }
+  fence_proxy_async_shared();
+}
+
+// S[64 rows][32 keys] of warpgroup g = Q . K[32g .. 32g + 32)^T over 576
+// columns: 36 wgmma m64n32k16, K-major A and B.
+template <class K>
+__device__ __forceinline__ void compute_qk(const uint8_t* q_smem, const uint8_t* kv, int g,
+                                           float (&s)[K::kKeysPerWarpgroup / 2]) {
+  constexpr bool kBf16 = std::is_same_v<typename K::T, __nv_bfloat16>;
+  warpgroup_arrive();
+#pragma unroll
+  for (int c = 0; c < K::kBoxes; ++c) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint64_t da = make_desc_kmajor_sw128(q_smem + c * K::kBoxBytes + kk * 32);
+      const uint64_t db =
+          make_desc_kmajor_sw128(kv + c * K::kBlockN * 128 + g * K::kKeysPerWarpgroup * 128 + kk * 32);
+      wgmma_ss<K::kKeysPerWarpgroup, kBf16>(s, da, db, (c | kk) != 0);
+    }
+  }
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  fence_operands(s);
+}
+
+// Zeroes the V rows (columns 0..511) of keys [valid, 64) that belong to this
+// warpgroup's S keys [32g, 32g + 32): whatever the page holds past the
+// sequence (NaN poison included) must not reach O through 0 * NaN. The other
+// warpgroup reads them in P V only after the row-max barrier, and the fence
+// orders these stores before the async proxy's reads.
+template <class K>
+__device__ __forceinline__ void zero_tail_rows(uint8_t* kv, int valid, int g) {
+  const int first = max(valid, g * K::kKeysPerWarpgroup), last = (g + 1) * K::kKeysPerWarpgroup;
+  const int rows = last - first;
+  if (rows <= 0) return;
+  const int t = warpgroup_thread();
+  for (int i = t; i < rows * K::kVBoxes * 8; i += 128) {
+    const int row = first + i / (K::kVBoxes * 8), rest = i % (K::kVBoxes * 8);
+    const int box = rest / 8, chunk = rest % 8;
+    *reinterpret_cast<uint4*>(kv + box * K::kBlockN * 128 + row * 128 + chunk * 16) = make_uint4(0, 0, 0, 0);
+  }
+  fence_proxy_async_shared();
+}
+
+// Online softmax state of this thread's two rows (r0 = 16 w + l/4, r0 + 8).
+struct SoftmaxState {
+  float m[2];  // running max, log2 units (scores * scale * log2 e)
+  float l[2];  // this thread's partial row sum (its keys only)
+};
+
+// Scores -> probabilities for one tile: masks keys at or past each row's
+// limit, exchanges the row max with the other warpgroup, rescales the
+// running sums, writes P (16-bit) into the swizzled P box and returns the
+// factors by which O's two rows must be rescaled.
+template <class K>
+__device__ __forceinline__ void softmax_tile(float (&s)[K::kKeysPerWarpgroup / 2], SoftmaxState& st, int key0,
+                                             bool mask, const int (&key_limit)[2], float scale_log2, int g,
+                                             float* row_max, uint8_t* p_smem, float (&alpha)[2]) {
+  using T = typename K::T;
+  constexpr int kGroups = K::kKeysPerWarpgroup / 8;
+  const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
+  const int r0 = 16 * w + lane / 4;
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e / 2;
+      const int key = key0 + g * K::kKeysPerWarpgroup + 8 * j + 2 * (lane % 4) + (e % 2);
+      float x = s[4 * j + e] * scale_log2;
+      if (mask && key >= key_limit[i]) x = -INFINITY;
+      s[4 * j + e] = x;
+      mx[i] = fmaxf(mx[i], x);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+  }
+  if (lane % 4 == 0) {
+    row_max[g * K::kBlockM + r0] = mx[0];
+    row_max[g * K::kBlockM + r0 + 8] = mx[1];
+  }
+  named_barrier_sync(kBarRowMax, K::kConsumerThreads);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float other = row_max[(1 - g) * K::kBlockM + r0 + 8 * i];
+    const float m_new = fmaxf(st.m[i], fmaxf(mx[i], other));
+    // A row with no key yet keeps m = -inf; subtract 0 then (exp2(-inf) = 0).
+    const float base = m_new == -INFINITY ? 0.f : m_new;
+    alpha[i] = exp2f(st.m[i] - base);
+    st.m[i] = m_new;
+    mx[i] = base;
+  }
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float pr = exp2f(s[4 * j + e] - mx[e / 2]);
+      s[4 * j + e] = pr;
+      sum[e / 2] += pr;
+    }
+    const int key = g * K::kKeysPerWarpgroup + 8 * j + 2 * (lane % 4);
+    *reinterpret_cast<uint32_t*>(p_smem + swizzle128_offset(r0, key)) = sm80::pack2<T>(s[4 * j], s[4 * j + 1]);
+    *reinterpret_cast<uint32_t*>(p_smem + swizzle128_offset(r0 + 8, key)) =
+        sm80::pack2<T>(s[4 * j + 2], s[4 * j + 3]);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) st.l[i] = st.l[i] * alpha[i] + sum[i];
+  fence_proxy_async_shared();
+}
+
+// O[64][256] of warpgroup g (columns [256g, +256)) = alpha * O + P . V over
+// the tile's 64 keys: 4 wgmma m64n256k16, P K-major from the P box, V
+// MN-major (the tile's boxes 4g .. 4g + 3, keys as K).
+template <class K>
+__device__ __forceinline__ void compute_pv(const uint8_t* p_smem, const uint8_t* kv, int g,
+                                           float (&o)[K::kColsPerWarpgroup / 2], const float (&alpha)[2]) {
+  constexpr bool kBf16 = std::is_same_v<typename K::T, __nv_bfloat16>;
+  constexpr int kVBoxesPerWg = K::kColsPerWarpgroup / K::kBoxCols;
+#pragma unroll
+  for (int j = 0; j < K::kColsPerWarpgroup / 8; ++j) {
+    o[4 * j] *= alpha[0];
+    o[4 * j + 1] *= alpha[0];
+    o[4 * j + 2] *= alpha[1];
+    o[4 * j + 3] *= alpha[1];
+  }
+  warpgroup_arrive();
+#pragma unroll
+  for (int kk = 0; kk < K::kBlockN / 16; ++kk) {
+    const uint64_t da = make_desc_kmajor_sw128(p_smem + kk * 32);
+    const uint64_t db =
+        make_desc_mnmajor_sw128(kv + g * kVBoxesPerWg * K::kBlockN * 128 + kk * 16 * 128, K::kBlockN * 128);
+    wgmma_ss<K::kColsPerWarpgroup, kBf16, 0, 1>(o, da, db, 1);
+  }
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  fence_operands(o);
+}
+
+}  // namespace lattn::cuda::sm90

@@ -1,0 +1,234 @@
+// src/cuda/sm90/prefill/prefill_mainloop.cuh — the stages of one key block:
+// the producer's loads, and a consumer warpgroup's S = Q Kᵀ, mask, online
+// softmax and O += P V.
+//
+// Register layout of a consumer thread (wgmma accumulator layout, see
+// cuda/sm90/common/wgmma.cuh): warp w of the warpgroup owns rows 16w..16w+15
+// of the warpgroup's 64; lane l holds rows r0 = 16w + l/4 and r0 + 8, and of
+// every 8 columns j the two at 8j + 2(l%4). s[4j + 0..1] are row r0, s[4j +
+// 2..3] row r0 + 8; the same for o over the V columns.
+#pragma once
+
+#include <cuda.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/sm90/common/mbarrier.cuh"
+#include "cuda/sm90/common/tma.cuh"
+#include "cuda/sm90/common/warpgroup.cuh"
+#include "cuda/sm90/common/wgmma.cuh"
+#include "cuda/sm90/prefill/prefill_tile_scheduler.cuh"
+#include "cuda/sm90/prefill/prefill_traits.cuh"
+
+namespace lattn::cuda::sm90 {
+
+namespace prefill_detail {
+
+// Packs two f32 into one b32 of two 16-bit elements, `lo` in the low half.
+template <class Element>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+}
+
+// 2^x on the special-function unit (x = -inf gives 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
+}  // namespace prefill_detail
+
+template <class Traits, bool kCausal>
+struct PrefillMainloop {
+  using Element = typename Traits::Element;
+  using Scheduler = PrefillTileScheduler<Traits::kBlockM, Traits::kBlockN, kCausal>;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kNRegS = kBlockN / 2;            // S accumulators per thread
+  static constexpr int kNRegO = Traits::kHeadDimV / 2;  // O accumulators per thread
+  static constexpr int kKSteps = Traits::kHeadDimQK / 16;
+  static constexpr int kPVSteps = kBlockN / 16;
+
+  // ---- producer (one thread) ---------------------------------------------------
+  // Walks the CTA's tiles exactly as the consumers do and keeps the K/V stages
+  // full: Q once per tile (after the consumers released the previous Q), then
+  // K[n] and V[n] for n = n_blocks - 1 down to 0, each into the next stage
+  // once every consumer warp released that stage's K (resp. V). K and V are
+  // released separately: with the overlapped consumer, K[n] is done long
+  // before V[n], and the next K can land meanwhile. Boxes past the end of the
+  // tensors are zero-filled by the copy engine; rows past a request's end
+  // (the next request's) are masked or never written by the consumers.
+  __device__ static void produce(const PrefillParams& p, const CUtensorMap* tmap_q, const CUtensorMap* tmap_k,
+                                 const CUtensorMap* tmap_v, uint8_t* smem, PrefillBarriers* bars) {
+    const int num_units = int(Scheduler::num_units(p));
+    uint32_t kv_iter = 0;  // key blocks loaded so far (stage = iter % 2, phase = iter / 2 % 2)
+    uint32_t q_iter = 0;   // Q tiles loaded so far
+    for (int work = 2 * blockIdx.x; work < 2 * num_units; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
+      PrefillTile t;
+      if (!Scheduler::get_tile(p, work / 2, work & 1, t) || t.n_blocks == 0) continue;
+      mbarrier_wait(&bars->q_empty, (q_iter & 1) ^ 1);
+      mbarrier_arrive_expect_tx(&bars->q_full, Traits::kQBytes);
+#pragma unroll
+      for (int c = 0; c < Traits::kQBoxes; ++c) {
+        tma_load_3d(smem + Traits::kSmemQ + c * Traits::kQBoxBytes, tmap_q, &bars->q_full, c * Traits::kBoxCols,
+                    t.head, t.q_start + t.row0);
+      }
+      ++q_iter;
+      for (int nb = t.n_blocks - 1; nb >= 0; --nb, ++kv_iter) {
+        const int stage = int(kv_iter % 2);
+        const uint32_t phase = (kv_iter / 2) & 1;
+        const int key_row = t.k_start + nb * kBlockN;
+        mbarrier_wait(&bars->k_empty[stage], phase ^ 1);
+        mbarrier_arrive_expect_tx(&bars->k_full[stage], Traits::kKBytes);
+#pragma unroll
+        for (int c = 0; c < Traits::kQBoxes; ++c) {
+          tma_load_3d(smem + Traits::kSmemK + stage * Traits::kKBytes + c * Traits::kKVBoxBytes, tmap_k,
+                      &bars->k_full[stage], c * Traits::kBoxCols, t.head, key_row);
+        }
+        mbarrier_wait(&bars->v_empty[stage], phase ^ 1);
+        mbarrier_arrive_expect_tx(&bars->v_full[stage], Traits::kVBytes);
+#pragma unroll
+        for (int c = 0; c < Traits::kVBoxes; ++c) {
+          tma_load_3d(smem + Traits::kSmemV + stage * Traits::kVBytes + c * Traits::kKVBoxBytes, tmap_v,
+                      &bars->v_full[stage], c * Traits::kBoxCols, t.head, key_row);
+        }
+      }
+    }
+  }
+
+  // ---- consumer warpgroup ---------------------------------------------------------
+  // Issues s = Q[wg rows] · K[stage]ᵀ (overwrites s) as one wgmma group.
+  // Both operands K-major: the k16 step kk of box c starts 32 kk bytes into
+  // the box. s must not be touched until the group is waited for.
+  __device__ static void issue_qk(float (&s)[kNRegS], const uint8_t* q_rows, const uint8_t* k_tile) {
+    const uint64_t q_desc = make_desc_kmajor_sw128(q_rows);
+    const uint64_t k_desc = make_desc_kmajor_sw128(k_tile);
+    fence_operands(s);
+    warpgroup_arrive();
+#pragma unroll
+    for (int step = 0; step < kKSteps; ++step) {
+      const int box = step / 4, kk = step % 4;
+      wgmma_ss<kBlockN, Traits::kBf16>(s, desc_advance(q_desc, box * Traits::kQBoxBytes + kk * 32),
+                                       desc_advance(k_desc, box * Traits::kKVBoxBytes + kk * 32), step > 0);
+    }
+    wgmma_commit_group();
+  }
+
+  // Issues o += P · V[stage] as one wgmma group: P (this thread's fragments,
+  // 16-bit) from registers, V N-major ([keys][64] boxes, LBO = box bytes);
+  // k16 step kk = keys 16kk... o and pf must not be touched until it is waited for.
+  __device__ static void issue_pv(float (&o)[kNRegO], uint32_t (&pf)[kPVSteps][4], const uint8_t* v_tile) {
+    const uint64_t v_desc = make_desc_mnmajor_sw128(v_tile, Traits::kKVBoxBytes);
+    fence_operands(o);
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fence_operand(pf[kk][i]);
+    warpgroup_arrive();
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      wgmma_rs<Traits::kHeadDimV, Traits::kBf16, 1>(o, pf[kk], desc_advance(v_desc, kk * 16 * 128), 1);
+    }
+    wgmma_commit_group();
+  }
+
+  // After the P · V group completed: o and pf are this thread's again.
+  __device__ static void pv_done(float (&o)[kNRegO], uint32_t (&pf)[kPVSteps][4]) {
+    fence_operands(o);
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fence_operand(pf[kk][i]);
+  }
+
+  // Sets s to -inf where the key is past the request's keys or (causal)
+  // above the row's diagonal. key0: the block's first key; row: this thread's
+  // first row (request-relative).
+  __device__ static void mask(float (&s)[kNRegS], int key0, int row, int seqlen_k, int diag, int lane) {
+    const int col0 = key0 + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int limit = seqlen_k;
+      if constexpr (kCausal) limit = min(limit, row + 8 * h + diag + 1);
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (col0 + 8 * j + e >= limit) s[4 * j + 2 * h + e] = -INFINITY;
+        }
+    }
+  }
+
+  // Online softmax of one block in base 2, first half: m (scaled-log2 row
+  // max so far) and l (this thread's part of the row sum) updated, s
+  // replaced by p = 2^(s scale_log2 - m), and the factor corr by which O
+  // must be rescaled before this block's P · V is added.
+  __device__ static void softmax_exp(float (&s)[kNRegS], float (&m)[2], float (&l)[2], float (&corr)[2],
+                                     float scale_log2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[h], mx * scale_log2);
+      // A row that has seen no key yet keeps offset 0: its p are all 0.
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      corr[h] = prefill_detail::exp2_approx(m[h] - m_use);
+      m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[4 * j + 2 * h + e];
+          x = prefill_detail::exp2_approx(fmaf(x, scale_log2, -m_use));
+          sum += x;
+        }
+      l[h] = l[h] * corr[h] + sum;
+    }
+  }
+
+  // Second half: o *= corr (per row), p packed as the A fragments of P · V.
+  __device__ static void rescale_and_pack(const float (&s)[kNRegS], float (&o)[kNRegO], const float (&corr)[2],
+                                          uint32_t (&pf)[kPVSteps][4]) {
+#pragma unroll
+    for (int j = 0; j < Traits::kHeadDimV / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * j + e] *= corr[e / 2];
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      pf[kk][0] = prefill_detail::pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
+      pf[kk][1] = prefill_detail::pack2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
+      pf[kk][2] = prefill_detail::pack2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
+      pf[kk][3] = prefill_detail::pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  }
+
+  // Zeroes V rows [first_row, kBlockN) of a stage: they belong to the next
+  // request or to unused workspace (NaN allowed there), and 0 · NaN would
+  // poison O even though P is 0. Each consumer warpgroup zeroes them before
+  // its own P · V (the two write the same zeros); the async-proxy fence and
+  // the warpgroup barrier order the stores before the tensor cores read.
+  __device__ static void zero_v_tail(uint8_t* v_tile, int first_row, int wg_thread, int wg) {
+    constexpr int kChunksPerRow = 128 / 16;
+    const int chunks = (kBlockN - first_row) * kChunksPerRow;
+    for (int i = wg_thread; i < chunks * Traits::kVBoxes; i += 128) {
+      const int box = i / chunks, rest = i % chunks;
+      const int row = first_row + rest / kChunksPerRow, chunk = rest % kChunksPerRow;
+      *reinterpret_cast<uint4*>(v_tile + box * Traits::kKVBoxBytes + row * 128 + chunk * 16) = make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(1 + wg, 128);
+  }
+};
+
+}  // namespace lattn::cuda::sm90

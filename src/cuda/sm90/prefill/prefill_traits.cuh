@@ -1,0 +1,95 @@
+// src/cuda/sm90/prefill/prefill_traits.cuh — every compile-time decision of
+// the Hopper prefill kernel: roles, tile shapes, the shared-memory map and
+// the barrier set.
+//
+// Roles (3 warpgroups, 384 threads, one CTA per SM):
+//   warpgroup 0  producer: one thread issues the bulk tensor copies (TMA) of
+//                Q once per tile and K/V per key block; the warpgroup gives
+//                its registers to the consumers (setmaxnreg).
+//   warpgroups 1, 2  consumers: 64 query rows each of the 128-row Q tile;
+//                S = Q Kᵀ (wgmma, A and B from shared memory), online softmax
+//                in f32 registers, O += P V (wgmma, P from registers, V read
+//                N-major from shared memory).
+//
+// Shared memory (every tile 1024-byte aligned, 128-byte swizzle, [rows][64]
+// boxes of 16-bit elements, 128 bytes a row):
+//   Q      kQBoxes boxes of [kBlockM][64]                       (48 KB at qk 192)
+//   K[s]   kQBoxes boxes of [kBlockN][64], s < kStages          (48 KB each)
+//   V[s]   kVBoxes boxes of [kBlockN][64]                       (32 KB each)
+//   barriers (8 bytes each, see Barriers)
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/sm90/prefill/prefill_config.h"
+
+namespace lattn::cuda::sm90 {
+
+// The mbarriers of the pipeline (all in shared memory).
+struct PrefillBarriers {
+  uint64_t q_full;      // Q tile landed (1 arrival + transaction bytes)
+  uint64_t q_empty;     // every consumer warp is done with Q (kConsumerWarps arrivals)
+  uint64_t k_full[2];   // K[s] landed
+  uint64_t v_full[2];   // V[s] landed
+  uint64_t k_empty[2];  // every consumer warp is done with K[s]
+  uint64_t v_empty[2];  // every consumer warp is done with V[s]
+};
+
+template <int kConfig, class Element_>
+struct HopperPrefillTraits {
+  using Element = Element_;
+  static_assert(std::is_same_v<Element, __nv_bfloat16> || std::is_same_v<Element, __half>,
+                "the Hopper prefill kernel takes bf16 or f16");
+  static constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
+  static constexpr HopperPrefillConfig kCfg = kHopperPrefillConfigs[kConfig];
+
+  static constexpr int kHeadDimQK = kCfg.head_dim_qk;
+  static constexpr int kHeadDimV = kCfg.head_dim_v;
+  static constexpr int kBlockM = kCfg.block_m;
+  static constexpr int kBlockN = kCfg.block_n;
+  static constexpr int kStages = kCfg.stages;
+  static constexpr bool kOverlap = kCfg.overlap;
+  static constexpr bool kPingPong = kCfg.pingpong;
+  static_assert(!kPingPong || kOverlap, "ping-pong is built on the overlapped consumer");
+  // Named barriers: 1 + wg, a consumer warpgroup's own (128 threads);
+  // kTurnBarrier + wg, "warpgroup wg may issue" (both consumer warpgroups, 256).
+  static constexpr int kTurnBarrier = 3;
+
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kRowsPerWarpgroup = kBlockM / kConsumerWarpgroups;
+  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+  static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
+  // setmaxnreg: 128 x 24 + 256 x 240 = 64512 of the SM's 65536 registers.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+
+  static constexpr int kBoxCols = 64;  // 128 bytes of 16-bit elements: the 128-byte swizzle's row
+  static constexpr int kQBoxes = kHeadDimQK / kBoxCols;
+  static constexpr int kVBoxes = kHeadDimV / kBoxCols;
+  static_assert(kHeadDimQK % kBoxCols == 0 && kHeadDimV % kBoxCols == 0, "head dims must be multiples of 64");
+  static_assert(kRowsPerWarpgroup == 64, "one wgmma M (64 rows) per consumer warpgroup");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN is the wgmma N of Q Kᵀ");
+  static_assert(kHeadDimV <= 256, "kHeadDimV is the wgmma N of P V");
+  static_assert(kStages == 2, "PrefillBarriers holds two stages");
+
+  static constexpr int kQBoxBytes = kBlockM * 128;  // one [kBlockM][64] box
+  static constexpr int kKVBoxBytes = kBlockN * 128;  // one [kBlockN][64] box
+  static constexpr int kQBytes = kQBoxes * kQBoxBytes;
+  static constexpr int kKBytes = kQBoxes * kKVBoxBytes;
+  static constexpr int kVBytes = kVBoxes * kKVBoxBytes;
+
+  static constexpr int kSmemQ = 0;
+  static constexpr int kSmemK = kSmemQ + kQBytes;
+  static constexpr int kSmemV = kSmemK + kStages * kKBytes;
+  static constexpr int kSmemBarriers = kSmemV + kStages * kVBytes;
+  // + 1024: dynamic shared memory is only 16-byte aligned; the kernel rounds
+  // its base up to the 1024-byte swizzle period.
+  static constexpr int kSmemBytes = kSmemBarriers + int(sizeof(PrefillBarriers)) + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "the tiles exceed the 227 KB a block can have");
+};
+
+}  // namespace lattn::cuda::sm90

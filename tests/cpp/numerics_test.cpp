@@ -1,0 +1,254 @@
+// The numerical contract of docs/mla.md, on every backend this machine has
+// (reference and cpu always, cuda where a GPU is usable):
+//  * Precision: the error of a prefill row over a long cached context does
+//    not grow with the number of context chunks (f32 running result, one
+//    rounding): >= 100 chunks stay within 1.5x of the 1-chunk error, for
+//    bf16 and f16 activations.
+//  * Batch invariance (MlaAttentionConfig::batch_invariant): a request's
+//    output rows are bit-identical alone, in a batch of 40 and at another
+//    position of that batch — decodes with one and with three query tokens,
+//    and prefills with a chunked context.
+// (NaN/inf semantics are cases of the shared backend driver: nonfinite_*.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lattn/attention.h"
+#include "lattn/cache.h"
+#include "lattn/metadata.h"
+#include "support/backend_driver.h"
+#include "support/gpu.h"
+#include "support/test_data.h"
+
+namespace lattn::test {
+namespace {
+
+struct Target {
+  std::string prefill, decode;
+  Device device;
+};
+
+// The backends as a test parameter (cuda skips without a usable GPU).
+class Numerics : public ::testing::TestWithParam<std::string> {
+ protected:
+  Target target() const {
+    if (GetParam() == "cuda") return {"cuda", "cuda", Device::cuda(0)};
+    return {GetParam(), GetParam(), Device::cpu()};
+  }
+  void SetUp() override {
+    if (GetParam() == "cuda") LATTN_REQUIRE_GPU();
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Precision vs the number of context chunks.
+
+// One prefill (4 new tokens) over a 1600-token cached context, with the
+// workspace giving 1 chunk or 100 (16-token chunks). Dims with a 96/64 head
+// so the cuda prefill kernel serves them.
+double chunked_error(DType dtype, const Target& t, int64_t workspace_rows) {
+  BackendCase c;
+  c.name = "chunk_precision";
+  c.dims = MlaDims{3, 256, 64, 32, 64};
+  c.dtype = c.kv_cache_dtype = dtype;
+  c.prefills = {{1600, 4}};
+  c.workspace_rows = workspace_rows;
+  c.seed = 77;
+  const BackendRun run = run_forward(c, t.prefill, t.decode, t.device);
+  const OwnedTensor naive = naive_forward(c);
+  const ErrorReport e = compare(run.out, naive);
+  EXPECT_EQ(e.nan_mismatches, 0) << e.str();
+  return e.rel_l2;
+}
+
+TEST_P(Numerics, ChunkCountPrecisionHundredChunksWithinOneAndAHalfTimesOneChunk) {
+  const Target t = target();
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    const double one = chunked_error(dtype, t, 2048);
+    const double hundred = chunked_error(dtype, t, 16);
+    SCOPED_TRACE(t.prefill + " " + dtype_name(dtype));
+    EXPECT_LE(hundred, 1.5 * one) << "1 chunk: " << one << ", 100 chunks: " << hundred;
+    EXPECT_LE(one, rel_tolerance(dtype));
+    std::cout << "[ chunks   ] " << t.prefill << " " << dtype_name(dtype) << ": rel_l2 1 chunk " << one
+              << ", 100 chunks " << hundred << "\n";
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Batch invariance.
+
+const MlaDims kDims{4, 512, 128, 64, 128};  // DeepSeek per-head dims: the tensor-core kernels on cuda
+constexpr int kBlock = 16;
+
+struct Req {
+  int context_len = 0, query_len = 1;
+  uint64_t seed = 0;  // the request's data (latents, queries) comes from this seed only
+};
+
+// Runs one batch (decodes first) in batch-invariant mode and returns each
+// request's output rows as raw bytes [query_len * N * V * element size].
+std::vector<std::vector<uint8_t>> run_batch(const std::vector<Req>& reqs, const Target& t) {
+  const int64_t N = kDims.num_heads, L = kDims.kv_lora_rank, P = kDims.qk_nope_head_dim,
+                R = kDims.qk_rope_head_dim, V = kDims.v_head_dim;
+  const DType dt = DType::bf16;
+  int max_decode_q = 1, num_decodes = 0;
+  int64_t T = 0, blocks = 0;
+  for (const Req& r : reqs) {
+    T += r.query_len;
+    blocks += (r.context_len + r.query_len + kBlock - 1) / kBlock;
+  }
+  // Decodes are the requests before the first with query_len > 3.
+  while (num_decodes < int(reqs.size()) && reqs[size_t(num_decodes)].query_len <= 3) {
+    max_decode_q = std::max(max_decode_q, reqs[size_t(num_decodes)].query_len);
+    ++num_decodes;
+  }
+
+  MlaAttentionConfig config;
+  config.dims = kDims;
+  config.dtype = config.kv_cache_dtype = dt;
+  config.device = t.device;
+  config.prefill_backend = t.prefill;
+  config.decode_backend = t.decode;
+  config.block_size = kBlock;
+  config.max_query_tokens_per_request = 3;
+  config.batch_invariant = true;
+  MlaAttention attention(config);
+  {
+    std::mt19937_64 rng(2024);
+    OwnedTensor w = OwnedTensor::empty({N * (P + V), L}, dt);
+    fill_normal(w, rng, 1.f / std::sqrt(float(L)));
+    if (t.device.is_cpu()) {
+      attention.process_weights_after_loading(w);
+    } else {
+      attention.process_weights_after_loading(to_device(w.tensor(), t.device));
+    }
+  }
+
+  // Per-request data; blocks handed out in request order.
+  OwnedTensor q = OwnedTensor::empty({T, N, P + R}, dt), kv_c = OwnedTensor::empty({T, L}, dt),
+              k_pe = OwnedTensor::empty({T, R}, dt);
+  OwnedTensor cache_host = OwnedTensor::empty({blocks, kBlock, L + R}, dt);
+  fill_bytes(cache_host, 0xff);
+  std::vector<RequestSpec> specs;
+  int64_t row = 0;
+  int32_t next_block = 0;
+  for (const Req& r : reqs) {
+    std::mt19937_64 rng(r.seed);
+    fill_normal(q.tensor().narrow(0, row, r.query_len), rng);
+    fill_normal(kv_c.tensor().narrow(0, row, r.query_len), rng);
+    fill_normal(k_pe.tensor().narrow(0, row, r.query_len), rng);
+    RequestSpec spec;
+    spec.query_len = r.query_len;
+    spec.num_computed_tokens = r.context_len;
+    for (int b = 0; b < (r.context_len + r.query_len + kBlock - 1) / kBlock; ++b) spec.block_table.push_back(next_block++);
+    OwnedTensor ctx = OwnedTensor::empty({std::max(r.context_len, 1), L + R}, dt);
+    fill_normal(ctx, rng);
+    for (int j = 0; j < r.context_len; ++j) {
+      void* dst = cache_host.tensor().ptr_at({spec.block_table[size_t(j / kBlock)], j % kBlock});
+      std::memcpy(dst, ctx.tensor().ptr_at({j}), size_t(L + R) * 2);
+    }
+    specs.push_back(std::move(spec));
+    row += r.query_len;
+  }
+
+  MetadataBuilderConfig mb;
+  mb.block_size = kBlock;
+  mb.context_chunk_workspace_size = 1024;
+  mb.batch_invariant = true;
+  mb.batch_invariant_context_chunk = 256;
+  mb.reorder_batch_threshold = max_decode_q;
+  mb.num_cache_blocks = blocks;
+  MlaMetadata md = MlaMetadataBuilder(mb).build(specs);
+  md.to_device(t.device);
+
+  OwnedLatentCache cache(blocks, kBlock, kDims, dt, t.device);
+  copy_tensor(cache_host.tensor(), cache.cache().data);
+  // The inputs on the target's device (host tensors as they are).
+  OwnedTensor qd, kvd, ped;
+  if (!t.device.is_cpu()) {
+    qd = to_device(q.tensor(), t.device);
+    kvd = to_device(kv_c.tensor(), t.device);
+    ped = to_device(k_pe.tensor(), t.device);
+  }
+  const bool host = t.device.is_cpu();
+  OwnedTensor out = OwnedTensor::empty({T, N * V}, dt, t.device);
+  poison(out);
+  attention.forward(host ? q.tensor() : qd.tensor(), host ? kv_c.tensor() : kvd.tensor(),
+                    host ? k_pe.tensor() : ped.tensor(), cache, md, out);
+  OwnedTensor out_host = OwnedTensor::empty({T, N * V}, dt);
+  copy_tensor(out.tensor(), out_host.tensor());
+
+  std::vector<std::vector<uint8_t>> rows;
+  row = 0;
+  const size_t row_bytes = size_t(N * V) * 2;
+  for (const Req& r : reqs) {
+    const auto* p = static_cast<const uint8_t*>(out_host.tensor().ptr_at({row}));
+    rows.emplace_back(p, p + row_bytes * size_t(r.query_len));
+    row += r.query_len;
+  }
+  return rows;
+}
+
+// A batch of 40 random requests (decodes of 1..3 tokens first, then
+// prefills) with `target` at index `at` of its kind.
+std::vector<Req> batch_with(const Req& target, bool target_is_decode, int at, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Req> decodes, prefills;
+  for (int i = 0; i < 24; ++i) {
+    decodes.push_back({int(rng() % 1500), 1 + int(rng() % 3), rng()});
+  }
+  for (int i = 0; i < 15; ++i) prefills.push_back({int(rng() % 900), 4 + int(rng() % 30), rng()});
+  std::vector<Req>& kind = target_is_decode ? decodes : prefills;
+  kind.insert(kind.begin() + at, target);
+  decodes.insert(decodes.end(), prefills.begin(), prefills.end());
+  return decodes;
+}
+
+struct InvarianceCase {
+  const char* name;
+  Req target;
+  bool decode;
+};
+
+TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPosition) {
+  const InvarianceCase cases[] = {
+      {"decode_1_token", {1300, 1, 11}, true},
+      {"decode_3_tokens", {1100, 3, 12}, true},
+      {"prefill_chunked_context", {700, 20, 13}, false},
+  };
+  const Target t = target();
+  {
+    for (const InvarianceCase& c : cases) {
+      SCOPED_TRACE(t.prefill + "/" + t.decode + " " + c.name);
+      const std::vector<std::vector<uint8_t>> alone = run_batch({c.target}, t);
+      const std::vector<Req> batch_a = batch_with(c.target, c.decode, 3, 5);
+      const std::vector<Req> batch_b = batch_with(c.target, c.decode, c.decode ? 20 : 11, 6);
+      ASSERT_EQ(batch_a.size(), 40u);
+      const auto index_of = [&](const std::vector<Req>& b) {
+        for (size_t i = 0; i < b.size(); ++i) {
+          if (b[i].seed == c.target.seed) return i;
+        }
+        return size_t(0);
+      };
+      const std::vector<std::vector<uint8_t>> in_a = run_batch(batch_a, t);
+      const std::vector<std::vector<uint8_t>> in_b = run_batch(batch_b, t);
+      EXPECT_TRUE(alone[0] == in_a[index_of(batch_a)]) << "alone vs in a batch of 40";
+      EXPECT_TRUE(alone[0] == in_b[index_of(batch_b)]) << "alone vs at another position of another batch";
+      size_t non_finite = 0;
+      for (size_t i = 0; i + 1 < alone[0].size(); i += 2) non_finite += (alone[0][i + 1] & 0x7f) == 0x7f && (alone[0][i] & 0x80);
+      EXPECT_EQ(non_finite, 0u) << "the target's rows were all written";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Numerics, ::testing::Values("reference", "cpu", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
+}  // namespace lattn::test
