@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "core/ops/gemm.h"
+#include "cpu/gemm_paths.h"
 #include "cpu/host_workspace.h"
 #include "lattn/dtype.h"
 

@@ -2,6 +2,10 @@
 // fp8_ds_mla entries -> bf16 rows, 16 elements per step, bit-identical to
 // the scalar version. Compiled with AVX-512 flags only; called after a
 // CPUID check. No inline functions with external linkage (docs/cpu.md).
+// GCC 12 reports its own _mm512_cvtph_ps (avx512fintrin.h's undefined
+// pass-through vector) as "may be used uninitialized" once inlined here; the
+// warning is about the header, not this code, and -Werror builds need it off.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <cstring>
