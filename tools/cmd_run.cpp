@@ -124,10 +124,20 @@ void check_fits(const serving::SchedulerConfig& s, const LayerSetup& layer, int 
   } catch (const ValueError&) {
     bytes = std::numeric_limits<int64_t>::max();
   }
-  if (!layer.device.is_cpu()) return;  // device memory: the allocation itself reports (exit 3)
-  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page_size <= 0) return;
-  const int64_t memory = int64_t(pages) * page_size;
+  // The memory the caches live in: the GPU's (an allocation that fits its
+  // total may still fail later: it then reports itself, exit 3), or the host's.
+  int64_t memory = 0;
+  std::string where = "this machine's";
+  if (layer.device.is_cuda()) {
+    for (const CudaDeviceInfo& d : query_cuda_devices().devices) {
+      if (d.index == layer.device.index) memory = int64_t(d.total_memory_bytes);
+    }
+    where = device_name(layer.device) + "'s";
+  } else {
+    const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page_size > 0) memory = int64_t(pages) * page_size;
+  }
+  if (memory <= 0) return;
   if (bytes > memory) {
     const double per_block =
         double(layer.dims.cache_entry_dim()) * dtype_size(layer.kv_cache_dtype) * s.block_size * layers;
@@ -136,7 +146,7 @@ void check_fits(const serving::SchedulerConfig& s, const LayerSetup& layer, int 
                        std::to_string(s.block_size) + " x --layers " + std::to_string(layers) + " needs " +
                        (bytes == std::numeric_limits<int64_t>::max() ? std::string("more than 2^63")
                                                                      : std::to_string(bytes >> 20) + " MiB") +
-                       " of latent cache, more than this machine's " + std::to_string(memory >> 20) +
+                       " of latent cache, more than " + where + " " + std::to_string(memory >> 20) +
                        " MiB of memory; at most " + std::to_string(int64_t(double(memory) / per_block)) + " blocks fit");
   }
 }

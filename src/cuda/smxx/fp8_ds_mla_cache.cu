@@ -72,6 +72,25 @@ struct DsGatherParams {
   int block_size, L, R;
 };
 
+// The host decodes an e4m3 NaN to a quiet NaN with the byte's sign
+// (0x7fc00000 / 0xffc00000) and keeps those bits through the scale and the
+// rounding to the destination dtype; CUDA's conversions return their own
+// canonical NaN, so a NaN is written with the host's bits (gathers are bit-exact).
+template <class Dst>
+__device__ __forceinline__ Dst host_nan(bool negative);
+template <>
+__device__ __forceinline__ float host_nan<float>(bool negative) {
+  return __uint_as_float(negative ? 0xffc00000u : 0x7fc00000u);
+}
+template <>
+__device__ __forceinline__ bf16_t host_nan<bf16_t>(bool negative) {
+  return __ushort_as_bfloat16(negative ? 0xffc0u : 0x7fc0u);
+}
+template <>
+__device__ __forceinline__ f16_t host_nan<f16_t>(bool negative) {
+  return __ushort_as_half(negative ? 0xfe00u : 0x7e00u);
+}
+
 template <class Dst>
 __global__ void __launch_bounds__(kWarps * 32) gather_ds_mla_kernel(DsGatherParams p) {
   const int b = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -86,7 +105,8 @@ __global__ void __launch_bounds__(kWarps * 32) gather_ds_mla_kernel(DsGatherPara
     for (int i = lane; i < p.L; i += 32) {
       fp8_t v;
       v.__x = e[i];
-      dst[i] = from_f32<Dst>(float(v) * scales[i / 128]);
+      const float x = float(v) * scales[i / 128];
+      dst[i] = isnan(x) ? host_nan<Dst>(e[i] & 0x80) : from_f32<Dst>(x);
     }
     const bf16_t* rope = reinterpret_cast<const bf16_t*>(e + p.L + 4 * tiles);
     for (int i = lane; i < p.R; i += 32) dst[p.L + i] = from_f32<Dst>(__bfloat162float(rope[i]));

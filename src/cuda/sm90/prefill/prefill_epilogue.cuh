@@ -20,7 +20,8 @@ struct PrefillEpilogue {
   // further. valid_rows: rows of the thread's warp < seqlen_q, counted from
   // the warp's first row. lse_row: lse at (head, q_start + row), may be nullptr.
   // m in scaled log2 units (PrefillMainloop::softmax): LSE = ln2 m + ln(sum);
-  // a row whose sum is 0 saw no key: O = 0, LSE = -inf.
+  // a row whose sum is 0 saw no key: O = 0, LSE = -inf; a NaN sum (a NaN score
+  // among the keys it sees) makes the row NaN (docs/mla.md, "NaN and inf").
   __device__ static void store(const float (&o)[kNRegO], const float (&m)[2], const float (&l)[2],
                                Element* out_row, int64_t out_row_stride, float* lse_row, int first_row_valid,
                                int second_row_valid, int lane) {
@@ -31,7 +32,7 @@ struct PrefillEpilogue {
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const bool valid = h == 0 ? first_row_valid : second_row_valid;
       if (!valid) continue;
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const float inv = sum == 0.f ? 0.f : 1.f / sum;
       Element* row = out_row + h * 8 * out_row_stride + 2 * (lane % 4);
 #pragma unroll
       for (int j = 0; j < Traits::kHeadDimV / 8; ++j) {
@@ -39,7 +40,7 @@ struct PrefillEpilogue {
             prefill_detail::pack2<Element>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
       }
       if (lse_row != nullptr && lane % 4 == 0) {
-        lse_row[h * 8] = sum > 0.f ? m[h] * 0.69314718055994531f + logf(sum) : -INFINITY;
+        lse_row[h * 8] = sum == 0.f ? -INFINITY : m[h] * 0.69314718055994531f + logf(sum);
       }
     }
   }

@@ -134,6 +134,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         if (lane == 0) mbarrier_arrive(bar);
       };
       const auto v_tile_of = [&](int stage) { return smem + Traits::kSmemV + stage * Traits::kVBytes; };
+      // The tile's keys some of its rows must not see (causal diagonal): their
+      // V may hold non-finite values that 0 · inf would spread (sanitize_v).
+      // The tile's first row, so that both warpgroups decide alike.
+      const auto crosses_diagonal = [&](int key0) {
+        if constexpr (kCausal) return key0 + kBlockN - 1 > t.row0 + t.diag;
+        return false;
+      };
       const auto needs_mask = [&](int key0) {
         bool need = key0 + kBlockN > t.seqlen_k;
         if constexpr (kCausal) need = need || key0 + kBlockN - 1 > wg_row0 + t.diag;
@@ -172,6 +179,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           Mainloop::softmax_exp(s, m, l, corr, scale_log2);
           Mainloop::rescale_and_pack(s, o, corr, pf);
           mbarrier_wait(&bars->v_full[stage], phase);
+          if (crosses_diagonal(key0)) Mainloop::sanitize_v(v_tile_of(stage), wg_thread, cwg);
           if (key0 + kBlockN > t.seqlen_k) Mainloop::zero_v_tail(v_tile_of(stage), t.seqlen_k - key0, wg_thread, cwg);
           Mainloop::issue_pv(o, pf, v_tile_of(stage));
           wgmma_wait_group<0>();
@@ -211,6 +219,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           float s[Mainloop::kNRegS];
           mbarrier_wait(&bars->k_full[stage], phase);
           mbarrier_wait(&bars->v_full[prev_stage], prev_phase);
+          if (crosses_diagonal(prev_key0)) Mainloop::sanitize_v(v_tile_of(prev_stage), wg_thread, cwg);
           if (prev_key0 + kBlockN > t.seqlen_k) {
             Mainloop::zero_v_tail(v_tile_of(prev_stage), t.seqlen_k - prev_key0, wg_thread, cwg);
           }
@@ -234,6 +243,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           prev_key0 = key0;
         }
         mbarrier_wait(&bars->v_full[prev_stage], prev_phase);
+        if (crosses_diagonal(prev_key0)) Mainloop::sanitize_v(v_tile_of(prev_stage), wg_thread, cwg);
         if (prev_key0 + kBlockN > t.seqlen_k) {
           Mainloop::zero_v_tail(v_tile_of(prev_stage), t.seqlen_k - prev_key0, wg_thread, cwg);
         }

@@ -9,6 +9,8 @@
 // 2..3] row r0 + 8; the same for o over the V columns.
 #pragma once
 
+#include <type_traits>
+
 #include <cuda.h>
 
 #include <cmath>
@@ -211,6 +213,34 @@ struct PrefillMainloop {
       pf[kk][2] = prefill_detail::pack2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
       pf[kk][3] = prefill_detail::pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
     }
+  }
+
+  // Replaces every non-finite value of a stage's V tile by 0 (a tile on the
+  // causal diagonal: some of its keys are masked for some rows, and 0 · NaN
+  // would reach rows that must not see those keys). A row that does see such a
+  // key still becomes NaN: K and V are projections of the same latent entry,
+  // so its score is NaN too (docs/mla.md, "NaN and inf"). Both consumer
+  // warpgroups run it under the same condition and write the same zeros.
+  __device__ static void sanitize_v(uint8_t* v_tile, int wg_thread, int wg) {
+    constexpr uint32_t kExp = std::is_same_v<Element, __nv_bfloat16> ? 0x7f80u : 0x7c00u;  // all-ones exponent
+    constexpr int kChunks = Traits::kVBytes / 16;
+    for (int i = wg_thread; i < kChunks; i += 128) {
+      uint4* chunk = reinterpret_cast<uint4*>(v_tile + i * 16);
+      uint4 v = *chunk;
+      uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+      bool changed = false;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        uint32_t x = w[k];
+        if ((x & kExp) == kExp) x &= 0xffff0000u;
+        if (((x >> 16) & kExp) == kExp) x &= 0x0000ffffu;
+        changed |= x != w[k];
+        w[k] = x;
+      }
+      if (changed) *chunk = v;
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(1 + wg, 128);
   }
 
   // Zeroes V rows [first_row, kBlockN) of a stage: they belong to the next

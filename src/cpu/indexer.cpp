@@ -1,6 +1,8 @@
 // The lightning indexer's public ops (lattn/sparse.h): the key cache, its
 // write, logits and top-k. Every argument and index value is checked here
-// before anything is written; src/cpu/indexer_cpu.cpp computes.
+// before anything is written; src/cpu/indexer_cpu.cpp computes. The indexer
+// runs on the host only (no CUDA indexer yet), so its entry points live with
+// the CPU backend rather than in src/core, which reaches no backend directly.
 #include <omp.h>
 
 #include <algorithm>
