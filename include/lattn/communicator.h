@@ -57,8 +57,8 @@ std::vector<std::unique_ptr<Communicator>> make_in_process_group(int world_size)
 // NCCL. The id is ncclUniqueId's 128 bytes (made by nccl_unique_id() on one
 // rank and sent to the others by the engine's own means).
 using NcclUniqueIdBytes = std::array<char, 128>;
-bool nccl_available();                 // built with NCCL
-NcclUniqueIdBytes nccl_unique_id();    // BackendUnavailableError without NCCL
+bool nccl_available();               // built with NCCL
+NcclUniqueIdBytes nccl_unique_id();  // BackendUnavailableError without NCCL
 // Joins the group (blocking until all ranks join); `device` is this rank's GPU.
 std::unique_ptr<Communicator> make_nccl_communicator(const NcclUniqueIdBytes& id, int world_size, int rank,
                                                      Device device);

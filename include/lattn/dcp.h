@@ -82,7 +82,8 @@ enum class DcpCombineMethod {
 //               f32, f16 or bf16; H must divide by world_size for the slice form
 //   out_lse     [H or H/world, T] f32, optional (may be undefined)
 // Host tensors (the in-process communicator). Every rank calls it.
-void dcp_combine(Communicator& comm, const DcpDecodePlan& plan, const Tensor& partial_out, const Tensor& partial_lse, const Tensor& out,
-                 const Tensor& out_lse, DcpCombineMethod method = DcpCombineMethod::all_gather_reduce_scatter);
+void dcp_combine(Communicator& comm, const DcpDecodePlan& plan, const Tensor& partial_out, const Tensor& partial_lse,
+                 const Tensor& out, const Tensor& out_lse,
+                 DcpCombineMethod method = DcpCombineMethod::all_gather_reduce_scatter);
 
 }  // namespace lattn

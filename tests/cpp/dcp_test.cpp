@@ -51,7 +51,8 @@ TEST(DcpShard, OwnersLocalPositionsAndCountsAgreeWithBruteForce) {
         const DcpConfig dcp{world, rank, interleave};
         int64_t next_local = 0;  // the owned positions, in order, get local positions 0, 1, 2, ...
         for (int64_t pos = 0; pos < 200; ++pos) {
-          EXPECT_EQ(dcp_local_count(dcp, pos), next_local) << "world " << world << " il " << interleave << " pos " << pos;
+          EXPECT_EQ(dcp_local_count(dcp, pos), next_local)
+              << "world " << world << " il " << interleave << " pos " << pos;
           const int owner = int((pos / interleave) % world);
           EXPECT_EQ(dcp_owner(dcp, pos), owner);
           if (owner == rank) {
@@ -91,7 +92,8 @@ TEST(InProcessCommunicator, CollectivesMoveAndSumTheRightElements) {
       OwnedTensor gathered = OwnedTensor::empty({world, world * m}, DType::f32);
       c.all_gather(send, gathered);
       for (int s = 0; s < world; ++s) {
-        for (int64_t i = 0; i < world * m; ++i) EXPECT_EQ(gathered.data_as<float>()[s * world * m + i], float(1000 * s + i));
+        for (int64_t i = 0; i < world * m; ++i)
+          EXPECT_EQ(gathered.data_as<float>()[s * world * m + i], float(1000 * s + i));
       }
       OwnedTensor reduced = OwnedTensor::empty({m}, DType::f32);
       c.reduce_scatter_sum(send, reduced);
@@ -175,7 +177,8 @@ std::vector<StepResult> run_step(const StepCase& sc, const std::vector<int>& con
     test::fill_uniform(ctx_kv.back(), rng);
     test::fill_uniform(ctx_pe.back(), rng);
   }
-  OwnedTensor new_kv = OwnedTensor::empty({tokens, kL}, DType::bf16), new_pe = OwnedTensor::empty({tokens, kR}, DType::bf16);
+  OwnedTensor new_kv = OwnedTensor::empty({tokens, kL}, DType::bf16),
+              new_pe = OwnedTensor::empty({tokens, kR}, DType::bf16);
   OwnedTensor ql = OwnedTensor::empty({tokens, kHeads, kL}, DType::bf16);
   OwnedTensor qpe = OwnedTensor::empty({tokens, kHeads, kR}, DType::bf16);
   for (const Tensor* t : {&new_kv.tensor(), &new_pe.tensor(), &ql.tensor(), &qpe.tensor()}) test::fill_uniform(*t, rng);
@@ -212,7 +215,8 @@ std::vector<StepResult> run_step(const StepCase& sc, const std::vector<int>& con
     size_t next = 0;
     for (int i = 0; i < reqs; ++i) {
       RequestSpec spec{.query_len = sc.s_q, .num_computed_tokens = contexts[size_t(i)], .block_table = {}};
-      for (int64_t b = 0; b < (local_lens[size_t(i)] + kBlock - 1) / kBlock + 1; ++b) spec.block_table.push_back(ids[next++]);
+      for (int64_t b = 0; b < (local_lens[size_t(i)] + kBlock - 1) / kBlock + 1; ++b)
+        spec.block_table.push_back(ids[next++]);
       // Context tokens this rank owns, at their local slots.
       std::vector<int64_t> slots(size_t(std::max(contexts[size_t(i)], 1)), PAD_SLOT_ID);
       for (int64_t p = 0; p < contexts[size_t(i)]; ++p) {
@@ -309,8 +313,10 @@ TEST(DcpDecode, WorldSizes1To4MatchOneRankAllGatherReduceScatter) {
 TEST(DcpDecode, HeadSlicesAndAllToAllMatchOneRank) {
   for (int world : {2, 4}) {
     for (auto method : {DcpCombineMethod::all_gather_reduce_scatter, DcpCombineMethod::all_to_all}) {
-      SCOPED_TRACE("world " + std::to_string(world) + (method == DcpCombineMethod::all_to_all ? " all_to_all" : " ag+rs"));
-      expect_matches_single_rank({.world = world, .head_slice = true, .method = method}, kContexts, 20 + uint64_t(world));
+      SCOPED_TRACE("world " + std::to_string(world) +
+                   (method == DcpCombineMethod::all_to_all ? " all_to_all" : " ag+rs"));
+      expect_matches_single_rank({.world = world, .head_slice = true, .method = method}, kContexts,
+                                 20 + uint64_t(world));
     }
   }
 }
@@ -351,8 +357,9 @@ TEST(DcpDecode, MetadataRefusesPrefillsAndShortTables) {
   bc.chunked_prefill_enabled = false;
   const MlaMetadataBuilder builder(bc);
   const DcpConfig dcp{2, 1, 1};
-  EXPECT_THROW(build_dcp_decode_metadata(builder, {{.query_len = 5, .num_computed_tokens = 3, .block_table = {0, 1}}}, dcp),
-               ValueError);
+  EXPECT_THROW(
+      build_dcp_decode_metadata(builder, {{.query_len = 5, .num_computed_tokens = 3, .block_table = {0, 1}}}, dcp),
+      ValueError);
   // 40 tokens, 20 on rank 1: 5 local blocks of 4 needed.
   try {
     build_dcp_decode_metadata(builder, {{.query_len = 1, .num_computed_tokens = 39, .block_table = {0, 1, 2}}}, dcp);
@@ -369,9 +376,8 @@ TEST(DcpDecode, MetadataKeepsOnlyTheRanksTokens) {
   bc.chunked_prefill_enabled = false;
   const MlaMetadataBuilder builder(bc);
   // Global positions 8..11 are new; world 2, interleave 1: rank 0 owns 8 and 10.
-  const DcpDecodePlan plan =
-      build_dcp_decode_metadata(builder, {{.query_len = 4, .num_computed_tokens = 8, .block_table = {7, 3}}},
-                                DcpConfig{2, 0, 1});
+  const DcpDecodePlan plan = build_dcp_decode_metadata(
+      builder, {{.query_len = 4, .num_computed_tokens = 8, .block_table = {7, 3}}}, DcpConfig{2, 0, 1});
   const MlaMetadata& md = plan.metadata;
   EXPECT_TRUE(plan.empty_rows.empty());
   ASSERT_EQ(md.num_decodes, 4);
@@ -384,9 +390,11 @@ TEST(DcpDecode, MetadataKeepsOnlyTheRanksTokens) {
 
   // A first token (position 0) lives on rank 0 only: the other ranks see no key.
   for (int rank = 0; rank < 4; ++rank) {
-    const DcpDecodePlan p = build_dcp_decode_metadata(
-        builder, {{.query_len = 1, .num_computed_tokens = 0, .block_table = {1}}, {.query_len = 1, .num_computed_tokens = 6, .block_table = {2, 5}}},
-        DcpConfig{4, rank, 1});
+    const DcpDecodePlan p =
+        build_dcp_decode_metadata(builder,
+                                  {{.query_len = 1, .num_computed_tokens = 0, .block_table = {1}},
+                                   {.query_len = 1, .num_computed_tokens = 6, .block_table = {2, 5}}},
+                                  DcpConfig{4, rank, 1});
     EXPECT_EQ(p.empty_rows, rank == 0 ? std::vector<int32_t>{} : std::vector<int32_t>{0}) << "rank " << rank;
   }
 }

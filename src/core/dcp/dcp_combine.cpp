@@ -55,8 +55,8 @@ struct Shapes {
 Shapes check_combine_args(const Communicator& comm, const Tensor& partial_out, const Tensor& partial_lse,
                           const Tensor& out, const Tensor& out_lse) {
   static const char* op = "dcp_combine";
-  check_arg(comm.device().is_cpu(), op, "comm", "be a host communicator (in-process); device combine is not written yet",
-            comm.kind());
+  check_arg(comm.device().is_cpu(), op, "comm",
+            "be a host communicator (in-process); device combine is not written yet", comm.kind());
   check_dim(op, "partial_out", partial_out, 3);
   check_dtype_in(op, "partial_out", partial_out, {DType::f32, DType::f16, DType::bf16});
   check_contiguous(op, "partial_out", partial_out);
@@ -181,7 +181,8 @@ void dcp_combine(Communicator& comm, const DcpDecodePlan& plan, const Tensor& pa
   const auto* sm = summed.data_as<const float>();
   for (int64_t hl = 0; hl < s.Ho; ++hl) {
     for (int64_t t = 0; t < s.T; ++t) {
-      for (int64_t d = 0; d < s.D; ++d) store_from_f32(out.data(), odt, (t * s.Ho + hl) * s.D + d, sm[(hl * s.T + t) * s.D + d]);
+      for (int64_t d = 0; d < s.D; ++d)
+        store_from_f32(out.data(), odt, (t * s.Ho + hl) * s.D + d, sm[(hl * s.T + t) * s.D + d]);
       if (out_lse.defined()) out_lse.data_as<float>()[hl * s.T + t] = lse[size_t((s.h0 + hl) * s.T + t)];
     }
   }

@@ -45,10 +45,10 @@ DcpDecodePlan build_dcp_decode_metadata(const MlaMetadataBuilder& builder, const
   for (size_t r = 0; r < requests.size(); ++r) {
     const RequestSpec& req = requests[r];
     const std::string where = "requests[" + std::to_string(r) + "]";
-    check_arg(req.query_len >= 1 && req.query_len <= threshold, op, (where + ".query_len").c_str(),
-              "be a decode (1.." + std::to_string(threshold) +
-                  " tokens; DCP prefill is not supported yet, docs/dcp.md)",
-              std::to_string(req.query_len));
+    check_arg(
+        req.query_len >= 1 && req.query_len <= threshold, op, (where + ".query_len").c_str(),
+        "be a decode (1.." + std::to_string(threshold) + " tokens; DCP prefill is not supported yet, docs/dcp.md)",
+        std::to_string(req.query_len));
     check_arg(req.num_computed_tokens >= 0, op, (where + ".num_computed_tokens").c_str(), "be >= 0",
               std::to_string(req.num_computed_tokens));
     const int64_t seq_len = int64_t(req.num_computed_tokens) + req.query_len;

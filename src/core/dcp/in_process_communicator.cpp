@@ -136,8 +136,8 @@ void check_collective_args(const char* op, const Communicator& comm, const Tenso
   check_device(op, "recv", recv, comm.device());
   check_contiguous(op, "send", send);
   check_contiguous(op, "recv", recv);
-  check_arg(send.dtype() == recv.dtype(), op, "recv", std::string("have dtype ") + dtype_name(send.dtype()) + " (as send)",
-            dtype_name(recv.dtype()));
+  check_arg(send.dtype() == recv.dtype(), op, "recv",
+            std::string("have dtype ") + dtype_name(send.dtype()) + " (as send)", dtype_name(recv.dtype()));
 }
 
 std::vector<std::unique_ptr<Communicator>> make_in_process_group(int world_size) {

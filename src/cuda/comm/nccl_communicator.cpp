@@ -81,13 +81,22 @@ void nccl_check(ncclResult_t r, const char* what) {
 
 ncclDataType_t nccl_type(const char* op, const Tensor& t, bool reduce) {
   switch (t.dtype()) {
-    case DType::f32: return ncclFloat32;
-    case DType::f16: return ncclFloat16;
-    case DType::bf16: return ncclBfloat16;
-    case DType::i32: if (!reduce) return ncclInt32; break;
-    case DType::i64: if (!reduce) return ncclInt64; break;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i32:
+      if (!reduce) return ncclInt32;
+      break;
+    case DType::i64:
+      if (!reduce) return ncclInt64;
+      break;
     case DType::fp8_e4m3:
-    case DType::u8: if (!reduce) return ncclUint8; break;
+    case DType::u8:
+      if (!reduce) return ncclUint8;
+      break;
   }
   throw ValueError(std::string(op) + ": send has dtype " + dtype_name(t.dtype()) +
                    ", which NCCL cannot reduce here (expected f32, f16 or bf16)");
@@ -114,7 +123,7 @@ class NcclCommunicator final : public Communicator {
     check_arg(recv.numel() == send.numel() * world_, "all_gather", "recv", "have world_size * send.numel() elements",
               std::to_string(recv.numel()));
     nccl_check(nccl().all_gather(send.data(), recv.data(), size_t(send.numel()), nccl_type("all_gather", send, false),
-                             comm_, as_cuda(stream)),
+                                 comm_, as_cuda(stream)),
                "ncclAllGather");
   }
 
@@ -123,7 +132,7 @@ class NcclCommunicator final : public Communicator {
     check_arg(send.numel() == recv.numel() * world_, "reduce_scatter_sum", "recv",
               "have send.numel() / world_size elements", std::to_string(recv.numel()));
     nccl_check(nccl().reduce_scatter(send.data(), recv.data(), size_t(recv.numel()),
-                                 nccl_type("reduce_scatter_sum", send, true), ncclSum, comm_, as_cuda(stream)),
+                                     nccl_type("reduce_scatter_sum", send, true), ncclSum, comm_, as_cuda(stream)),
                "ncclReduceScatter");
   }
 
@@ -138,7 +147,8 @@ class NcclCommunicator final : public Communicator {
     for (int r = 0; r < world_; ++r) {
       nccl_check(nccl().send(static_cast<const char*>(send.data()) + r * bytes, m, dt, r, comm_, as_cuda(stream)),
                  "ncclSend");
-      nccl_check(nccl().recv(static_cast<char*>(recv.data()) + r * bytes, m, dt, r, comm_, as_cuda(stream)), "ncclRecv");
+      nccl_check(nccl().recv(static_cast<char*>(recv.data()) + r * bytes, m, dt, r, comm_, as_cuda(stream)),
+                 "ncclRecv");
     }
     nccl_check(nccl().group_end(), "ncclGroupEnd");
   }
