@@ -130,8 +130,9 @@ void* Tensor::ptr_at(std::initializer_list<int64_t> index) const {
 Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
   const int d = norm_dim(dim);
   if (start < 0 || length < 0 || start > shape_[d] || length > shape_[d] - start) {
-    throw ValueError("Tensor::narrow: range [" + std::to_string(start) + ", " + std::to_string(start + length) +
-                     ") out of bounds for dim " + std::to_string(d) + " of " + shape_str());
+    // (start and length are printed apart: start + length may overflow)
+    throw ValueError("Tensor::narrow: " + std::to_string(length) + " elements from " + std::to_string(start) +
+                     " out of bounds for dim " + std::to_string(d) + " of " + shape_str());
   }
   Tensor t = *this;
   t.data_ = static_cast<char*>(data_) + start * strides_[d] * element_size();
