@@ -202,11 +202,7 @@ void bench_decode(benchmark::State& state, const DecodeShape& shape) {
   row.judged_by = shape.judged_by;
   row.frac = std::string(shape.judged_by) == "gemm" ? row.tflops / ceil.gemm_tflops : row.gbps / ceil.copy_gbps;
   row.target = shape.target;
-  row.config = backend.uses_sm90_kernel()
-                   ? "sm90 wgmma m64n64s2 parts " + std::to_string(backend.num_parts())
-                   : backend.uses_tensor_cores()
-                         ? backend.tile_config().str() + " parts " + std::to_string(backend.num_parts())
-                         : "generic";
+  row.config = backend.kernel_label();
   rows().push_back(row);
   for (auto _ : state) state.SetIterationTime(best_us * 1e-6);
   state.counters["us_eager"] = row.us;

@@ -9,26 +9,46 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/sm90/decode/decode_kernel.cuh"
 #include "cuda/sm90/decode/decode_launcher.h"
+#include "cuda/sm90/decode/seesaw_kernel.cuh"
+#include "cuda/sm90/decode/seesaw_traits.h"
 
 namespace lattn::cuda::sm90 {
 
-template <class T>
-void DecodeSm90Launcher<T>::launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles,
-                                   uint64_t kv_hint, cudaStream_t stream) {
-  using K = DecodeTraits<T>;
-  // Raise the dynamic shared-memory limit once per device (the first launch
-  // is an eager one: the backend plans before any capture).
+namespace detail {
+// Raises the dynamic shared-memory limit of `kernel` once per device (the
+// first launch is an eager one: the backend plans before any capture), then
+// launches it on grid (m_tiles, parts); the caller checks the launch.
+template <class K, class Kernel>
+void launch_decode_kernel(Kernel kernel, const DecodeParams& p, const CUtensorMap& cache_map,
+                          int m_tiles, uint64_t kv_hint, cudaStream_t stream) {
   constexpr int kMaxDevices = 64;
   static std::once_flag once[kMaxDevices];
   int device = 0;
   LATTN_CUDA_CHECK(cudaGetDevice(&device));
-  std::call_once(once[device % kMaxDevices], [] {
-    LATTN_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_sm90_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(K::kSmemBytes)));
+  std::call_once(once[device % kMaxDevices], [&] {
+    LATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(K::kSmemBytes)));
   });
   const dim3 grid(unsigned(m_tiles), unsigned(p.plan.num_parts));
-  mla_decode_sm90_kernel<K><<<grid, K::kThreads, K::kSmemBytes, stream>>>(p, cache_map, CacheHint(kv_hint));
-  LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_kernel");
+  kernel<<<grid, K::kThreads, K::kSmemBytes, stream>>>(p, cache_map, CacheHint(kv_hint));
+}
+}  // namespace detail
+
+template <class T>
+void DecodeSm90Launcher<T>::launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles,
+                                   uint64_t kv_hint, DecodeSm90Schedule schedule, cudaStream_t stream) {
+  if (schedule == DecodeSm90Schedule::kSeesaw) {
+    using K = SeesawTraits<T>;
+    detail::launch_decode_kernel<K>(mla_decode_sm90_seesaw_kernel<K, false>, p, cache_map, m_tiles, kv_hint, stream);
+    LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_seesaw_kernel");
+  } else if (schedule == DecodeSm90Schedule::kSeesawGated) {
+    using K = SeesawTraits<T>;
+    detail::launch_decode_kernel<K>(mla_decode_sm90_seesaw_kernel<K, true>, p, cache_map, m_tiles, kv_hint, stream);
+    LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_seesaw_kernel (gated)");
+  } else {
+    using K = DecodeTraits<T>;
+    detail::launch_decode_kernel<K>(mla_decode_sm90_kernel<K>, p, cache_map, m_tiles, kv_hint, stream);
+    LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_kernel");
+  }
 }
 
 }  // namespace lattn::cuda::sm90

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/sm90/decode/decode_launch.h"  // DecodeSm90Schedule
 #include "cuda/smxx/decode_params.h"
 
 namespace lattn::cuda::sm90 {
@@ -15,7 +16,7 @@ template <class T>
 struct DecodeSm90Launcher {
   // kv_hint: the L2 cache-policy word of the KV copies (sm90::CacheHint).
   static void launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
-                     cudaStream_t stream);
+                     DecodeSm90Schedule schedule, cudaStream_t stream);
 };
 
 }  // namespace lattn::cuda::sm90
