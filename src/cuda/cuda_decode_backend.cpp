@@ -13,7 +13,7 @@
 #include "cuda/common/device_guard.h"
 #include "cuda/common/index_check.h"
 #include "cuda/sm80/decode/decode_launch.h"
-#include "cuda/sm90/decode/decode_launch.h"
+#include "cuda/sm90/decode/decode_host.h"
 #include "cuda/smxx/decode_combine.h"
 #include "cuda/smxx/decode_generic.h"
 #include "cuda/smxx/decode_scheduler.h"

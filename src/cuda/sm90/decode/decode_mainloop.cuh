@@ -53,7 +53,7 @@ __device__ __forceinline__ PieceView make_piece_view(const DecodeParams& p, int 
 // into `dst` as 9 boxes of [64 keys][64 columns], completing on `full`.
 // Keys past seq_len come from the same page (garbage or poison there: the
 // consumers mask their scores and zero their V rows). `hint`: the L2 policy
-// of the copies (decode_launch.cu chooses it).
+// of the copies (decode_host.cu chooses it).
 template <class K>
 __device__ __forceinline__ void producer_load_tile(const CUtensorMap* cache_map, const DecodeParams& p,
                                                    const PieceView& pv, int tile, uint8_t* dst, uint64_t* full,

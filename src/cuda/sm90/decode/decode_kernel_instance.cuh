@@ -1,4 +1,4 @@
-// src/cuda/sm90/decode/decode_launch_template.cuh — DecodeSm90Launcher's
+// src/cuda/sm90/decode/decode_kernel_instance.cuh — DecodeKernelInstance's
 // definition, explicitly instantiated once per dtype in instantiations/*.cu.
 #pragma once
 
@@ -8,7 +8,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/sm90/decode/decode_kernel.cuh"
-#include "cuda/sm90/decode/decode_launcher.h"
+#include "cuda/sm90/decode/decode_kernel_instance.h"
 #include "cuda/sm90/decode/seesaw_kernel.cuh"
 #include "cuda/sm90/decode/seesaw_traits.h"
 
@@ -34,7 +34,7 @@ void launch_decode_kernel(Kernel kernel, const DecodeParams& p, const CUtensorMa
 }  // namespace detail
 
 template <class T>
-void DecodeSm90Launcher<T>::launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles,
+void DecodeKernelInstance<T>::launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles,
                                    uint64_t kv_hint, DecodeSm90Schedule schedule, cudaStream_t stream) {
   if (schedule == DecodeSm90Schedule::kSeesaw) {
     using K = SeesawTraits<T>;
@@ -53,4 +53,4 @@ void DecodeSm90Launcher<T>::launch(const DecodeParams& p, const CUtensorMap& cac
 
 }  // namespace lattn::cuda::sm90
 
-#define LATTN_INSTANTIATE_DECODE_SM90(T) template struct ::lattn::cuda::sm90::DecodeSm90Launcher<T>;
+#define LATTN_INSTANTIATE_DECODE_KERNEL_INSTANCE(T) template struct ::lattn::cuda::sm90::DecodeKernelInstance<T>;

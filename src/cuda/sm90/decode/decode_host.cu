@@ -1,6 +1,7 @@
-// Host side of the Hopper decode kernel: eligibility, the paged-cache tensor
-// map, and the dtype dispatch to the instantiated launchers.
-#include "cuda/sm90/decode/decode_launch.h"
+// src/cuda/sm90/decode/decode_host.cu — host side of the Hopper decode
+// kernels: eligibility, the schedule choice, the paged-cache tensor map, and
+// the dtype dispatch to the kernel instances (decode_kernel_instance.h).
+#include "cuda/sm90/decode/decode_host.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -10,7 +11,7 @@
 
 #include "cuda/sm90/common/tma.cuh"
 #include "cuda/sm90/common/tma_host.h"
-#include "cuda/sm90/decode/decode_launcher.h"
+#include "cuda/sm90/decode/decode_kernel_instance.h"
 #include "lattn/errors.h"
 
 namespace lattn::cuda::sm90 {
@@ -93,9 +94,9 @@ void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, 
   const DecodeSm90Schedule schedule = decode_sm90_schedule();
   switch (dtype) {
     case DType::bf16:
-      return DecodeSm90Launcher<__nv_bfloat16>::launch(p, map, m_tiles, hint, schedule, stream);
+      return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, schedule, stream);
     case DType::f16:
-      return DecodeSm90Launcher<__half>::launch(p, map, m_tiles, hint, schedule, stream);
+      return DecodeKernelInstance<__half>::launch(p, map, m_tiles, hint, schedule, stream);
     default:
       throw NotImplementedError(std::string("hopper decode: activation dtype ") + dtype_name(dtype) +
                                 " (supported: f16, bf16)");

@@ -1,5 +1,6 @@
-// src/cuda/sm90/decode/decode_launch.h — host entry points of the Hopper
-// decode kernel (plain C++: no device code).
+// src/cuda/sm90/decode/decode_host.h — the host side of the Hopper decode
+// kernels (plain C++: no device code): whether a cache can take the wgmma
+// path, which schedule runs, and the launch (tensor map, dtype dispatch).
 #pragma once
 
 #include <cuda_runtime.h>
