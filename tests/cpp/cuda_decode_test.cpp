@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -310,11 +311,30 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
   const bool wgmma = name == "hopper" && c.cache_dtype == c.dtype && c.L == 512 && c.R == 64 &&
                      c.block_size % 64 == 0 && c.heads * max_s_q > 16;
   const bool generic = c.L != 512 || c.R != 64 || (c.cache_dtype != c.dtype && c.cache_dtype != DType::fp8_e4m3);
-  EXPECT_EQ(label.rfind(wgmma ? "sm90 wgmma" : generic ? "generic" : "sm80 tensor cores", 0), 0u)
+  const char* forced = std::getenv("LATTN_HOPPER_DECODE");  // the default schedule is serial
+  const std::string schedule = forced && *forced ? forced : "serial";
+  EXPECT_EQ(label.rfind(wgmma ? "sm90 wgmma " + schedule + " " : generic ? "generic" : "sm80 tensor cores", 0), 0u)
       << c.name << " on " << name << " ran " << label;
   // Fresh values in the same shape, second plan on the same instance.
   randomize(*b, c.seq_lens, c.s_q, rng);
   run_and_check(*backend, *b, out, lse, c.name);
+  if (!wgmma) return;
+  // The wgmma path's other schedules (LATTN_HOPPER_DECODE, read per launch).
+  const std::string saved = schedule;
+  for (const char* other : {"serial", "seesaw", "seesaw-gated"}) {
+    SCOPED_TRACE(other);
+    setenv("LATTN_HOPPER_DECODE", other, 1);
+    randomize(*b, c.seq_lens, c.s_q, rng);
+    run_and_check(*backend, *b, out, lse, c.name);
+    EXPECT_EQ(dynamic_cast<const cuda::CudaDecodeBackend&>(*backend).kernel_label().rfind(
+                  std::string("sm90 wgmma ") + other + " ", 0),
+              0u);
+  }
+  if (forced && *forced) {
+    setenv("LATTN_HOPPER_DECODE", saved.c_str(), 1);
+  } else {
+    unsetenv("LATTN_HOPPER_DECODE");
+  }
 }
 
 std::vector<int> lens(std::initializer_list<int> v) { return v; }
