@@ -67,9 +67,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int s = 0; s < Traits::kStages; ++s) {
       mbarrier_init(&bars->k_full[s], 1);
       mbarrier_init(&bars->v_full[s], 1);
-      mbarrier_init(&bars->v_ready[s], Traits::kFixWarps);
+      mbarrier_init(&bars->v_ready[s], Traits::kFixThreads);
       mbarrier_init(&bars->k_empty[s], Traits::kConsumerWarps);
-      mbarrier_init(&bars->v_empty[s], Traits::kConsumerWarps + Traits::kFixWarps);
+      mbarrier_init(&bars->v_empty[s], Traits::kConsumerWarps + Traits::kFixThreads);
     }
     fence_barrier_init();
   }
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     setmaxnreg_dec<Traits::kProducerRegs>();
     if (threadIdx.x == 0) {
       Mainloop::produce(params, &tmap_q, &tmap_k, &tmap_v, smem_u32(smem), smem_u32(bars), order);
-    } else if (threadIdx.x >= 32) {
+    } else if (threadIdx.x >= 32 && threadIdx.x < 32 + Traits::kFixThreads) {
       Mainloop::fix_v(smem_u32(smem), smem_u32(bars), int(threadIdx.x) - 32);
     }
   } else {

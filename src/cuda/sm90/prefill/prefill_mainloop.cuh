@@ -306,13 +306,14 @@ struct PrefillMainloop {
       if (fix == kFixStop) break;
       if (fix != kFixNone) {
         clean_v(smem + uint32_t(Traits::kSmemV) + stage * uint32_t(Traits::kVBytes), fix & 0xffff, fix >> 16,
-                fix_thread, 32 * Traits::kFixWarps);
+                fix_thread, Traits::kFixThreads);
         fence_proxy_async_shared();  // the stores before the tensor cores' reads (async proxy)
-        __syncwarp();
-        if (fix_thread % 32 == 0) mbarrier_arrive(bars + uint32_t(offsetof(PrefillBarriers, v_ready)) + 8u * stage);
+        mbarrier_arrive(bars + uint32_t(offsetof(PrefillBarriers, v_ready)) + 8u * stage);
       }
-      __syncwarp();
-      if (fix_thread % 32 == 0) mbarrier_arrive(bars + uint32_t(offsetof(PrefillBarriers, v_empty)) + 8u * stage);
+      // Every fixer thread arrives (not one per warp after __syncwarp): each
+      // thread's own accesses are then ordered by the barrier it arrives on,
+      // as compute-sanitizer's racecheck models it.
+      mbarrier_arrive(bars + uint32_t(offsetof(PrefillBarriers, v_empty)) + 8u * stage);
     }
   }
 };

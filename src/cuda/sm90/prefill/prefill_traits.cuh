@@ -39,9 +39,9 @@ struct PrefillBarriers {
   uint64_t q_empty;     // every consumer warp is done with Q (kConsumerWarps arrivals)
   uint64_t k_full[2];   // K[s] landed
   uint64_t v_full[2];   // V[s] landed
-  uint64_t v_ready[2];  // V[s] cleaned by the fixer warps (only blocks that need it; kFixWarps arrivals)
+  uint64_t v_ready[2];  // V[s] cleaned by the fixer warps (only blocks that need it; kFixThreads arrivals)
   uint64_t k_empty[2];  // every consumer warp is done with K[s]
-  uint64_t v_empty[2];  // every consumer warp and every fixer warp is done with V[s]
+  uint64_t v_empty[2];  // every consumer warp and every fixer thread is done with V[s]
   // What the fixer warps do with the block in V[s], written by the producer
   // before it arms v_full[s]: PrefillMainloop::kFixNone, kFixStop, or
   // sanitize_from | zero_from << 16.
@@ -74,7 +74,9 @@ struct HopperPrefillTraits {
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
   // Producer warps 1..3 clean V tiles (warp 0 holds the thread that issues the copies).
-  static constexpr int kFixWarps = 3;
+  static constexpr int kFixWarps = kCfg.fix_warps;
+  static constexpr int kFixThreads = 32 * kFixWarps;
+  static_assert(kFixWarps >= 1 && kFixWarps <= 3, "fixer warps are producer warps 1..3");
   // setmaxnreg: 128 x 40 + 256 x 232 = 64512 of the SM's 65536 registers
   // (the 168 per thread the launch allocates). The producer warpgroup walks
   // the longest-first table and computes each block's V cleaning with 40;
