@@ -40,7 +40,6 @@ inline constexpr HopperPrefillConfig kHopperPrefillConfigs[] = {
     {192, 128, 128, 128, 2, true, true, 3, false, "qk192_v128_m128_n128_s2_pingpong"},
     {192, 128, 128, 128, 2, true, false, 3, true, "qk192_v128_m128_n128_s2_overlap"},
     {192, 128, 128, 128, 2, false, false, 3, true, "qk192_v128_m128_n128_s2_serial"},
-    {192, 128, 128, 128, 2, true, true, 1, true, "qk192_v128_m128_n128_s2_pingpong_fix1"},
 };
 inline constexpr int kNumHopperPrefillConfigs = int(sizeof(kHopperPrefillConfigs) / sizeof(kHopperPrefillConfigs[0]));
 

@@ -269,22 +269,32 @@ struct PrefillMainloop {
       for (uint32_t a = base + uint32_t(zero_from * 128 + thread * 16); a < zero_end; a += uint32_t(threads * 16)) {
         st_shared_v4(a, make_uint4(0, 0, 0, 0));
       }
+      // Four independent 16-byte loads in flight per thread: the scan is
+      // bound by shared-memory latency, not by its few integer operations.
       const uint32_t sanitize_end = base + uint32_t(zero_from * 128);
+      const uint32_t stride = uint32_t(threads * 16);
 #pragma unroll 1
-      for (uint32_t a = base + uint32_t(sanitize_from * 128 + thread * 16); a < sanitize_end;
-           a += uint32_t(threads * 16)) {
-        uint4 v = ld_shared_v4(a);
-        uint32_t* w = reinterpret_cast<uint32_t*>(&v);
-        bool changed = false;
+      for (uint32_t a = base + uint32_t(sanitize_from * 128 + thread * 16); a < sanitize_end; a += 4 * stride) {
+        uint4 v[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          uint32_t x = w[k];
-          if ((x & kExp) == kExp) x &= 0xffff0000u;
-          if (((x >> 16) & kExp) == kExp) x &= 0x0000ffffu;
-          changed |= x != w[k];
-          w[k] = x;
+        for (int u = 0; u < 4; ++u) {
+          if (a + u * stride < sanitize_end) v[u] = ld_shared_v4(a + u * stride);
         }
-        if (changed) st_shared_v4(a, v);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          if (a + u * stride >= sanitize_end) continue;
+          uint32_t* w = reinterpret_cast<uint32_t*>(&v[u]);
+          bool changed = false;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            uint32_t x = w[k];
+            if ((x & kExp) == kExp) x &= 0xffff0000u;
+            if (((x >> 16) & kExp) == kExp) x &= 0x0000ffffu;
+            changed |= x != w[k];
+            w[k] = x;
+          }
+          if (changed) st_shared_v4(a + u * stride, v[u]);
+        }
       }
     }
   }
