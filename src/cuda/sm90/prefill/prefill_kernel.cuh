@@ -131,7 +131,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
       // This warpgroup's rows see keys below wg_key_end.
       int wg_key_end = t.seqlen_k;
-      if constexpr (kCausal) wg_key_end = min(wg_key_end, min(wg_row0 + Traits::kRowsPerWarpgroup, t.seqlen_q) + t.diag);
+      if constexpr (kCausal) {
+        wg_key_end = min(wg_key_end, min(wg_row0 + Traits::kRowsPerWarpgroup, t.seqlen_q) + t.diag);
+      }
       if (wg_rows <= 0) wg_key_end = 0;
       const int row = wg_row0 + thread_row;  // this thread's first row (request-relative)
 

@@ -58,7 +58,9 @@ struct PrefillRequestOrder {
 
 template <int kBlockM, int kBlockN, bool kCausal>
 struct PrefillTileScheduler {
-  __host__ __device__ static int max_m_blocks(const PrefillParams& p) { return (p.max_seqlen_q + kBlockM - 1) / kBlockM; }
+  __host__ __device__ static int max_m_blocks(const PrefillParams& p) {
+    return (p.max_seqlen_q + kBlockM - 1) / kBlockM;
+  }
   __host__ __device__ static int units_per_head(const PrefillParams& p) { return (max_m_blocks(p) + 1) / 2; }
   // An upper bound of the units (the exact count when batch > kMaxSortedRequests): the grid's size.
   __host__ __device__ static long long max_units(const PrefillParams& p) {
@@ -91,7 +93,9 @@ struct PrefillTileScheduler {
     if (thread < 32) {
       const int per_lane = (p.batch + 31) / 32;
       int sum = 0;
-      for (int i = thread * per_lane; i < min(p.batch, (thread + 1) * per_lane); ++i) sum += units_of(p, order.request[i]);
+      for (int i = thread * per_lane; i < min(p.batch, (thread + 1) * per_lane); ++i) {
+        sum += units_of(p, order.request[i]);
+      }
       int incl = sum;
 #pragma unroll
       for (int d = 1; d < 32; d *= 2) {
