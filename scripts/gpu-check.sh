@@ -129,6 +129,10 @@ if command -v compute-sanitizer >/dev/null; then
   # (which runs hopper's wgmma kernel on this GPU) under every tool.
   san memcheck sm90_wgmma_test '*'
   san synccheck cuda_decode_test 'CudaDecodeSmall.SanitizerCase'
+  # The hopper prefill kernel's small case (every config, causal and not): its
+  # V cleaning is shared memory written by the producer's fixer warps.
+  san racecheck cuda_prefill_test 'HopperPrefillKernel.SanitizerCase'
+  san synccheck cuda_prefill_test 'HopperPrefillKernel.SanitizerCase'
   # Other CUDA tests (other issues' work): their small/sanitizer cases, else the whole binary.
   for extra_test in $(ls $CUDA_TESTS | xargs -n1 basename | sed 's/\.cpp$//' | grep -v -E '^cuda_(ops|decode|gemm|backend)_test$'); do
     small='*Small*:*small*:*Sanitizer*'
