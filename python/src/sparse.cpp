@@ -11,14 +11,6 @@
 #include "lattn/sparse.h"
 
 namespace lattn::python {
-namespace {
-
-struct PyIndexerKeyCache {
-  IndexerKeyCache cache;
-  std::shared_ptr<void> owner;
-};
-
-}  // namespace
 
 void bind_sparse(py::module_& m) {
   m.attr("fp8_ds_mla") = "fp8_ds_mla";

@@ -302,6 +302,29 @@ def run_verify_fp8_cache(lattn):
 
 
 @case
+def run_verify_deepseek_v32_sparse(lattn):
+    # DeepSeek-V3.2: V3's MLA + the lightning indexer (64 x 128). A small top-k
+    # so that prompts of ~90-260 tokens really are sparse (each token sees 48 of them).
+    report = run_verified(lattn, "--model", "deepseek-v3.2", "--tp", "32", "--index-topk", "48")
+    config = report["config"]
+    check(config["dims"]["num_heads"] == 4, f"dims: {config['dims']}")
+    check(config["indexer"] == {"index_topk": 48, "index_n_heads": 64, "index_head_dim": 128}, f"config: {config}")
+    report = run_verified(lattn, "--model", "deepseek-v3.2", "--tp", "32", "--index-topk", "48",
+                          "--kv-cache-dtype", "fp8_ds_mla")
+    check(report["config"]["kv_cache_dtype"] == "fp8_ds_mla", f"config: {report['config']}")
+    text = lattn("run", "--model", "deepseek-v3.2", "--tp", "32", "--index-topk", "16", "--num-requests", "2",
+                 "--prompt-len-median", "40", "--output-len-mean", "2", "--layers", "1", "--block-size", "16").stdout
+    check_in("top 16 cached tokens", text)
+    err = lattn("run", "--model", "deepseek-v3", "--index-topk", "16", "-q", expect=EXIT_USAGE, timeout=60).stderr
+    check_in("--index-topk applies to sparse models", err, "stderr")
+    err = lattn("run", "--model", "deepseek-v3", "--kv-cache-dtype", "fp8_ds_mla", "-q", expect=EXIT_USAGE,
+                timeout=60).stderr
+    check_in("fp8_ds_mla is the sparse models' format", err, "stderr")
+    err = lattn("run", "--model", "deepseek-v3.2", "--decode-backend", "cpu", "-q", expect=EXIT_USAGE, timeout=60).stderr
+    check_in("is a sparse model", err, "stderr")
+
+
+@case
 def run_text_summary(lattn):
     proc = lattn("run", "--num-requests", "4", "--prompt-len-median", "40", "--output-len-mean", "3",
                  "--model", "deepseek-v2-lite", "--tp", "8", "--layers", "1", "--block-size", "16")
