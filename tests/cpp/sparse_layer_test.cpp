@@ -5,7 +5,8 @@
 // Mixed batches (decodes, prefills with and without context), permuted
 // block tables, NaN-poisoned unowned slots, padding rows, bf16 and
 // fp8_ds_mla caches, every backend pair; top-k >= the tokens equals the
-// dense layer; refused input writes nothing.
+// dense layer; refused input writes nothing; on a GPU, the layer with the
+// cuda indexer and sparse kernel against the same formula.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "lattn/metadata.h"
 #include "lattn/ops.h"
 #include "lattn/sparse.h"
+#include "support/gpu.h"
 #include "support/test_data.h"
 
 namespace lattn {
@@ -288,6 +290,45 @@ TEST(SparseLayer, TopkCoveringEveryTokenEqualsDense) {
     // prefill attends over this step's unrounded latents, the sparse layer
     // (absorbed, like a decode) over their bf16 cache entries.
     EXPECT_LE(e.rel_l2, test::rel_tolerance(DType::bf16)) << dtype_name(dtype) << ": " << e.str();
+  }
+}
+
+TEST(SparseLayer, CudaLayerMatchesFormula) {
+  LATTN_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  for (DType cache_dtype : {DType::bf16, kFp8DsMla}) {
+    LayerCase c;
+    c.cache_dtype = cache_dtype;
+    c.pad_rows = 2;
+    c.topk = 12;
+    Step s = make_step(c);
+    OwnedLatentCache dcache(c.num_blocks, c.block_size, c.dims, c.cache_dtype, gpu);
+    copy_tensor(s.cache.cache().data, dcache.cache().data);
+    OwnedIndexerKeyCache dic(c.num_blocks, c.block_size, c.D, gpu);
+    copy_tensor(s.icache.cache().data, dic.cache().data);
+    MlaMetadata md = s.md;
+    md.to_device(gpu);
+    const OwnedTensor q = test::to_device(s.q), kv = test::to_device(s.kv_c), pe = test::to_device(s.k_pe),
+                      iq = test::to_device(s.iq), ik = test::to_device(s.ik), iw = test::to_device(s.iw);
+    OwnedTensor out = OwnedTensor::empty({s.T, int64_t(c.dims.num_heads) * c.dims.v_head_dim}, c.dtype, gpu);
+    test::poison(out);
+    MlaAttentionConfig ac = layer_config(c);
+    ac.device = gpu;
+    MlaAttention layer(ac);
+    layer.process_weights_after_loading(s.kv_b);
+    EXPECT_EQ(layer.sparse_backend()->name(), "cuda");
+    layer.forward(q, kv, pe, dcache, md, IndexerInputs{iq.tensor(), ik.tensor(), iw.tensor(), &dic.cache()}, out);
+    // The formula reads the caches the layer wrote.
+    copy_tensor(dcache.cache().data, s.cache.cache().data);
+    copy_tensor(dic.cache().data, s.icache.cache().data);
+    const OwnedTensor got = test::to_host_f32(out);
+    const OwnedTensor ref = expected(c, s, layer);
+    const test::ErrorReport e = test::compare(got.tensor().narrow(0, 0, s.Tc), ref);
+    EXPECT_EQ(e.nan_mismatches, 0) << e.str();
+    EXPECT_LE(e.rel_l2, test::rel_tolerance(c.dtype)) << e.str();
+    for (int64_t i = int64_t(s.Tc) * got.tensor().size(1); i < got.tensor().numel(); ++i) {
+      ASSERT_EQ(got.data_as<const float>()[i], 0.f) << "padding row element " << i;
+    }
   }
 }
 

@@ -73,7 +73,8 @@ void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   ia.block_table = on_device ? md.block_table : md.block_table_cpu;
   ia.query_start_loc = on_device ? md.query_start_loc : md.query_start_loc_cpu;
   ia.seq_lens = on_device ? md.seq_lens : md.seq_lens_cpu;
-  ia.max_seq_len = std::max(md.max_decode_seq_len, md.max_prefill_seq_len);
+  // The device arrays are not read back: the row width comes from the metadata.
+  ia.max_seq_len = on_device ? std::max(md.max_decode_seq_len, md.max_prefill_seq_len) : 0;
   ia.stream = stream;
   indexer_topk(ia, *in.cache, indices, c.indexer_backend);
 

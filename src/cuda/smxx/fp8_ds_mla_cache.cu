@@ -7,6 +7,7 @@
 #include <cfloat>
 
 #include "cuda/device_ops.h"
+#include "lattn/sparse.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"

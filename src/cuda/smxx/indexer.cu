@@ -31,6 +31,7 @@
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dtype_device.cuh"
 #include "cuda/device_ops.h"
+#include "lattn/sparse.h"
 #include "lattn/errors.h"
 
 namespace lattn::cuda {
