@@ -19,6 +19,7 @@
 #include "cuda/common/runtime_utils.h"
 #include "lattn/cache.h"
 #include "lattn/device.h"
+#include "lattn/ops.h"
 #include "lattn/sparse.h"
 #include "lattn/tensor.h"
 

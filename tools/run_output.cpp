@@ -43,8 +43,7 @@ void print_run_header(std::FILE* out, const RunDescription& run) {
                l.model.c_str(), l.tp, l.dims.str().c_str(), double(l.dims.softmax_scale()), run.num_layers, run.num_layers == 1 ? "" : "s", dtype_flag_name(l.dtype),
                dtype_flag_name(l.kv_cache_dtype), device_name(l.device).c_str());
   if (l.sparse()) {
-    std::fprintf(out, "sparse     every token attends to the top %d cached tokens of its lightning indexer (%d heads x %d)
-",
+    std::fprintf(out, "sparse     every token attends to the top %d cached tokens of its lightning indexer (%d heads x %d)\n",
                  l.indexer.index_topk, l.indexer.index_n_heads, l.indexer.index_head_dim);
   }
   std::fprintf(out, "trace      %s\n", run.trace.c_str());

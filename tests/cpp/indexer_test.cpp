@@ -287,7 +287,9 @@ TEST(IndexerCuda, KeyWriteMatchesTheHostBitForBit) {
     OwnedTensor k = OwnedTensor::empty({9, D}, dtype), slots = OwnedTensor::empty({9}, DType::i64);
     test::fill_normal(k, rng, 3.f);
     store_from_f32(k.data(), dtype, 5, INFINITY);
-    store_from_f32(k.data(), dtype, D + 3, NAN);
+    store_from_f32(k.data(), dtype, 2 * D + 3, NAN);
+    store_from_f32(k.data(), dtype, 3 * D + 4, -NAN);
+    store_from_f32(k.data(), dtype, 4 * D + 5, -INFINITY);
     const int64_t sv[] = {7, -1, 0, 19, 3, -1, 12, 1, 8};
     std::memcpy(slots.data(), sv, sizeof(sv));
     indexer_k_cache_write(k, host, slots);

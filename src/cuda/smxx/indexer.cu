@@ -101,7 +101,10 @@ __global__ void k_cache_write_kernel(const T* k, int64_t k_stride, const int64_t
   const float scale = fmaxf(amax / 448.f, FLT_MIN);
   uint8_t* e = cache + (slot / block_size) * block_stride + (slot % block_size) * entry_stride;
   for (int d = lane; d < D; d += 32) {
-    e[d] = __nv_cvt_float_to_fp8(to_f32(k[t * k_stride + d]) / scale, __NV_SATFINITE, __NV_E4M3);
+    const float x = to_f32(k[t * k_stride + d]);
+    // NaN keeps its sign, as on the host (GPU arithmetic would make it the canonical NaN).
+    e[d] = isnan(x) ? uint8_t(((__float_as_uint(x) >> 24) & 0x80u) | 0x7fu)
+                    : uint8_t(__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3));
   }
   if (lane == 0) memcpy(e + D, &scale, 4);
 }
