@@ -84,6 +84,10 @@ __device__ __forceinline__ int block_of(const Batch& b, int r, int p) {
 // ---------------------------------------------------------------------------
 // Key write.
 
+__device__ __forceinline__ uint32_t sign_bit(float v) { return __float_as_uint(v) >> 31; }
+__device__ __forceinline__ uint32_t sign_bit(bf16_t v) { return uint32_t(__bfloat16_as_ushort(v)) >> 15; }
+__device__ __forceinline__ uint32_t sign_bit(f16_t v) { return uint32_t(__half_as_ushort(v)) >> 15; }
+
 template <class T>
 __global__ void k_cache_write_kernel(const T* k, int64_t k_stride, const int64_t* slots, int64_t slot_stride, int T_,
                                      int D, uint8_t* cache, int64_t block_stride, int64_t entry_stride, int block_size,
@@ -101,9 +105,11 @@ __global__ void k_cache_write_kernel(const T* k, int64_t k_stride, const int64_t
   const float scale = fmaxf(amax / 448.f, FLT_MIN);
   uint8_t* e = cache + (slot / block_size) * block_stride + (slot % block_size) * entry_stride;
   for (int d = lane; d < D; d += 32) {
-    const float x = to_f32(k[t * k_stride + d]);
-    // NaN keeps its sign, as on the host (GPU arithmetic would make it the canonical NaN).
-    e[d] = isnan(x) ? uint8_t(((__float_as_uint(x) >> 24) & 0x80u) | 0x7fu)
+    const T v = k[t * k_stride + d];
+    const float x = to_f32(v);
+    // NaN keeps its sign, as on the host: read from the input's own bits, since
+    // GPU conversions and arithmetic make a NaN the canonical (positive) one.
+    e[d] = isnan(x) ? uint8_t(sign_bit(v) << 7 | 0x7fu)
                     : uint8_t(__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3));
   }
   if (lane == 0) memcpy(e + D, &scale, 4);
