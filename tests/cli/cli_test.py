@@ -84,11 +84,11 @@ def bad_flags_are_usage_errors(lattn):
     check_in("lattn run: error:", err, "stderr")
     check_in("--no-such-flag", err, "stderr")
     err = lattn("info", "--kv-cache-dtype", "int8", expect=EXIT_USAGE).stderr
-    check_in("--kv-cache-dtype must be one of auto, bf16, fp16, fp8; got 'int8'", err, "stderr")
+    check_in("--kv-cache-dtype must be one of auto, bf16, fp16, fp8, fp8_ds_mla; got 'int8'", err, "stderr")
     err = lattn("info", "--tp", "3", expect=EXIT_USAGE).stderr
     check_in("--tp 3 does not divide the 128 heads of deepseek-v3", err, "stderr")
     err = lattn("info", "--model", "llama", expect=EXIT_USAGE).stderr
-    check_in("unknown model 'llama'; the known models are deepseek-v3, deepseek-r1, deepseek-v2-lite, minicpm3", err,
+    check_in("unknown model 'llama'; the known models are deepseek-v3, deepseek-r1, deepseek-v3.2, deepseek-v2-lite, minicpm3", err,
              "stderr")
     err = lattn("run", "--layers", "0", expect=EXIT_USAGE).stderr
     check_in("--layers must be at least 1, got 0", err, "stderr")

@@ -57,7 +57,7 @@ int resolve_tensor_parallel_size(const ModelOptions& options);
 // std::invalid_argument for --index-topk < 1 or on a dense model.
 IndexerShape resolve_indexer(const ModelOptions& options);
 
-// "deepseek-v3, deepseek-r1, deepseek-v2-lite, minicpm3"
+// "deepseek-v3, deepseek-r1, deepseek-v3.2, deepseek-v2-lite, minicpm3"
 std::string model_preset_names();
 
 }  // namespace lattn::serving
