@@ -404,6 +404,14 @@ TEST(SparseLayer, RefusedInputWritesNothing) {
   dc = layer_config(c);
   dc.index_topk = -1;
   EXPECT_THROW(MlaAttention{dc}, ValueError);
+  dc = layer_config(c);
+  dc.indexer_backend = "gpu";
+  try {
+    MlaAttention bad(dc);
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.indexer_backend"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -30,6 +30,12 @@ void validate_config(const MlaAttentionConfig& c) {
   if (sparse) {
     check_arg(c.index_n_heads >= 1, op, "config.index_n_heads", "be >= 1", std::to_string(c.index_n_heads));
     check_arg(c.index_head_dim >= 1, op, "config.index_head_dim", "be >= 1", std::to_string(c.index_head_dim));
+    const std::string own = c.device.is_cuda() ? "cuda" : "cpu";
+    const bool indexer_ok = c.indexer_backend.empty() || c.indexer_backend == own ||
+                            (c.indexer_backend == "reference" && c.device.is_cpu());
+    check_arg(indexer_ok, op, "config.indexer_backend",
+              "be empty, '" + own + "'" + (c.device.is_cpu() ? " or 'reference'" : " (reference runs on host tensors only)"),
+              "'" + c.indexer_backend + "'");
   }
   check_arg(std::isfinite(c.scale) && c.scale >= 0.f, op, "config.scale", "be finite and >= 0 (0 = the dims' softmax_scale())",
             std::to_string(c.scale));
@@ -219,7 +225,7 @@ Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const T
   const Tensor result = out.defined() ? out : im.workspace.get(detail::WorkspaceSlot::output, {T, width}, im.config.dtype);
   const Stream stream = im.config.stream;
 
-  if (args.write_cache) concat_and_cache_mla(args.kv_c, args.k_pe, cache, metadata.slot_mapping, stream);
+  if (args.write_cache) detail::concat_and_cache_mla_unchecked(args.kv_c, args.k_pe, cache, metadata.slot_mapping, stream);
   const int64_t computed = int64_t(metadata.num_decode_tokens) + metadata.num_prefill_tokens;
   if (computed > 0) detail::forward_sparse(im, args, cache, metadata, indexer, result.narrow(0, 0, computed));
   if (computed < T) detail::zero_rows(result.narrow(0, computed, T - computed), stream);

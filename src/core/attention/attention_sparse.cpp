@@ -1,5 +1,7 @@
 // The rows of a sparse layer (config.index_topk > 0; DeepSeek-V3.2's DSA,
-// docs/sparse.md). Decode and prefill rows run the same way, because the
+// docs/sparse.md). The forward validated the step once (validate_forward,
+// validate_indexer_inputs), so the ops below are called through the
+// device-ops table and the sparse class directly, without their checks. Decode and prefill rows run the same way, because the
 // indexer's top-k already says which cached tokens each row sees:
 //   1. the step's indexer keys go to the indexer cache (the latents went to
 //      the latent cache before, in forward)
@@ -12,6 +14,7 @@
 #include <string>
 
 #include "core/attention/attention_impl.h"
+#include "core/ops/device_ops.h"
 #include "core/ops/forward_ops.h"
 #include "core/ops/gemm.h"
 #include "lattn/check.h"
@@ -63,7 +66,9 @@ void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   const bool on_device = c.device.is_cuda();
 
   // 1. The step's indexer keys (padding slots are -1 and skipped).
-  if (args.write_cache) indexer_k_cache_write(in.k, *in.cache, on_device ? md.slot_mapping : md.slot_mapping_cpu, stream);
+  const DeviceOps& dev = device_ops(c.device);
+  const Tensor slots = on_device ? md.slot_mapping : md.slot_mapping_cpu;  // checked against the same capacity
+  if (args.write_cache && slots.size(0) > 0) dev.indexer_k_cache_write(in.k, *in.cache, slots, stream);
 
   // 2. Top-k slots of every computed row, over the whole batch's requests.
   const Tensor indices = impl.workspace.get(WorkspaceSlot::sparse_indices, {Tc, c.index_topk}, DType::i32);
@@ -76,7 +81,7 @@ void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   // The device arrays are not read back: the row width comes from the metadata.
   ia.max_seq_len = on_device ? std::max(md.max_decode_seq_len, md.max_prefill_seq_len) : 0;
   ia.stream = stream;
-  indexer_topk(ia, *in.cache, indices, c.indexer_backend);
+  dev.indexer_topk(ia, *in.cache, indices, c.indexer_backend == "reference");
 
   // 3. Absorb W_UK into q_nope (one GEMM per head) and append q_pe.
   const Tensor q = args.q.narrow(0, 0, Tc);  // [Tc, N, P+R], strided
@@ -96,7 +101,7 @@ void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   sa.indices = indices;
   sa.out = latent_out;
   sa.scale = c.scale;
-  sparse_mla(sa, cache, c.sparse_backend, stream);
+  impl.sparse_class->run(sa, cache, stream);  // the indices come from the indexer: in range or -1
 
   // 5. V up-projection into out's head columns.
   GemmProblem v_up;
