@@ -113,13 +113,13 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
       .def_property_readonly("dims", [](const PyMlaAttention& a) { return a.layer->config().dims; })
       .def_property_readonly("kernels",
                              [](const PyMlaAttention& a) {
-                               const MlaAttentionConfig& c = a.layer->config();
                                py::dict d;
-                               d["prefill"] = backend_kernel_label(a.layer->prefill_backend().name(), c.device, c.dtype);
-                               d["decode"] = backend_kernel_label(a.layer->decode_backend().name(), c.device, c.dtype);
+                               d["prefill"] = a.layer->prefill_backend().kernel_label();
+                               d["decode"] = a.layer->decode_backend().kernel_label();
                                return d;
                              },
-                             "What runs, in words: {'prefill': ..., 'decode': ...} (CPU ISA path, GEMM).")
+                             "What runs, in words: {'prefill': ..., 'decode': ...}: the cpu backend's ISA path and "
+                             "GEMM; a CUDA backend's kernel, tiles and (decode, after a forward) split-KV parts.")
       .def_property_readonly("workspace_bytes", [](const PyMlaAttention& a) { return a.layer->workspace_bytes(); })
       .def("forward",
            [](PyMlaAttention& a, py::object q, py::object kv_c_normed, py::object k_pe, py::handle cache_obj,
