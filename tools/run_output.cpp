@@ -154,11 +154,8 @@ nlohmann::ordered_json run_report_json(const RunDescription& run, const RunRepor
   auto backend_json = [](const serving::BackendUse& b) {
     nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
     for (const auto& [label, steps] : b.kernels) kernels.push_back({{"label", label}, {"steps", steps}});
-    return nlohmann::ordered_json{{"name", b.name},
-                                  {"why", b.why},
-                                  {"steps", b.steps},
-                                  {"kernel", b.main_kernel()},
-                                  {"kernels", kernels}};
+    return nlohmann::ordered_json{
+        {"name", b.name}, {"why", b.why}, {"steps", b.steps}, {"kernel", b.main_kernel()}, {"kernels", kernels}};
   };
   j["backends"] = {{"prefill", backend_json(r.prefill_backend)}, {"decode", backend_json(r.decode_backend)}};
   if (r.verify) {

@@ -43,8 +43,8 @@ std::string CudaPrefillBackend::kernel_label() const {
     if (name() == "hopper") s += " (no sm90a kernel for head dims " + str(qk) + "/" + str(v) + ")";
     if (i >= 0) {
       const cuda::sm80::PrefillTileConfig& c = cuda::sm80::kPrefillTileConfigs[i];
-      s += std::string(", ") + c.name + " (" + str(c.block_m) + " query rows x " + str(c.block_n) +
-           " keys per tile, " + str(c.num_warps) + " warps)";
+      s += std::string(", ") + c.name + " (" + str(c.block_m) + " query rows x " + str(c.block_n) + " keys per tile, " +
+           str(c.num_warps) + " warps)";
     }
   }
   return s + projections(params_.context.batch_invariant);
@@ -67,20 +67,22 @@ std::string CudaDecodeBackend::kernel_label() const {
     s += sm90_ ? "sm90a wgmma + TMA decode" : "sm80 mma.sync decode";
     if (hopper_ && !sm90_) {
       // Why plan() kept this hopper instance on the sm80 kernel, in its order.
-      const std::string layout = sm90::decode_sm90_unsupported_reason(p.dtype, p.kv_cache_dtype, p.kv_lora_rank,
-                                                                      p.qk_rope_head_dim, sm90::kDecodeBlockN,
-                                                                      nullptr, 0);
+      const std::string layout = sm90::decode_sm90_unsupported_reason(
+          p.dtype, p.kv_cache_dtype, p.kv_lora_rank, p.qk_rope_head_dim, sm90::kDecodeBlockN, nullptr, 0);
       std::string why;
-      if (p.context.batch_invariant) why = "batch-invariant mode keeps the sm80 kernel";
-      else if (m_tiles_ == 1 && config_.block_m == 16) why = "at most 16 rows per request: 16-row tiles";
-      else if (!layout.empty()) why = layout;
-      else why = "the wgmma kernel cannot address this cache: a page size not a multiple of 64, or an unaligned view";
+      if (p.context.batch_invariant)
+        why = "batch-invariant mode keeps the sm80 kernel";
+      else if (m_tiles_ == 1 && config_.block_m == 16)
+        why = "at most 16 rows per request: 16-row tiles";
+      else if (!layout.empty())
+        why = layout;
+      else
+        why = "the wgmma kernel cannot address this cache: a page size not a multiple of 64, or an unaligned view";
       s += " (sm80 delegate: " + why + ")";
     }
-    s += ", tile " + config_.str() + " (" + str(config_.block_m) + " head rows x " + str(config_.block_n) +
-         " keys, " + str(config_.warps) + " warps, " + str(config_.stages) + " stages), " + str(m_tiles_) +
-         " row tile" + (m_tiles_ == 1 ? "" : "s") + " x " + str(plan_.num_parts) +
-         " split-KV parts, then the combine kernel";
+    s += ", tile " + config_.str() + " (" + str(config_.block_m) + " head rows x " + str(config_.block_n) + " keys, " +
+         str(config_.warps) + " warps, " + str(config_.stages) + " stages), " + str(m_tiles_) + " row tile" +
+         (m_tiles_ == 1 ? "" : "s") + " x " + str(plan_.num_parts) + " split-KV parts, then the combine kernel";
   }
   return s + projections(p.context.batch_invariant);
 }
