@@ -642,11 +642,14 @@ def documented_examples_run(lattn):
             args += QUICK[args[0]]
         for d in [a for a in args if a.endswith(".png")]:
             os.makedirs(os.path.join(lattn.workdir, os.path.dirname(d)), exist_ok=True)
-        proc = subprocess.run([lattn.path, *args], capture_output=True, text=True, timeout=600, cwd=lattn.workdir,
-                              env=dict(os.environ, **env))
+        # 2>&1: one pipe for both, in the order the command wrote them.
+        proc = subprocess.run([lattn.path, *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True, timeout=600,
+                              cwd=lattn.workdir, env=dict(os.environ, **env))
+        proc.stderr = proc.stderr or ""
         last = proc
         ran += 1
-        out = proc.stdout + proc.stderr if merged else proc.stdout
+        out = proc.stdout
         what = f"docs/cli.md: $ {command}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
         if proc.returncode != 0:  # an error example: its first line, word for word
             check(proc.stderr.split("\n")[0] == shown.split("\n")[0], what)
