@@ -623,8 +623,9 @@ def documented_examples_run(lattn):
             check(last is not None and str(last.returncode) == shown, f"{command}: {last and last.returncode} != {shown}")
             continue
         if words[0] == "head":  # the PNG's signature
-            png = open(os.path.join(lattn.workdir, words[2]), "rb").read(8)
-            check(png == b"\x89PNG\r\n\x1a\n", f"{words[2]}: {png!r}")
+            path = next(w for w in words if w.endswith(".png"))
+            png = open(os.path.join(lattn.workdir, path), "rb").read(8)
+            check(png == b"\x89PNG\r\n\x1a\n", f"{path}: {png!r}")
             continue
         env = {}
         while "=" in words[0]:
@@ -659,8 +660,8 @@ def documented_examples_run(lattn):
         elif shown.startswith("{"):
             check(shape(json.loads(out)) == shape(json.loads(shown)), f"JSON keys differ from the page's:\n{what}")
         elif "-o" in args and args[args.index("-o") + 1] == "csv":
-            got, want = out.split("\n"), shown.split("\n")
-            check(got[0] == want[0] and len(got) - 1 == len(want), what)
+            got, want = out.rstrip("\n").split("\n"), shown.split("\n")
+            check(got[0] == want[0] and len(got) == len(want), what)
             check([g.split(",")[0] for g in got[1:]] == [w.split(",")[0] for w in want[1:]], what)
         else:
             check(first_words(out) == first_words(shown), f"line heads differ from the page's:\n{what}")
