@@ -34,6 +34,8 @@ class CudaDecodeBackend final : public DecodeBackend {
   explicit CudaDecodeBackend(const DecodeBackendParams& params, bool hopper = false);
 
   std::string name() const override { return hopper_ ? "hopper" : "cuda"; }
+  // The kernel, tile configuration and split-KV parts of the last plan (kernel_labels.cpp).
+  std::string kernel_label() const override;
   void prepare_metadata(const DecodeMetadata& metadata) override;
   void run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& metadata,
            const Tensor& out, const Tensor& lse) override;
