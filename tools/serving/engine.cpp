@@ -353,8 +353,17 @@ RunReport ServingEngine::run(const std::vector<Request>& trace,
     report.prefill_backend.steps += step.prefill_tokens > 0;
     report.decode_backend.steps += step.decodes > 0;
     const MlaAttention& first = m.layers.front().attention;
-    if (step.prefill_tokens > 0) count_kernel(report.prefill_backend, first.prefill_backend().kernel_label());
-    if (step.decodes > 0) count_kernel(report.decode_backend, first.decode_backend().kernel_label());
+    // A sparse layer has no dense backends (asking for them throws): its one
+    // sparse backend runs both kinds of rows.
+    const SparseMlaBackendClass* sparse_backend = first.sparse_backend();
+    if (step.prefill_tokens > 0) {
+      count_kernel(report.prefill_backend,
+                   sparse_backend ? sparse_backend->name() : first.prefill_backend().kernel_label());
+    }
+    if (step.decodes > 0) {
+      count_kernel(report.decode_backend,
+                   sparse_backend ? sparse_backend->name() : first.decode_backend().kernel_label());
+    }
     report.blocked_steps += step.blocked > 0;
     report.steps.push_back(step);
     if (on_step) on_step(step, scheduler);
