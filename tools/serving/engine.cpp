@@ -153,8 +153,8 @@ struct ServingEngine::Impl {
                               std::to_string(H) + "x" + std::to_string(D) + " indexer scores): " +
                               (c.sparse_backend.empty() ? "the sparse selector's first valid backend for " + device_name(c.device)
                                                         : std::string("requested by name"));
-      prefill_use = {name, why, 0};
-      decode_use = {name, why, 0};
+      prefill_use = {name, why, 0, {{name, 0}}};
+      decode_use = {name, why, 0, {{name, 0}}};
       return;
     }
 
