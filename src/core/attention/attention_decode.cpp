@@ -4,13 +4,16 @@
 //   ql_nope[t, n, :] = q_nope[t, n, :] · W_UK_T[n]        [Td, N, L]
 //   o[t, n, :]       = DecodeBackend(ql_nope, q_pe, cache) [Td, N, L]
 //   out[t, n*V:(n+1)*V] = o[t, n, :] · W_UV[n]             [Td, N*V]
+// Under DCP (docs/dcp.md) the backend attends over this rank's shard and
+// returns a partial o with its LSE; dcp_combine merges the ranks' partials
+// into o (every head) before W_UV.
 #include "core/attention/attention_impl.h"
 #include "core/ops/gemm.h"
 
 namespace lattn::detail {
 
 void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
-                    const DecodeMetadata& metadata, const Tensor& out_rows) {
+                    const DecodeMetadata& metadata, const Tensor& out_rows, const DcpDecodePlan* dcp_plan) {
   const MlaDims& d = impl.dims();
   const int64_t Td = metadata.num_decode_tokens, N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim,
                 R = d.qk_rope_head_dim, V = d.v_head_dim;
@@ -30,7 +33,15 @@ void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   const Tensor q_pe = q.narrow(2, P, R);  // [Td, N, R], strided view of q
   const Tensor latent_out = impl.workspace.get(WorkspaceSlot::decode_out, {Td, N, L}, dtype);
   impl.decode->prepare_metadata(metadata);
-  impl.decode->run(ql_nope, q_pe, cache, metadata, latent_out, Tensor());
+  if (dcp_plan) {
+    const Tensor partial = impl.workspace.get(WorkspaceSlot::decode_partial, {Td, N, L}, dtype);
+    const Tensor lse = impl.workspace.get(WorkspaceSlot::decode_lse, {N, Td}, DType::f32);
+    impl.decode->run(ql_nope, q_pe, cache, metadata, partial, lse);
+    dcp_combine(*impl.dcp_comm, *dcp_plan, partial, lse, latent_out, Tensor(), impl.dcp_method, ctx.stream,
+                impl.dcp_scratch.get());
+  } else {
+    impl.decode->run(ql_nope, q_pe, cache, metadata, latent_out, Tensor());
+  }
 
   // V up-projection (the seed's _v_up_proj): o [Td, L] per head by W_UV[n] [L, V] into out's head columns.
   GemmProblem v_up;

@@ -16,6 +16,8 @@ namespace lattn::detail {
 enum class WorkspaceSlot : int {
   decode_ql_nope,     // [Td, N, L]    absorbed decode queries
   decode_out,         // [Td, N, L]    decode attention output (latent)
+  decode_partial,     // [Td, N, L]    DCP: this rank's partial decode output
+  decode_lse,         // [N, Td]       DCP: its LSE
   new_k,              // [Tp, N, P+R]  up-projected keys of the new tokens
   new_v,              // [Tp, N, V']   up-projected values (V' = V, or P+R when padded)
   new_out,            // [Tp, N, V']   new-token attention output (suffix)
