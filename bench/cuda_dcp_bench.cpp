@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/ops/device_ops.h"
 #include "cuda/common/runtime_utils.h"
 #include "lattn/backend.h"
 #include "lattn/cache.h"
@@ -98,7 +99,7 @@ RankTimes run_rank(const Options& o, int world, int rank, Communicator& comm, De
   OwnedTensor part = OwnedTensor::empty({B, H, L}, DType::bf16, dev), lse = OwnedTensor::empty({H, B}, DType::f32, dev);
   OwnedTensor out = OwnedTensor::empty({B, H, L}, DType::bf16, dev);
   OwnedTensor slice = OwnedTensor::empty({B, H % world == 0 ? H / world : H, L}, DType::bf16, dev);
-  OwnedTensor lse_all = OwnedTensor::empty({world, H, B}, DType::f32, dev);
+  OwnedTensor lse_all = OwnedTensor::empty({comm.world_size(), H, B}, DType::f32, dev);
   DcpCombineScratch scratch(dev);
   const DecodeMetadata& md = *plan.metadata.decode_metadata();
   backend->prepare_metadata(md);
@@ -118,6 +119,16 @@ RankTimes run_rank(const Options& o, int world, int rank, Communicator& comm, De
   });
   cuda::device_synchronize(dev.index);
   return t;
+}
+
+// The same-run ceiling: device-to-device copy of 2 GiB on GPU 0 (GB/s, read + write).
+double copy_ceiling_gbps() {
+  const Device dev = Device::cuda(0);
+  const int64_t bytes = int64_t(2) << 30;
+  OwnedTensor a = OwnedTensor::empty({bytes}, DType::u8, dev), b = OwnedTensor::empty({bytes}, DType::u8, dev);
+  const auto& ops = detail::cuda_device_ops();
+  const double us = median_us(nullptr, 5, [] {}, [&] { ops.memcpy(b.data(), dev, a.data(), dev, size_t(bytes), nullptr); });
+  return 2.0 * double(bytes) / (us * 1e3);
 }
 
 std::vector<int> parse_list(const char* s) {
@@ -164,15 +175,19 @@ int main_impl(int argc, char** argv) {
   }
   std::printf("DCP decode: H%d B%d S%d bf16 activations, %s cache, block %d; %d GPU(s); median of %d samples (us)\n",
               o.heads, o.batch, o.seq, o.cache == DType::fp8_e4m3 ? "fp8" : "bf16", o.block, gpus, o.samples);
-  std::printf("%-3s %-9s %-8s %10s %10s %10s %10s %10s %9s\n", "W", "mode", "backend", "attention", "ag_lse",
-              "comb_agrs", "comb_a2a", "total", "speedup");
+  const double ceiling = copy_ceiling_gbps();
+  const double cache_bytes = double(o.batch) * o.seq * (512 + 64) * (o.cache == DType::fp8_e4m3 ? 1 : 2);
+  std::printf("same-run ceiling: device copy %.0f GB/s (read + write); W=1 attention reads %.2f GB of cache\n", ceiling,
+              cache_bytes / 1e9);
+  std::printf("%-3s %-9s %-8s %10s %10s %10s %10s %10s %9s %9s\n", "W", "mode", "backend", "attention", "ag_lse",
+              "comb_agrs", "comb_a2a", "total", "speedup", "attn_GB/s");
   double base_total = 0;
   for (int world : o.worlds) {
     const bool real = world <= gpus;
     const int ranks = real ? world : 1;
     const NcclUniqueIdBytes id = nccl_unique_id();
-    std::vector<RankTimes> times(size_t(ranks));
-    std::vector<std::string> errors(size_t(ranks));
+    std::vector<RankTimes> times(static_cast<size_t>(ranks));
+    std::vector<std::string> errors(static_cast<size_t>(ranks));
     std::vector<std::thread> threads;
     for (int r = 0; r < ranks; ++r) {
       threads.emplace_back([&, r] {
@@ -204,9 +219,10 @@ int main_impl(int argc, char** argv) {
     const double total = m.attention + std::min(m.combine_ag_rs, m.combine_a2a);
     if (world == 1) base_total = m.attention;  // one GPU needs no combine
     const double speedup = base_total > 0 ? base_total / (world == 1 ? m.attention : total) : 0;
-    std::printf("%-3d %-9s %-8s %10.1f %10.1f %10.1f %10.1f %10.1f %8.2fx\n", world, real ? "nccl" : "one-rank",
+    const double gbps = cache_bytes / world / (m.attention * 1e3);
+    std::printf("%-3d %-9s %-8s %10.1f %10.1f %10.1f %10.1f %10.1f %8.2fx %9.0f\n", world, real ? "nccl" : "one-rank",
                 m.backend.c_str(), m.attention, m.all_gather_lse, m.combine_ag_rs, m.combine_a2a,
-                world == 1 ? m.attention : total, speedup);
+                world == 1 ? m.attention : total, speedup, gbps);
   }
   std::printf("speedup = W=1 attention / (attention + faster combine); linear = W. one-rank rows: no link traffic.\n");
   return 0;

@@ -83,7 +83,7 @@ Rank make_rank(const Shared& s, const DcpConfig& dcp, Device device, Communicato
   r.cache = std::make_unique<OwnedLatentCache>(blocks, bs, d, s.layer.kv_cache_dtype, device,
                                                s.layer.kv_cache_dtype == DType::fp8_e4m3 ? 0.05f : 1.f);
   // Blocks in a shuffled order (as a block allocator hands them out).
-  std::vector<int32_t> ids(size_t(blocks));
+  std::vector<int32_t> ids(static_cast<size_t>(blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::mt19937_64 shuffle(s.o.seed + 17 + uint64_t(dcp.rank));
   std::shuffle(ids.begin(), ids.end(), shuffle);
@@ -184,7 +184,7 @@ DcpRunReport run_dcp_decode(const LayerSetup& layer, const DcpRunOptions& o) {
   const MlaMetadataBuilder builder = make_builder(layer);
 
   DcpRunReport report;
-  std::vector<std::unique_ptr<Communicator>> comms(size_t(W));
+  std::vector<std::unique_ptr<Communicator>> comms(static_cast<size_t>(W));
   NcclUniqueIdBytes id{};
   if (gpu) {
     id = nccl_unique_id();
@@ -194,10 +194,11 @@ DcpRunReport run_dcp_decode(const LayerSetup& layer, const DcpRunOptions& o) {
     report.communicator = "in-process";
   }
   // outputs[step][rank] on the host, for --verify.
-  std::vector<std::vector<OwnedTensor>> outputs(size_t(o.steps), std::vector<OwnedTensor>(size_t(W)));
+  std::vector<std::vector<OwnedTensor>> outputs(static_cast<size_t>(o.steps));
+  for (auto& step : outputs) step.resize(static_cast<size_t>(W));
   std::vector<std::vector<double>> times(size_t(W), std::vector<double>(size_t(o.steps)));
-  std::vector<std::exception_ptr> errors(size_t(W));
-  std::vector<std::string> backend(size_t(W));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(W));
+  std::vector<std::string> backend(static_cast<size_t>(W));
   std::vector<std::thread> threads;
   for (int r = 0; r < W; ++r) {
     threads.emplace_back([&, r] {
@@ -257,7 +258,7 @@ DcpRunReport run_dcp_decode(const LayerSetup& layer, const DcpRunOptions& o) {
       copy_tensor(single.out, ref);
       for (int r = 0; r < W; ++r) {
         const double e = rel_l2(outputs[size_t(i)][size_t(r)], ref);
-        if (!(e <= report.worst_rel_l2)) {
+        if (report.worst_step < 0 || !(e <= report.worst_rel_l2)) {
           report.worst_rel_l2 = e;
           report.worst_step = i;
           report.worst_rank = r;

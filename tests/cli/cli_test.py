@@ -311,6 +311,10 @@ def run_dcp_2_verify_on_cpu(lattn):
     check(report["verify"]["passed"], f"verify: {report['verify']}")
     err = lattn("run", "--device", "cpu", "--dcp", "2", "--dcp-combine", "gather", expect=EXIT_USAGE).stderr
     check_in("--dcp-combine must be ag-rs or all-to-all; got 'gather'", err, "stderr")
+    out = lattn("bench", "--device", "cpu", "--model", "deepseek-v3", "--tp", "16", "--dcp", "2", "--batch", "2",
+                "--seq", "200", "--repeats", "1", "--warmup", "0", "-q").stdout
+    check_in("DCP decode bench", out)
+    check_in("(dcp 2)", out)
 
 
 @case

@@ -34,7 +34,7 @@ def test_shard_arithmetic():
 def run_rank(comm, interleave, method, data, results, errors):
     try:
         n, lora, p, r, v_dim = DIMS
-        attn = lattn.MlaAttention(n, lora, p, r, v_dim, scale=data["scale"], dtype="f32", kv_cache_dtype="f32")
+        attn = lattn.MlaAttention(n, lora, p, r, v_dim, scale=data["scale"], dtype="f32", kv_cache_dtype="f16")
         attn.process_weights_after_loading(data["w"])
         if comm is not None:
             attn.set_dcp(comm, interleave=interleave, method=method)
@@ -48,7 +48,7 @@ def run_rank(comm, interleave, method, data, results, errors):
         for b in blocks:
             tables.append([int(i) for i in ids[used:used + b]])
             used += b
-        cache_data = np.full((len(ids), BLOCK, lora + r), np.nan, np.float32)
+        cache_data = np.full((len(ids), BLOCK, lora + r), np.nan, np.float16)
         for i, c in enumerate(CONTEXTS):
             for pos in range(c):
                 if dcp.owner(pos) != dcp.rank:
@@ -56,7 +56,7 @@ def run_rank(comm, interleave, method, data, results, errors):
                 lp = dcp.local_position(pos)
                 cache_data[tables[i][lp // BLOCK], lp % BLOCK] = np.concatenate([data["kv"][i][pos], data["pe"][i][pos]])
         cache = lattn.LatentCache(cache_data, lora, r)
-        builder = lattn.MlaMetadataBuilder(block_size=BLOCK)
+        builder = lattn.MlaMetadataBuilder(block_size=BLOCK, chunked_prefill_enabled=False)
         requests = [(1, c, tables[i]) for i, c in enumerate(CONTEXTS)]
         kv_new = np.stack([data["kv"][i][c] for i, c in enumerate(CONTEXTS)])
         pe_new = np.stack([data["pe"][i][c] for i, c in enumerate(CONTEXTS)])
@@ -86,8 +86,9 @@ def test_dcp_decode_matches_one_rank(world, interleave, method):
     rng = np.random.default_rng(world * 10 + interleave)
     n, lora, p, r, v_dim = DIMS
     data = {
-        "kv": [rng.standard_normal((c + 1, lora)).astype(np.float32) for c in CONTEXTS],
-        "pe": [rng.standard_normal((c + 1, r)).astype(np.float32) for c in CONTEXTS],
+        # Latents exact in the f16 cache, so every rank and the reference see the same values.
+        "kv": [rng.standard_normal((c + 1, lora)).astype(np.float16).astype(np.float32) for c in CONTEXTS],
+        "pe": [rng.standard_normal((c + 1, r)).astype(np.float16).astype(np.float32) for c in CONTEXTS],
         "q": rng.standard_normal((len(CONTEXTS), n, p + r)).astype(np.float32),
         "w": (rng.standard_normal((n * (p + v_dim), lora)) / np.sqrt(lora)).astype(np.float32),
         "scale": 1.0 / np.sqrt(p + r),
@@ -116,11 +117,11 @@ def test_dcp_decode_matches_one_rank(world, interleave, method):
 
 def test_plan_without_set_dcp_is_refused():
     n, lora, p, r, v_dim = DIMS
-    attn = lattn.MlaAttention(n, lora, p, r, v_dim, dtype="f32", kv_cache_dtype="f32")
+    attn = lattn.MlaAttention(n, lora, p, r, v_dim, dtype="f32", kv_cache_dtype="f16")
     attn.process_weights_after_loading(np.zeros((n * (p + v_dim), lora), np.float32))
-    plan = lattn.build_dcp_decode_metadata(lattn.MlaMetadataBuilder(block_size=BLOCK), [(1, 3, [0])],
+    plan = lattn.build_dcp_decode_metadata(lattn.MlaMetadataBuilder(block_size=BLOCK, chunked_prefill_enabled=False), [(1, 3, [0])],
                                            lattn.DcpConfig(2, 0))
-    cache = lattn.LatentCache(np.zeros((2, BLOCK, lora + r), np.float32), lora, r)
+    cache = lattn.LatentCache(np.zeros((2, BLOCK, lora + r), np.float16), lora, r)
     z = np.zeros
     with pytest.raises(ValueError, match="set_dcp"):
         attn.forward(z((1, n, p + r), np.float32), z((1, lora), np.float32), z((1, r), np.float32), cache, plan)
