@@ -73,8 +73,8 @@ RankTimes run_rank(const Options& o, int world, int rank, Communicator& comm, De
   const int64_t local = dcp_local_count(dcp, o.seq);
   const int64_t blocks_per_req = (local + o.block - 1) / o.block;
   OwnedLatentCache cache(blocks_per_req * B, o.block, dims, o.cache, dev, o.cache == DType::fp8_e4m3 ? 0.05f : 1.f);
-  cuda::fill_random_device(cache.cache().data.data(), o.cache,
-                           cache.cache().data.numel(), 7 + uint64_t(rank), 1.f, nullptr);
+  cuda::fill_random_device(cache.cache().data.data(), o.cache, cache.cache().data.numel(), 7 + uint64_t(rank), 1.f,
+                           nullptr);
   std::vector<RequestSpec> reqs;
   for (int b = 0; b < B; ++b) {
     RequestSpec r{.query_len = 1, .num_computed_tokens = o.seq - 1, .block_table = {}};
@@ -93,7 +93,8 @@ RankTimes run_rank(const Options& o, int world, int rank, Communicator& comm, De
   auto cls = get_mla_decode_backend(sc);
   DecodeBackendParams p{H, dims.softmax_scale(), L, R, DType::bf16, o.cache, RunContext{dev, stream, 0, false}};
   auto backend = cls->create(p);
-  OwnedTensor ql = OwnedTensor::empty({B, H, L}, DType::bf16, dev), qpe = OwnedTensor::empty({B, H, R}, DType::bf16, dev);
+  OwnedTensor ql = OwnedTensor::empty({B, H, L}, DType::bf16, dev),
+              qpe = OwnedTensor::empty({B, H, R}, DType::bf16, dev);
   cuda::fill_random_device(ql.data(), DType::bf16, ql.tensor().numel(), 11, 1.f, stream);
   cuda::fill_random_device(qpe.data(), DType::bf16, qpe.tensor().numel(), 12, 1.f, stream);
   OwnedTensor part = OwnedTensor::empty({B, H, L}, DType::bf16, dev), lse = OwnedTensor::empty({H, B}, DType::f32, dev);
@@ -127,7 +128,8 @@ double copy_ceiling_gbps() {
   const int64_t bytes = int64_t(2) << 30;
   OwnedTensor a = OwnedTensor::empty({bytes}, DType::u8, dev), b = OwnedTensor::empty({bytes}, DType::u8, dev);
   const auto& ops = detail::cuda_device_ops();
-  const double us = median_us(nullptr, 5, [] {}, [&] { ops.memcpy(b.data(), dev, a.data(), dev, size_t(bytes), nullptr); });
+  const double us = median_us(
+      nullptr, 5, [] {}, [&] { ops.memcpy(b.data(), dev, a.data(), dev, size_t(bytes), nullptr); });
   return 2.0 * double(bytes) / (us * 1e3);
 }
 
@@ -152,13 +154,20 @@ int main_impl(int argc, char** argv) {
       std::fprintf(stderr, "cuda_dcp_bench: %s needs a value\n", a.c_str());
       return 2;
     }
-    if (a == "--heads") o.heads = std::atoi(argv[i + 1]);
-    else if (a == "--batch") o.batch = std::atoi(argv[i + 1]);
-    else if (a == "--seq") o.seq = std::atoi(argv[i + 1]);
-    else if (a == "--block") o.block = std::atoi(argv[i + 1]);
-    else if (a == "--samples") o.samples = std::atoi(argv[i + 1]);
-    else if (a == "--worlds") o.worlds = parse_list(argv[i + 1]);
-    else if (a == "--cache") o.cache = std::string(argv[i + 1]) == "fp8" ? DType::fp8_e4m3 : DType::bf16;
+    if (a == "--heads")
+      o.heads = std::atoi(argv[i + 1]);
+    else if (a == "--batch")
+      o.batch = std::atoi(argv[i + 1]);
+    else if (a == "--seq")
+      o.seq = std::atoi(argv[i + 1]);
+    else if (a == "--block")
+      o.block = std::atoi(argv[i + 1]);
+    else if (a == "--samples")
+      o.samples = std::atoi(argv[i + 1]);
+    else if (a == "--worlds")
+      o.worlds = parse_list(argv[i + 1]);
+    else if (a == "--cache")
+      o.cache = std::string(argv[i + 1]) == "fp8" ? DType::fp8_e4m3 : DType::bf16;
     else {
       std::fprintf(stderr, "cuda_dcp_bench: unknown option %s\n", a.c_str());
       return 2;

@@ -223,10 +223,11 @@ void sparse_bench(const BenchOptions& o, const std::vector<bench::SparsePhase>& 
 // --dcp N: median decode step time with the cache on one rank and sharded
 // over N ranks, for every --batch and --seq (the context), and the speedup.
 int bench_dcp(const BenchOptions& o, const LayerSetup& setup) {
-  std::printf("DCP decode bench: %s tp %d (%d heads per rank), %s, cache %s, block 64, combine %s; median of %d "
-              "steps after %d warm-up (wall ms, slowest rank)\n",
-              setup.model.c_str(), setup.tp, setup.dims.num_heads, dtype_flag_name(setup.dtype),
-              dtype_flag_name(setup.kv_cache_dtype), o.dcp_combine.c_str(), o.repeats, o.warmup);
+  std::printf(
+      "DCP decode bench: %s tp %d (%d heads per rank), %s, cache %s, block 64, combine %s; median of %d "
+      "steps after %d warm-up (wall ms, slowest rank)\n",
+      setup.model.c_str(), setup.tp, setup.dims.num_heads, dtype_flag_name(setup.dtype),
+      dtype_flag_name(setup.kv_cache_dtype), o.dcp_combine.c_str(), o.repeats, o.warmup);
   std::printf("%-6s %-8s %12s %12s %9s\n", "batch", "context", "dcp1_ms", "dcpN_ms", "speedup");
   for (int batch : int_list(o.batches, "--batch", 1)) {
     for (int seq : int_list(o.seqs, "--seq", 1)) {

@@ -198,7 +198,8 @@ int run_dcp_command(const RunOptions& o) {
     std::snprintf(message, sizeof message,
                   "--verify: the DCP output differs from the single-rank output by %.3e (step %d, rank %d), beyond "
                   "the bound %.0e for %s activations",
-                  report.worst_rel_l2, report.worst_step, report.worst_rank, report.bound, dtype_flag_name(layer.dtype));
+                  report.worst_rel_l2, report.worst_step, report.worst_rank, report.bound,
+                  dtype_flag_name(layer.dtype));
     throw CliError(kExitVerifyFailed, message);
   }
   return kExitOk;
@@ -368,7 +369,8 @@ Subcommand add_run_command(CLI::App& root) {
                   "CUDA (N GPUs needed); --verify compares every step with one rank; --tp composes")
       ->check(CLI::NonNegativeNumber)
       ->group(dcp);
-  app->add_option("--dcp-interleave", o->dcp_interleave, "Consecutive tokens per rank (vLLM's cp_kv_cache_interleave_size)")
+  app->add_option("--dcp-interleave", o->dcp_interleave,
+                  "Consecutive tokens per rank (vLLM's cp_kv_cache_interleave_size)")
       ->capture_default_str()
       ->group(dcp);
   app->add_option("--dcp-combine", o->dcp_combine, "How the partial results are combined: ag-rs or all-to-all")

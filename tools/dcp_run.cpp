@@ -55,7 +55,7 @@ struct Rank {
 struct Shared {
   const LayerSetup& layer;
   const DcpRunOptions& o;
-  OwnedTensor weight;                  // kv_b_proj [N*(P+V), L]
+  OwnedTensor weight;                       // kv_b_proj [N*(P+V), L]
   std::vector<OwnedTensor> ctx_kv, ctx_pe;  // per request [max(context,1), L], [.., R]
   std::vector<StepInputs> steps;
 };
@@ -87,8 +87,7 @@ Rank make_rank(const Shared& s, const DcpConfig& dcp, Device device, Communicato
   std::iota(ids.begin(), ids.end(), 0);
   std::mt19937_64 shuffle(s.o.seed + 17 + uint64_t(dcp.rank));
   std::shuffle(ids.begin(), ids.end(), shuffle);
-  for (int b = 0; b < B; ++b)
-    r.tables.emplace_back(ids.begin() + b * per_req, ids.begin() + (b + 1) * per_req);
+  for (int b = 0; b < B; ++b) r.tables.emplace_back(ids.begin() + b * per_req, ids.begin() + (b + 1) * per_req);
   // The context this rank owns, at its local slots.
   for (int b = 0; b < B && s.o.context > 0; ++b) {
     OwnedTensor slots = OwnedTensor::empty({s.o.context}, DType::i64);
@@ -99,8 +98,7 @@ Rank make_rank(const Shared& s, const DcpConfig& dcp, Device device, Communicato
       const int64_t lp = dcp_local_position(dcp, p);
       sp[p] = int64_t(r.tables[size_t(b)][size_t(lp / bs)]) * bs + lp % bs;
     }
-    concat_and_cache_mla(to(s.ctx_kv[size_t(b)], device), to(s.ctx_pe[size_t(b)], device), *r.cache,
-                         to(slots, device));
+    concat_and_cache_mla(to(s.ctx_kv[size_t(b)], device), to(s.ctx_pe[size_t(b)], device), *r.cache, to(slots, device));
   }
   r.out = OwnedTensor::empty({B, int64_t(d.num_heads) * d.v_head_dim}, s.layer.dtype, device);
   return r;
@@ -149,7 +147,8 @@ const char* dcp_combine_name(DcpCombineMethod method) {
 DcpRunReport run_dcp_decode(const LayerSetup& layer, const DcpRunOptions& o) {
   const int W = o.world;
   if (W < 1) throw CliError(kExitUsage, "--dcp must be at least 1, got " + std::to_string(W));
-  if (o.interleave < 1) throw CliError(kExitUsage, "--dcp-interleave must be at least 1, got " + std::to_string(o.interleave));
+  if (o.interleave < 1)
+    throw CliError(kExitUsage, "--dcp-interleave must be at least 1, got " + std::to_string(o.interleave));
   if (o.num_requests < 1 || o.context < 0 || o.steps < 1) {
     throw CliError(kExitUsage, "--dcp runs need --num-requests >= 1, --dcp-context >= 0 and --dcp-steps >= 1");
   }
@@ -162,16 +161,21 @@ DcpRunReport run_dcp_decode(const LayerSetup& layer, const DcpRunOptions& o) {
                                          " (use --device cpu for threads with the in-process communicator)");
     }
     if (!nccl_available()) {
-      throw CliError(kExitNoBackend, "--dcp on CUDA needs NCCL (libnccl.so.2, and lattn built with nccl.h); it is "
-                                     "not available here");
+      throw CliError(kExitNoBackend,
+                     "--dcp on CUDA needs NCCL (libnccl.so.2, and lattn built with nccl.h); it is "
+                     "not available here");
     }
   }
   const MlaDims& d = layer.dims;
   const int B = o.num_requests;
   std::mt19937_64 rng(o.seed);
-  Shared s{layer, o, random_host({int64_t(d.num_heads) * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank},
-                                 layer.dtype, rng, 0.1f),
-           {}, {}, {}};
+  Shared s{
+      layer,
+      o,
+      random_host({int64_t(d.num_heads) * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank}, layer.dtype, rng, 0.1f),
+      {},
+      {},
+      {}};
   for (int b = 0; b < B; ++b) {
     s.ctx_kv.push_back(random_host({std::max(o.context, 1), d.kv_lora_rank}, layer.dtype, rng, 1.f));
     s.ctx_pe.push_back(random_host({std::max(o.context, 1), d.qk_rope_head_dim}, layer.dtype, rng, 1.f));
@@ -275,10 +279,10 @@ void print_dcp_report(const LayerSetup& layer, const DcpRunOptions& o, const Dcp
   std::printf("DCP decode: %d rank(s) (%s%s), interleave %d, combine %s\n", o.world, r.communicator.c_str(),
               r.communicator == "nccl" ? ", one GPU each" : ", one thread each", o.interleave,
               dcp_combine_name(o.method));
-  std::printf("layer: %s tp %d -> %d heads per rank, L %d, P %d, R %d, V %d, %s, cache %s, block %d, decode backend %s\n",
-              layer.model.c_str(), layer.tp, d.num_heads, d.kv_lora_rank, d.qk_nope_head_dim, d.qk_rope_head_dim,
-              d.v_head_dim, dtype_flag_name(layer.dtype), dtype_flag_name(layer.kv_cache_dtype), layer.block_size,
-              r.decode_backend.c_str());
+  std::printf(
+      "layer: %s tp %d -> %d heads per rank, L %d, P %d, R %d, V %d, %s, cache %s, block %d, decode backend %s\n",
+      layer.model.c_str(), layer.tp, d.num_heads, d.kv_lora_rank, d.qk_nope_head_dim, d.qk_rope_head_dim, d.v_head_dim,
+      dtype_flag_name(layer.dtype), dtype_flag_name(layer.kv_cache_dtype), layer.block_size, r.decode_backend.c_str());
   std::printf("requests %d, context %d tokens (each rank holds ~%lld), %d decode steps; median step %.3f ms\n",
               o.num_requests, o.context, (long long)dcp_local_count(DcpConfig{o.world, 0, o.interleave}, o.context),
               o.steps, r.median_step_ms);

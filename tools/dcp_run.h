@@ -25,8 +25,8 @@
 namespace lattn::cli {
 
 struct DcpRunOptions {
-  int world = 2;        // ranks
-  int interleave = 1;   // tokens per rank in turn
+  int world = 2;       // ranks
+  int interleave = 1;  // tokens per rank in turn
   DcpCombineMethod method = DcpCombineMethod::all_gather_reduce_scatter;
   int num_requests = 4;
   int context = 300;    // tokens already in each request's cache

@@ -23,7 +23,7 @@ namespace {
 // lattn/attention.h, "Threads").
 struct PyMlaAttention {
   std::shared_ptr<MlaAttention> layer;
-  std::shared_ptr<Communicator> dcp_comm;  // set_dcp's, kept alive while the layer uses it
+  std::shared_ptr<Communicator> dcp_comm{};  // set_dcp's, kept alive while the layer uses it
   std::shared_ptr<std::atomic<bool>> in_use = std::make_shared<std::atomic<bool>>(false);
 };
 
@@ -82,46 +82,54 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
            "scale 0 = 1/sqrt(P+R) (pass MlaDims.deepseek_v3(n).softmax_scale or from_dims for a model's own scale); "
            "backends '' = the selector's choice; batch_invariant: a request's output bits do not depend on its "
            "batch (docs/mla.md; build the metadata with batch_invariant=True too).")
-      .def("process_weights_after_loading",
-           [](PyMlaAttention& a, py::object weight) {
-             ArrayArgs args("process_weights_after_loading", py::none());
-             const Tensor w = args.get(weight, "kv_b_proj_weight");
-             py::gil_scoped_release release;
-             a.layer->process_weights_after_loading(w);
-           },
-           py::arg("kv_b_proj_weight"),
-           "Loads kv_b_proj's weight (out, in) = [N*(P+V), L] and splits it into W_UK_T [N, P, L], W_UV [N, L, V].")
-      .def("load_kv_b_proj", [](PyMlaAttention& a, py::object weight) {
-             ArrayArgs args("load_kv_b_proj", py::none());
-             const Tensor w = args.get(weight, "kv_b_proj_weight");
-             py::gil_scoped_release release;
-             a.layer->process_weights_after_loading(w);
-           },
-           py::arg("kv_b_proj_weight"), "The same as process_weights_after_loading.")
+      .def(
+          "process_weights_after_loading",
+          [](PyMlaAttention& a, py::object weight) {
+            ArrayArgs args("process_weights_after_loading", py::none());
+            const Tensor w = args.get(weight, "kv_b_proj_weight");
+            py::gil_scoped_release release;
+            a.layer->process_weights_after_loading(w);
+          },
+          py::arg("kv_b_proj_weight"),
+          "Loads kv_b_proj's weight (out, in) = [N*(P+V), L] and splits it into W_UK_T [N, P, L], W_UV [N, L, V].")
+      .def(
+          "load_kv_b_proj",
+          [](PyMlaAttention& a, py::object weight) {
+            ArrayArgs args("load_kv_b_proj", py::none());
+            const Tensor w = args.get(weight, "kv_b_proj_weight");
+            py::gil_scoped_release release;
+            a.layer->process_weights_after_loading(w);
+          },
+          py::arg("kv_b_proj_weight"), "The same as process_weights_after_loading.")
       // Views own the weights they show: a later process_weights_after_loading
       // allocates new storage and leaves these valid.
-      .def_property_readonly("W_UK_T", [](const PyMlaAttention& a) {
-        const Tensor view = a.layer->W_UK_T();
-        return PyTensor{view, std::const_pointer_cast<void>(a.layer->weights_owner())};
-      })
-      .def_property_readonly("W_UV", [](const PyMlaAttention& a) {
-        const Tensor view = a.layer->W_UV();
-        return PyTensor{view, std::const_pointer_cast<void>(a.layer->weights_owner())};
-      })
-      .def_property_readonly("prefill_backend", [](const PyMlaAttention& a) { return a.layer->prefill_backend().name(); })
-      .def_property_readonly("decode_backend", [](const PyMlaAttention& a) { return a.layer->decode_backend().name(); })
-      .def_property_readonly("scale", [](const PyMlaAttention& a) { return a.layer->config().scale; },
-                             "The softmax scale in use (0 at construction resolves to the dims' softmax_scale).")
-      .def_property_readonly("dims", [](const PyMlaAttention& a) { return a.layer->config().dims; })
-      .def_property_readonly("kernels",
+      .def_property_readonly("W_UK_T",
                              [](const PyMlaAttention& a) {
-                               const MlaAttentionConfig& c = a.layer->config();
-                               py::dict d;
-                               d["prefill"] = backend_kernel_label(a.layer->prefill_backend().name(), c.device, c.dtype);
-                               d["decode"] = backend_kernel_label(a.layer->decode_backend().name(), c.device, c.dtype);
-                               return d;
-                             },
-                             "What runs, in words: {'prefill': ..., 'decode': ...} (CPU ISA path, GEMM).")
+                               const Tensor view = a.layer->W_UK_T();
+                               return PyTensor{view, std::const_pointer_cast<void>(a.layer->weights_owner())};
+                             })
+      .def_property_readonly("W_UV",
+                             [](const PyMlaAttention& a) {
+                               const Tensor view = a.layer->W_UV();
+                               return PyTensor{view, std::const_pointer_cast<void>(a.layer->weights_owner())};
+                             })
+      .def_property_readonly("prefill_backend",
+                             [](const PyMlaAttention& a) { return a.layer->prefill_backend().name(); })
+      .def_property_readonly("decode_backend", [](const PyMlaAttention& a) { return a.layer->decode_backend().name(); })
+      .def_property_readonly(
+          "scale", [](const PyMlaAttention& a) { return a.layer->config().scale; },
+          "The softmax scale in use (0 at construction resolves to the dims' softmax_scale).")
+      .def_property_readonly("dims", [](const PyMlaAttention& a) { return a.layer->config().dims; })
+      .def_property_readonly(
+          "kernels",
+          [](const PyMlaAttention& a) {
+            const MlaAttentionConfig& c = a.layer->config();
+            py::dict d;
+            d["prefill"] = backend_kernel_label(a.layer->prefill_backend().name(), c.device, c.dtype);
+            d["decode"] = backend_kernel_label(a.layer->decode_backend().name(), c.device, c.dtype);
+            return d;
+          },
+          "What runs, in words: {'prefill': ..., 'decode': ...} (CPU ISA path, GEMM).")
       .def_property_readonly("workspace_bytes", [](const PyMlaAttention& a) { return a.layer->workspace_bytes(); })
       .def(
           "set_dcp",
@@ -141,44 +149,45 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
           "then takes a DcpDecodePlan (build_dcp_decode_metadata with dcp_config) as forward's metadata. None "
           "switches it off.")
       .def_property_readonly("dcp_config", [](const PyMlaAttention& a) { return a.layer->dcp_config(); })
-      .def("forward",
-           [](PyMlaAttention& a, py::object q, py::object kv_c_normed, py::object k_pe, py::handle cache_obj,
-              py::handle metadata, py::object out, py::object output_scale, py::object stream) {
-             const PyLatentCache& cache = class_arg<PyLatentCache>(cache_obj, "forward", "cache", "LatentCache");
-             // A DcpDecodePlan (set_dcp) or an MlaMetadata.
-             const DcpDecodePlan* plan = py::isinstance<PyDcpDecodePlan>(metadata)
-                                             ? metadata.cast<const PyDcpDecodePlan&>().plan.get()
-                                             : nullptr;
-             const MlaMetadata& md =
-                 plan ? plan->metadata
-                      : *class_arg<PyMlaMetadata>(metadata, "forward", "metadata", "MlaMetadata or DcpDecodePlan").md;
-             if (cache.read_only && md.num_actual_tokens > 0) throw_read_only("forward", "cache");
-             ArrayArgs args("forward", stream);
-             const Tensor tq = args.get(q, "q"), tkv = args.get(kv_c_normed, "kv_c_normed"),
-                          tpe = args.get(k_pe, "k_pe"), tscale = args.get_optional(output_scale, "output_scale");
-             args.note(cache.source);
-             const MlaAttentionConfig& c = a.layer->config();
-             if (out.is_none()) {
-               out = empty_like_framework(q, {tq.size(0), int64_t(c.dims.num_heads) * c.dims.v_head_dim},
-                                          tscale.defined() ? DType::fp8_e4m3 : tq.dtype(), tq.device());
-             }
-             const Tensor tout = args.get_writable(out, "out");
-             const BindingUse use(*a.in_use);
-             a.layer->set_stream(args.stream());
-             {
-               py::gil_scoped_release release;
-               if (plan) {
-                 a.layer->forward(tq, tkv, tpe, cache.cache, *plan, tout, tscale);
-               } else {
-                 a.layer->forward(tq, tkv, tpe, cache.cache, md, tout, tscale);
-               }
-             }
-             return out;
-           },
-           py::arg("q"), py::arg("kv_c_normed"), py::arg("k_pe"), py::arg("cache"), py::arg("metadata"),
-           py::arg("out") = py::none(), py::arg("output_scale") = py::none(), py::arg("stream") = py::none(),
-           "q [T, N, P+R] or [T, N*(P+R)], kv_c_normed [T, L], k_pe [T, R] or [T, 1, R]; writes the cache, returns "
-           "out [T, N*V] (a new array of q's framework unless out is given).");
+      .def(
+          "forward",
+          [](PyMlaAttention& a, py::object q, py::object kv_c_normed, py::object k_pe, py::handle cache_obj,
+             py::handle metadata, py::object out, py::object output_scale, py::object stream) {
+            const PyLatentCache& cache = class_arg<PyLatentCache>(cache_obj, "forward", "cache", "LatentCache");
+            // A DcpDecodePlan (set_dcp) or an MlaMetadata.
+            const DcpDecodePlan* plan = py::isinstance<PyDcpDecodePlan>(metadata)
+                                            ? metadata.cast<const PyDcpDecodePlan&>().plan.get()
+                                            : nullptr;
+            const MlaMetadata& md =
+                plan ? plan->metadata
+                     : *class_arg<PyMlaMetadata>(metadata, "forward", "metadata", "MlaMetadata or DcpDecodePlan").md;
+            if (cache.read_only && md.num_actual_tokens > 0) throw_read_only("forward", "cache");
+            ArrayArgs args("forward", stream);
+            const Tensor tq = args.get(q, "q"), tkv = args.get(kv_c_normed, "kv_c_normed"),
+                         tpe = args.get(k_pe, "k_pe"), tscale = args.get_optional(output_scale, "output_scale");
+            args.note(cache.source);
+            const MlaAttentionConfig& c = a.layer->config();
+            if (out.is_none()) {
+              out = empty_like_framework(q, {tq.size(0), int64_t(c.dims.num_heads) * c.dims.v_head_dim},
+                                         tscale.defined() ? DType::fp8_e4m3 : tq.dtype(), tq.device());
+            }
+            const Tensor tout = args.get_writable(out, "out");
+            const BindingUse use(*a.in_use);
+            a.layer->set_stream(args.stream());
+            {
+              py::gil_scoped_release release;
+              if (plan) {
+                a.layer->forward(tq, tkv, tpe, cache.cache, *plan, tout, tscale);
+              } else {
+                a.layer->forward(tq, tkv, tpe, cache.cache, md, tout, tscale);
+              }
+            }
+            return out;
+          },
+          py::arg("q"), py::arg("kv_c_normed"), py::arg("k_pe"), py::arg("cache"), py::arg("metadata"),
+          py::arg("out") = py::none(), py::arg("output_scale") = py::none(), py::arg("stream") = py::none(),
+          "q [T, N, P+R] or [T, N*(P+R)], kv_c_normed [T, L], k_pe [T, R] or [T, 1, R]; writes the cache, returns "
+          "out [T, N*V] (a new array of q's framework unless out is given).");
 }
 
 }  // namespace lattn::python

@@ -81,12 +81,14 @@ void bind_dcp(py::module_& m) {
       .def_readonly("world_size", &DcpConfig::world_size)
       .def_readonly("rank", &DcpConfig::rank)
       .def_readonly("interleave", &DcpConfig::interleave)
-      .def("owner", [](const DcpConfig& c, int64_t pos) { return dcp_owner(c, pos); }, py::arg("pos"),
-           "The rank holding global token position pos.")
-      .def("local_position", [](const DcpConfig& c, int64_t pos) { return dcp_local_position(c, pos); },
-           py::arg("pos"))
-      .def("local_count", [](const DcpConfig& c, int64_t n) { return dcp_local_count(c, n); }, py::arg("n"),
-           "Tokens among positions [0, n) on this rank.");
+      .def(
+          "owner", [](const DcpConfig& c, int64_t pos) { return dcp_owner(c, pos); }, py::arg("pos"),
+          "The rank holding global token position pos.")
+      .def(
+          "local_position", [](const DcpConfig& c, int64_t pos) { return dcp_local_position(c, pos); }, py::arg("pos"))
+      .def(
+          "local_count", [](const DcpConfig& c, int64_t n) { return dcp_local_count(c, n); }, py::arg("n"),
+          "Tokens among positions [0, n) on this rank.");
 
   py::class_<PyDcpDecodePlan>(m, "DcpDecodePlan", "One rank's part of a decode step (build_dcp_decode_metadata).")
       .def_property_readonly("metadata",

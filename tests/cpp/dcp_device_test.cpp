@@ -9,8 +9,8 @@
 // LATTN_NCCL_WORLD, default min(GPUs, 4); scripts/gpu-check.sh sets 2 and 4).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -142,13 +142,13 @@ void run_case(const Case& c, int64_t T, int64_t H, int64_t D, uint64_t seed) {
           plan.row_empty = test::to_device(mask, dev);
         }
         const OwnedTensor po = test::to_device(p.out[size_t(r)], dev), pl = test::to_device(p.lse[size_t(r)], dev);
-        OwnedTensor out = OwnedTensor::empty({T, Ho, D}, c.out_dtype, dev), lse = OwnedTensor::empty({Ho, T}, DType::f32, dev);
+        OwnedTensor out = OwnedTensor::empty({T, Ho, D}, c.out_dtype, dev),
+                    lse = OwnedTensor::empty({Ho, T}, DType::f32, dev);
         test::poison(out);
         test::poison(lse);
         DcpCombineScratch scratch(dev);
         // Twice through one scratch: the second call reuses its buffers.
-        for (int i = 0; i < 2; ++i)
-          dcp_combine(*comms[size_t(r)], plan, po, pl, out, lse, c.method, stream, &scratch);
+        for (int i = 0; i < 2; ++i) dcp_combine(*comms[size_t(r)], plan, po, pl, out, lse, c.method, stream, &scratch);
         comms[size_t(r)]->barrier(stream);
         got_out[size_t(r)] = OwnedTensor::empty({T, Ho, D}, c.out_dtype);
         got_lse[size_t(r)] = OwnedTensor::empty({Ho, T}, DType::f32);

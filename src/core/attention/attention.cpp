@@ -113,8 +113,8 @@ namespace {
 
 // The forward of both overloads; dcp_plan non-null for a DCP decode step.
 Tensor run_forward(MlaAttention::Impl& im, const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe,
-                   const LatentCache& cache, const MlaMetadata& metadata, const Tensor& out,
-                   const Tensor& output_scale, const DcpDecodePlan* dcp_plan) {
+                   const LatentCache& cache, const MlaMetadata& metadata, const Tensor& out, const Tensor& output_scale,
+                   const DcpDecodePlan* dcp_plan) {
   // As the seed, refuse fused output quantization first when the backends cannot provide it.
   if (output_scale.defined() && !im.supports_quant_output()) {
     throw NotImplementedError("fused output quantization is not yet supported for MLAImplBase");
@@ -196,8 +196,8 @@ void MlaAttention::set_dcp(Communicator* comm, int interleave, DcpCombineMethod 
   }
   const char* op = "MlaAttention::set_dcp";
   check_arg(interleave >= 1, op, "interleave", "be >= 1", std::to_string(interleave));
-  check_arg(comm->device() == im.config.device, op, "comm",
-            "be on the layer's device " + device_name(im.config.device), device_name(comm->device()));
+  check_arg(comm->device() == im.config.device, op, "comm", "be on the layer's device " + device_name(im.config.device),
+            device_name(comm->device()));
   const int heads = im.config.dims.num_heads, world = comm->world_size();
   check_arg(method != DcpCombineMethod::all_to_all || heads % world == 0, op, "method",
             "be all_gather_reduce_scatter when the " + std::to_string(heads) +

@@ -78,8 +78,7 @@ class ExclusiveUse {
 //   dcp_plan this rank's DCP plan (impl.dcp_comm set): the backend's partial
 //            result and LSE are combined over the group before W_UV; or null
 void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
-                    const DecodeMetadata& metadata, const Tensor& out_rows,
-                    const DcpDecodePlan* dcp_plan = nullptr);
+                    const DecodeMetadata& metadata, const Tensor& out_rows, const DcpDecodePlan* dcp_plan = nullptr);
 
 // Prefill rows [num_decode_tokens, num_actual_tokens) (compute-friendly path).
 //   out_rows [Tp, N*V]: activation dtype, or fp8_e4m3 with output_scale when

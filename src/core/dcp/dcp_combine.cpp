@@ -96,7 +96,8 @@ Shapes check_combine_args(const Communicator& comm, const DcpDecodePlan& plan, c
     check_arg(row >= 0 && row < T, op, "plan.empty_rows", "list rows in [0, " + std::to_string(T) + ")",
               std::to_string(row));
   }
-  if (scratch) check_arg(scratch->device() == dev, op, "scratch", "be on " + device_name(dev), device_name(scratch->device()));
+  if (scratch)
+    check_arg(scratch->device() == dev, op, "scratch", "be on " + device_name(dev), device_name(scratch->device()));
   return {T, H, D, Ho, full ? 0 : int(comm.rank() * Ho)};
 }
 
@@ -122,8 +123,8 @@ void dcp_combine(Communicator& comm, const DcpDecodePlan& plan, const Tensor& pa
     OwnedTensor host = OwnedTensor::zeros({s.T}, DType::u8);
     for (const int32_t row : plan.empty_rows) host.data_as<uint8_t>()[row] = 1;
     row_empty = ws.get(kRowEmpty, {s.T}, DType::u8);
-    detail::device_ops(dev, Device::cpu()).memcpy(row_empty.data(), dev, host.data(), Device::cpu(), size_t(s.T),
-                                                  stream);
+    detail::device_ops(dev, Device::cpu())
+        .memcpy(row_empty.data(), dev, host.data(), Device::cpu(), size_t(s.T), stream);
   }
   const Tensor own_lse = ws.get(kOwnLse, {s.H, s.T}, DType::f32);
   k.mask_lse(partial_lse, row_empty, own_lse, stream);

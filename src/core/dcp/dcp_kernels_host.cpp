@@ -62,7 +62,8 @@ void rescale(const Tensor& partial_out, const Tensor& own_lse, const Tensor& lse
       l[i] = combined_lse(la + i, W, H * T);
       const float w = rank_weight(own[i], l[i]);
       float* dst = sc + i * D;
-      for (int64_t d = 0; d < D; ++d) dst[d] = w == 0.f ? 0.f : w * load_as_f32(partial_out.data(), pdt, (t * H + h) * D + d);
+      for (int64_t d = 0; d < D; ++d)
+        dst[d] = w == 0.f ? 0.f : w * load_as_f32(partial_out.data(), pdt, (t * H + h) * D + d);
     }
   }
 }

@@ -5,7 +5,9 @@
 
 namespace lattn::detail {
 namespace {
-[[noreturn]] void no_cuda() { throw ValueError("dcp_combine: a CUDA tensor was given, but lattn was built without CUDA"); }
+[[noreturn]] void no_cuda() {
+  throw ValueError("dcp_combine: a CUDA tensor was given, but lattn was built without CUDA");
+}
 }  // namespace
 
 const DcpKernels& dcp_cuda_kernels() {
