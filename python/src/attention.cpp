@@ -160,7 +160,8 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
                                             : nullptr;
             const MlaMetadata& md =
                 plan ? plan->metadata
-                     : *class_arg<PyMlaMetadata>(metadata, "forward", "metadata", "MlaMetadata or lattn.DcpDecodePlan").md;
+                     : *class_arg<PyMlaMetadata>(metadata, "forward", "metadata", "MlaMetadata or lattn.DcpDecodePlan")
+                            .md;
             if (cache.read_only && md.num_actual_tokens > 0) throw_read_only("forward", "cache");
             ArrayArgs args("forward", stream);
             const Tensor tq = args.get(q, "q"), tkv = args.get(kv_c_normed, "kv_c_normed"),
