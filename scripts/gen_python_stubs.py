@@ -30,7 +30,8 @@ HOLDERS = {"PyTensor": "Tensor", "PyLatentCache": "LatentCache", "PyMlaMetadata"
            "PyPrefillMetadata": "PrefillMetadata", "PyDecodeMetadata": "DecodeMetadata",
            "PyPrefillBackend": "PrefillBackend", "PyPrefillBackendClass": "PrefillBackendClass",
            "PyDecodeBackendClass": "DecodeBackendClass", "PyMlaAttention": "MlaAttention",
-           "PyDecodePlan": "DecodePlan", "PyCommonAttentionMetadata": "CommonAttentionMetadata"}
+           "PyDecodePlan": "DecodePlan", "PyCommonAttentionMetadata": "CommonAttentionMetadata",
+           "PyCommunicator": "Communicator", "PyDcpDecodePlan": "DcpDecodePlan"}
 
 
 def clean_type(t):

@@ -93,6 +93,26 @@ for args in "--num-requests 48 --verify" "--model minicpm3 --kv-cache-dtype fp8 
 done
 "$BUILD/tools/lattn" info >> "$OUT/tests.log" 2>&1
 
+# Multi-GPU: NCCL with world sizes 2 and 4 where the machine has the GPUs
+# (the collectives, and the DCP combine over NCCL), then the DCP decode
+# scaling benchmark over every GPU (docs/dcp.md).
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+note "GPUs on this machine: $gpus"
+for world in 2 4; do
+  if [[ $gpus -lt $world ]]; then
+    note "NCCL world $world: not run ($gpus GPU(s))"
+    continue
+  fi
+  for t in "nccl_communicator_test:*" "dcp_device_test:DcpDeviceCombine.NcclAcrossGpus"; do
+    echo "### LATTN_NCCL_WORLD=$world ${t%%:*} ${t#*:}" >> "$OUT/tests.log"
+    LATTN_NCCL_WORLD=$world timeout 300 "$BUILD/tests/${t%%:*}" --gtest_filter="${t#*:}" --gtest_color=no \
+      >> "$OUT/tests.log" 2>&1
+    rc=$?
+    [[ $rc -ne 0 ]] && tests_rc=1
+    note "NCCL world $world ${t%%:*}: rc=$rc at $(stamp)"
+  done
+done
+
 # The decode tests once more with every instantiated tile configuration forced
 # (the default run covers only the configurations this GPU picks).
 for cfg in $(grep -oE 'X\([0-9]+, [0-9]+, [0-9]+, [0-9]+\)' src/cuda/sm80/decode/decode_config.h | tr -d 'X( )' |

@@ -16,6 +16,7 @@
 
 #include "backend_report.h"
 #include "commands.h"
+#include "dcp_run.h"
 #include "exit_codes.h"
 #include "harness/harness.h"
 #include "harness/sparse_cases.h"
@@ -47,6 +48,8 @@ struct BenchOptions {
   bool pair_ceilings = false;
   std::string ceiling_check = "auto";  // auto: on for the CPU
   bool quiet = false;
+  int dcp = 0;  // --dcp N: DCP decode steps at world 1 and N (tools/dcp_run.h)
+  std::string dcp_combine = "ag-rs";
 };
 
 std::vector<std::string> split_list(const std::string& text, const char* flag) {
@@ -217,8 +220,45 @@ void sparse_bench(const BenchOptions& o, const std::vector<bench::SparsePhase>& 
   std::fflush(stdout);
 }
 
+// --dcp N: median decode step time with the cache on one rank and sharded
+// over N ranks, for every --batch and --seq (the context), and the speedup.
+int bench_dcp(const BenchOptions& o, const LayerSetup& setup) {
+  std::printf(
+      "DCP decode bench: %s tp %d (%d heads per rank), %s, cache %s, block 64, combine %s; median of %d "
+      "steps after %d warm-up (wall ms, slowest rank)\n",
+      setup.model.c_str(), setup.tp, setup.dims.num_heads, dtype_flag_name(setup.dtype),
+      dtype_flag_name(setup.kv_cache_dtype), o.dcp_combine.c_str(), o.repeats, o.warmup);
+  std::printf("%-6s %-8s %12s %12s %9s\n", "batch", "context", "dcp1_ms", "dcpN_ms", "speedup");
+  for (int batch : int_list(o.batches, "--batch", 1)) {
+    for (int seq : int_list(o.seqs, "--seq", 1)) {
+      DcpRunOptions d;
+      d.method = parse_dcp_combine(o.dcp_combine);
+      d.num_requests = batch;
+      d.context = seq;
+      d.steps = o.warmup + o.repeats;
+      d.seed = o.seed;
+      auto median_after_warmup = [&](int world) {
+        d.world = world;
+        if (!o.quiet) std::fprintf(stderr, "batch %d context %d: %d rank(s)...\n", batch, seq, world);
+        const DcpRunReport r = run_dcp_decode(setup, d);
+        std::vector<double> t(r.step_ms.begin() + o.warmup, r.step_ms.end());
+        std::sort(t.begin(), t.end());
+        return t[t.size() / 2];
+      };
+      const double one = median_after_warmup(1), many = median_after_warmup(o.dcp);
+      std::printf("%-6d %-8d %12.3f %12.3f %8.2fx (dcp %d)\n", batch, seq, one, many, one / many, o.dcp);
+    }
+  }
+  return kExitOk;
+}
+
 int bench_command(const BenchOptions& o) {
   LayerSetup setup = resolve_layer_setup(o.layer);
+  if (o.dcp > 0) {
+    if (o.repeats < 1 || o.warmup < 0) throw CliError(kExitUsage, "--repeats must be >= 1 and --warmup >= 0");
+    setup.block_size = 64;
+    return bench_dcp(o, setup);
+  }
   std::vector<bench::SparsePhase> sparse_phases;
   bool dense = false;
   for (const std::string& p : split_list(o.phases, "--phase")) {
@@ -361,6 +401,14 @@ Subcommand add_bench_command(CLI::App& root) {
       ->capture_default_str()
       ->group(out);
   app->add_flag("-q,--quiet", o->quiet, "No progress lines on stderr")->group(out);
+  const std::string dcp = "Decode context parallelism (docs/dcp.md)";
+  app->add_option("--dcp", o->dcp,
+                  "Time decode steps with every request's cache (--seq tokens) on one rank and sharded over N ranks "
+                  "(threads + in-process communicator on the CPU; one GPU per rank with NCCL on CUDA, N GPUs "
+                  "needed) and print the speedup")
+      ->check(CLI::NonNegativeNumber)
+      ->group(dcp);
+  app->add_option("--dcp-combine", o->dcp_combine, "ag-rs or all-to-all")->capture_default_str()->group(dcp);
   app->footer(exit_codes_help());
   return {app, [o]() { return bench_command(*o); }};
 }

@@ -12,6 +12,7 @@
 
 #include "backend_report.h"
 #include "commands.h"
+#include "dcp_run.h"
 #include "exit_codes.h"
 #include "lattn/errors.h"
 #include "lattn/overflow.h"
@@ -37,6 +38,11 @@ struct RunOptions {
   std::string clock = "measured";
   bool json = false;
   bool quiet = false;
+  // --dcp N: decode steps under decode context parallelism (tools/dcp_run.h).
+  int dcp = 0;
+  int dcp_interleave = 1;
+  std::string dcp_combine = "ag-rs";
+  int dcp_requests = 4, dcp_context = 300, dcp_steps = 4;
   std::vector<CLI::Option*> generator_options;  // shape a generated trace; meaningless with --trace
 };
 
@@ -171,7 +177,39 @@ std::string verify_failure(const serving::VerifyReport& v, const LayerSetup& lay
   return message;
 }
 
+// --dcp N: the DCP decode run instead of the serving simulation.
+int run_dcp_command(const RunOptions& o) {
+  const LayerSetup layer = resolve_layer_setup(o.layer);
+  DcpRunOptions d;
+  d.world = o.dcp;
+  d.interleave = o.dcp_interleave;
+  d.method = parse_dcp_combine(o.dcp_combine);
+  d.num_requests = o.dcp_requests;
+  d.context = o.dcp_context;
+  d.steps = o.dcp_steps;
+  d.verify = o.verify;
+  d.seed = o.trace.seed;
+  (void)require_servable_backends(layer);
+  const DcpRunReport report = run_dcp_decode(layer, d);
+  if (o.json) {
+    std::printf("%s\n", with_provenance(dcp_report_json(layer, d, report)).dump(2).c_str());
+  } else {
+    print_dcp_report(layer, d, report);
+  }
+  if (report.verified && !report.passed) {
+    char message[256];
+    std::snprintf(message, sizeof message,
+                  "--verify: the DCP output differs from the single-rank output by %.3e (step %d, rank %d), beyond "
+                  "the bound %.0e for %s activations",
+                  report.worst_rel_l2, report.worst_step, report.worst_rank, report.bound,
+                  dtype_flag_name(layer.dtype));
+    throw CliError(kExitVerifyFailed, message);
+  }
+  return kExitOk;
+}
+
 int run_command(const RunOptions& o) {
+  if (o.dcp > 0) return run_dcp_command(o);
   if (!o.trace_file.empty()) {
     for (const CLI::Option* option : o.generator_options) {
       if (option->count() > 0) {
@@ -329,6 +367,26 @@ Subcommand add_run_command(CLI::App& root) {
       ->capture_default_str()
       ->group(out);
   app->add_flag("--json", o->json, "Print the summary as one JSON object (progress still goes to stderr)")->group(out);
+
+  const std::string dcp = "Decode context parallelism (docs/dcp.md)";
+  app->add_option("--dcp", o->dcp,
+                  "Run decode steps with every request's cache sharded over N ranks instead of the serving "
+                  "simulation: threads with the in-process communicator on the CPU, one GPU per rank with NCCL on "
+                  "CUDA (N GPUs needed); --verify compares every step with one rank; --tp composes")
+      ->check(CLI::NonNegativeNumber)
+      ->group(dcp);
+  app->add_option("--dcp-interleave", o->dcp_interleave,
+                  "Consecutive tokens per rank (vLLM's cp_kv_cache_interleave_size)")
+      ->capture_default_str()
+      ->group(dcp);
+  app->add_option("--dcp-combine", o->dcp_combine, "How the partial results are combined: ag-rs or all-to-all")
+      ->capture_default_str()
+      ->group(dcp);
+  app->add_option("--dcp-requests", o->dcp_requests, "Requests decoding together")->capture_default_str()->group(dcp);
+  app->add_option("--dcp-context", o->dcp_context, "Tokens already in each request's cache")
+      ->capture_default_str()
+      ->group(dcp);
+  app->add_option("--dcp-steps", o->dcp_steps, "Decode steps")->capture_default_str()->group(dcp);
   app->add_flag("-q,--quiet", o->quiet, "No progress display")->group(out);
   app->footer(exit_codes_help());
   return {app, [o]() { return run_command(*o); }};

@@ -22,6 +22,7 @@
 #include "lattn/backend.h"
 #include "lattn/cache.h"
 #include "lattn/config.h"
+#include "lattn/dcp.h"
 #include "lattn/metadata.h"
 #include "lattn/sparse.h"
 #include "lattn/tensor.h"
@@ -126,6 +127,30 @@ class MlaAttention {
   // Returns the output view [T, N*V]. docs/mla.md describes the algorithm.
   Tensor forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
                  const MlaMetadata& metadata, const Tensor& out = {}, const Tensor& output_scale = {});
+
+  // Decode context parallelism (docs/dcp.md): this layer becomes rank
+  // comm->rank() of a group of comm->world_size() ranks that each hold a
+  // token-interleaved shard (`interleave` tokens per rank in turn) of every
+  // request's latent cache. Decode then goes through the overload below:
+  // each rank writes only its own new tokens, attends over its shard (causal
+  // by global position, also for s_q > 1) and the ranks' partial results are
+  // combined with the LSE correction through `comm` (`method`) before the V
+  // up-projection. `comm` is the engine's (NCCL, or the in-process group),
+  // on this layer's device; the layer does not own it and it must outlive
+  // the layer's calls. nullptr switches DCP off. Every rank of the group
+  // must call forward for every step, with the same query rows.
+  void set_dcp(Communicator* comm, int interleave = 1,
+               DcpCombineMethod method = DcpCombineMethod::all_gather_reduce_scatter);
+  // world_size 1 when DCP is off.
+  DcpConfig dcp_config() const;
+
+  // One decode step under DCP. `plan` is this rank's plan from
+  // build_dcp_decode_metadata (same requests, the rank's local block tables,
+  // built with this layer's dcp_config()); q, kv_c_normed and k_pe hold every
+  // query token of the step (the same on every rank), in the plan's order.
+  // out as in forward. ValueError when set_dcp was not called.
+  Tensor forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
+                 const DcpDecodePlan& plan, const Tensor& out = {}, const Tensor& output_scale = {});
 
   // The forward of a sparse layer (config.index_topk > 0): writes the
   // latents and the indexer keys, runs the indexer's top-k for every token

@@ -49,10 +49,13 @@ class Communicator {
   virtual void barrier(Stream stream = nullptr) = 0;
 };
 
-// `world_size` communicators of one in-process group over host memory:
-// rank r's object must be used by one thread at a time; each collective
-// blocks until all ranks have entered it.
-std::vector<std::unique_ptr<Communicator>> make_in_process_group(int world_size);
+// `world_size` communicators of one in-process group over the memory of
+// `device` (the host, or one GPU whose buffers every rank passes): rank r's
+// object must be used by one thread at a time; each collective blocks until
+// all ranks have entered it. Over GPU buffers each collective first waits for
+// its caller's stream and copies synchronously (a test and single-process
+// tool, not a fast path: NCCL is the GPU communicator).
+std::vector<std::unique_ptr<Communicator>> make_in_process_group(int world_size, Device device = Device::cpu());
 
 // NCCL. The id is ncclUniqueId's 128 bytes (made by nccl_unique_id() on one
 // rank and sent to the others by the engine's own means).

@@ -22,7 +22,9 @@
 // else: empty shards never produce NaN.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "lattn/communicator.h"
@@ -51,6 +53,8 @@ int64_t dcp_local_count(const DcpConfig& dcp, int64_t n);
 struct DcpDecodePlan {
   MlaMetadata metadata;             // the rank-local plan (run the decode backend with its decode view)
   std::vector<int32_t> empty_rows;  // rows that see no key on this rank (their backend output is ignored)
+  OwnedTensor row_empty;            // [rows] u8 on the plan's device: 1 for the rows of empty_rows
+                                    // (what dcp_combine reads; left undefined, empty_rows is read)
 };
 
 // Plans this rank's part of a decode-only batch.
@@ -74,6 +78,23 @@ enum class DcpCombineMethod {
   all_to_all,                 // one all-to-all of (output, LSE) rows by head slice, then a local merge
 };
 
+// Scratch memory of dcp_combine on one device. Buffers only grow, so after
+// the largest step every call reuses the same memory and a device combine
+// allocates (and synchronizes) nothing. One combine at a time per scratch.
+class DcpCombineScratch {
+ public:
+  static constexpr int kSlots = 6;
+  explicit DcpCombineScratch(Device device = Device::cpu()) : device_(device) {}
+  Device device() const { return device_; }
+  // A contiguous tensor of `shape` in slot `slot` (contents not preserved on growth).
+  Tensor get(int slot, std::initializer_list<int64_t> shape, DType dtype);
+  size_t bytes_held() const;
+
+ private:
+  Device device_;
+  std::array<Buffer, kSlots> buffers_;
+};
+
 // Merges the partial results of all ranks.
 //   partial_out [T, H, D] f32, this rank's partial output (normalized by its own softmax sum)
 //   partial_lse [H, T]    f32, natural log, -inf where this rank saw no key
@@ -81,9 +102,18 @@ enum class DcpCombineMethod {
 //   out         [T, H, D] (every head) or [T, H / world, D] (heads [rank*H/w, (rank+1)*H/w));
 //               f32, f16 or bf16; H must divide by world_size for the slice form
 //   out_lse     [H or H/world, T] f32, optional (may be undefined)
-// Host tensors (the in-process communicator). Every rank calls it.
+//   stream      orders the work on a GPU (ignored on the host)
+//   scratch     on comm.device(); nullptr = temporaries of this call (on a
+//               GPU their release synchronizes the device: pass a scratch
+//               for a combine without host synchronization)
+// Every tensor lives on comm.device(): host tensors with the in-process
+// communicator, device tensors with NCCL (or the in-process communicator of
+// one device). Every rank calls it. The all_to_all method with every head
+// in `out` needs H divisible by world_size (one all-to-all, then an
+// all-gather of the merged head slices).
 void dcp_combine(Communicator& comm, const DcpDecodePlan& plan, const Tensor& partial_out, const Tensor& partial_lse,
                  const Tensor& out, const Tensor& out_lse,
-                 DcpCombineMethod method = DcpCombineMethod::all_gather_reduce_scatter);
+                 DcpCombineMethod method = DcpCombineMethod::all_gather_reduce_scatter, Stream stream = nullptr,
+                 DcpCombineScratch* scratch = nullptr);
 
 }  // namespace lattn

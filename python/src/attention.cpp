@@ -8,6 +8,7 @@
 #include "bind.h"
 #include "cache_ops.h"
 #include "convert.h"
+#include "dcp_objects.h"
 #include "lattn/attention.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
@@ -21,6 +22,7 @@ namespace {
 // lattn/attention.h, "Threads").
 struct PyMlaAttention {
   std::shared_ptr<MlaAttention> layer;
+  std::shared_ptr<Communicator> dcp_comm{};  // set_dcp's, kept alive while the layer uses it
   std::shared_ptr<std::atomic<bool>> in_use = std::make_shared<std::atomic<bool>>(false);
 };
 
@@ -144,12 +146,37 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
                              "GEMM; a CUDA backend's kernel, tiles and (decode, after a forward) split-KV parts; "
                              "{'sparse': name} for a sparse layer.")
       .def_property_readonly("workspace_bytes", [](const PyMlaAttention& a) { return a.layer->workspace_bytes(); })
+      .def(
+          "set_dcp",
+          [](PyMlaAttention& a, py::handle comm, int interleave, const std::string& method) {
+            const BindingUse use(*a.in_use);
+            if (comm.is_none()) {
+              a.layer->set_dcp(nullptr);
+              a.dcp_comm.reset();
+              return;
+            }
+            const PyCommunicator& c = class_arg<PyCommunicator>(comm, "set_dcp", "comm", "Communicator");
+            a.layer->set_dcp(c.comm.get(), interleave, dcp_method_arg(method));
+            a.dcp_comm = c.comm;
+          },
+          py::arg("comm"), py::arg("interleave") = 1, py::arg("method") = "all_gather_reduce_scatter",
+          "Decode context parallelism (docs/dcp.md): this layer becomes rank comm.rank of comm's group; decode "
+          "then takes a DcpDecodePlan (build_dcp_decode_metadata with dcp_config) as forward's metadata. None "
+          "switches it off.")
+      .def_property_readonly("dcp_config", [](const PyMlaAttention& a) { return a.layer->dcp_config(); })
       .def("forward",
            [](PyMlaAttention& a, py::object q, py::object kv_c_normed, py::object k_pe, py::handle cache_obj,
               py::handle metadata, py::object out, py::object output_scale, py::object stream, py::object indexer_q,
               py::object indexer_k, py::object indexer_weights, py::object indexer_cache) {
              const PyLatentCache& cache = class_arg<PyLatentCache>(cache_obj, "forward", "cache", "LatentCache");
-             const MlaMetadata& md = *class_arg<PyMlaMetadata>(metadata, "forward", "metadata", "MlaMetadata").md;
+             // A DcpDecodePlan (set_dcp) or an MlaMetadata.
+             const DcpDecodePlan* plan = py::isinstance<PyDcpDecodePlan>(metadata)
+                                             ? metadata.cast<const PyDcpDecodePlan&>().plan.get()
+                                             : nullptr;
+             const MlaMetadata& md =
+                 plan ? plan->metadata
+                      : *class_arg<PyMlaMetadata>(metadata, "forward", "metadata", "MlaMetadata or lattn.DcpDecodePlan")
+                             .md;
              if (cache.read_only && md.num_actual_tokens > 0) throw_read_only("forward", "cache");
              ArrayArgs args("forward", stream);
              const Tensor tq = args.get(q, "q"), tkv = args.get(kv_c_normed, "kv_c_normed"),
@@ -179,6 +206,8 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
                    throw NotImplementedError("fused output quantization is not yet supported for MLAImplBase");
                  }
                  a.layer->forward(tq, tkv, tpe, cache.cache, md, indexer, tout);
+               } else if (plan) {
+                 a.layer->forward(tq, tkv, tpe, cache.cache, *plan, tout, tscale);
                } else {
                  a.layer->forward(tq, tkv, tpe, cache.cache, md, tout, tscale);
                }

@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>  // in every binding file: one set of type casters (optional, vector, ...)
 
 #include "lattn/backend.h"
+#include "lattn/dcp.h"
 
 namespace lattn::python {
 
@@ -25,8 +26,11 @@ void bind_cache_ops(py::module_& m);  // LatentCache and the cache/attention-sta
 void bind_attention(py::module_& m);  // MlaAttention (attention.cpp)
 void bind_sparse(py::module_& m);     // sparse MLA, fp8_ds_mla, the indexer (sparse.cpp)
 void bind_functional(py::module_& m);  // mla_decode_plan, mla_decode, mla_prefill (functional.cpp)
+void bind_dcp(py::module_& m);         // communicators, DcpConfig, build_dcp_decode_metadata (dcp.cpp)
 
 // "fp8_e4m3_static_per_tensor" -> QuantKey (config.cpp); ValueError otherwise.
 QuantKey quant_key_arg(const std::string& name);
+// "all_gather_reduce_scatter" (or "ag-rs"), "all_to_all" (or "all-to-all"); ValueError otherwise (dcp.cpp).
+DcpCombineMethod dcp_method_arg(const std::string& name);
 
 }  // namespace lattn::python

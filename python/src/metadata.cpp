@@ -84,6 +84,8 @@ std::vector<RequestSpec> requests_arg(py::handle requests, const char* op) {
 
 }  // namespace
 
+std::vector<RequestSpec> request_specs_arg(py::handle requests, const char* op) { return requests_arg(requests, op); }
+
 void bind_metadata(py::module_& m) {
   m.attr("PAD_SLOT_ID") = PAD_SLOT_ID;
   m.def("mla_context_chunk_workspace_size", &mla_context_chunk_workspace_size, py::arg("max_model_len"),

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <memory>
+#include <vector>
+
+#include <pybind11/pybind11.h>
 
 #include "lattn/metadata.h"
 
@@ -12,5 +15,9 @@ namespace lattn::python {
 struct PyMlaMetadata {
   std::shared_ptr<MlaMetadata> md;
 };
+
+// requests: RequestSpec objects or (query_len, num_computed_tokens,
+// block_table) sequences (TypeError / ValueError naming the item).
+std::vector<RequestSpec> request_specs_arg(pybind11::handle requests, const char* op);
 
 }  // namespace lattn::python

@@ -9,6 +9,7 @@ PYBIND11_MODULE(_lattn, m) {
   lattn::python::bind_config(m);
   lattn::python::bind_prefill_metadata(m);
   lattn::python::bind_metadata(m);
+  lattn::python::bind_dcp(m);
   lattn::python::bind_cache_ops(m);
   lattn::python::bind_attention(m);
   lattn::python::bind_sparse(m);

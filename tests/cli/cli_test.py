@@ -301,6 +301,28 @@ def run_verify_minicpm3(lattn):
 
 
 @case
+def run_dcp_2_verify_on_cpu(lattn):
+    # Decode context parallelism: 2 ranks (threads, in-process communicator) against one rank.
+    report = lattn.json("run", "--json", "--device", "cpu", "--model", "deepseek-v3", "--tp", "8", "--dcp", "2",
+                        "--verify", "--dcp-requests", "3", "--dcp-context", "150", "--dcp-steps", "2")
+    check(report["dcp"] == 2 and report["communicator"] == "in-process", f"report: {report}")
+    check(report["num_heads"] == 16, f"heads: {report['num_heads']}")
+    verify = report["verify"]
+    check(verify["passed"] and 0 <= verify["worst_rel_l2"] <= verify["bound"], f"verify: {verify}")
+    # All-to-all (8 heads over 4 ranks), interleave 3, and an fp8 cache.
+    report = lattn.json("run", "--json", "--device", "cpu", "--model", "deepseek-v3", "--tp", "16", "--dcp", "4",
+                        "--dcp-combine", "all-to-all", "--dcp-interleave", "3", "--kv-cache-dtype", "fp8", "--verify",
+                        "--dcp-requests", "2", "--dcp-context", "40", "--dcp-steps", "2")
+    check(report["verify"]["passed"], f"verify: {report['verify']}")
+    err = lattn("run", "--device", "cpu", "--dcp", "2", "--dcp-combine", "gather", expect=EXIT_USAGE).stderr
+    check_in("--dcp-combine must be ag-rs or all-to-all; got 'gather'", err, "stderr")
+    out = lattn("bench", "--device", "cpu", "--model", "deepseek-v3", "--tp", "16", "--dcp", "2", "--batch", "2",
+                "--seq", "200", "--repeats", "1", "--warmup", "0", "-q").stdout
+    check_in("DCP decode bench", out)
+    check_in("(dcp 2)", out)
+
+
+@case
 def run_verify_fp8_cache(lattn):
     report = run_verified(lattn, "--model", "deepseek-v3", "--tp", "16", "--kv-cache-dtype", "fp8")
     check(report["config"]["kv_cache_dtype"] == "fp8", f"config: {report['config']}")

@@ -1,9 +1,11 @@
 // The NCCL communicator (lattn/communicator.h) on real GPUs: one thread per
-// GPU of this machine (world size = GPU count, at most 4), the collectives
+// GPU of this machine (world size = GPU count, at most 4, or LATTN_NCCL_WORLD
+// when set: scripts/gpu-check.sh runs 2 and 4 where there are GPUs), the collectives
 // over device buffers checked element by element. Skips with one line where
 // there is no GPU or no NCCL.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -21,7 +23,9 @@ TEST(NcclCommunicator, CollectivesOverEveryGpu) {
   const int gpus = int(query_cuda_devices().devices.size());
   if (gpus == 0) GTEST_SKIP() << "no GPU test: no CUDA device";
   if (!nccl_available()) GTEST_SKIP() << "no NCCL test: libnccl.so.2 not loadable or lattn built without NCCL";
-  const int world = std::min(gpus, 4);
+  const char* env = std::getenv("LATTN_NCCL_WORLD");
+  const int world = env ? std::atoi(env) : std::min(gpus, 4);
+  if (world < 1 || world > gpus) GTEST_SKIP() << "LATTN_NCCL_WORLD=" << world << " but " << gpus << " GPU(s)";
   const NcclUniqueIdBytes id = nccl_unique_id();  // made once, "sent" to every rank through memory
   const int64_t m = 1000;                         // elements per rank slice
   std::vector<std::string> failures;

@@ -304,7 +304,7 @@ def test_forward_with_wrong_metadata_type_is_type_error():
     attn, _ = loaded_layer()
     q, kv, pe, md = small_step()
     cache = lattn.LatentCache.empty(4, 4, 64, 16, dtype="f16")
-    with pytest.raises(TypeError, match="argument 'metadata' must be a lattn.MlaMetadata, got <class 'int'>"):
+    with pytest.raises(TypeError, match="argument 'metadata' must be a lattn.MlaMetadata or lattn.DcpDecodePlan, got <class 'int'>"):
         attn.forward(q, kv, pe, cache, 3)
     with pytest.raises(TypeError, match="argument 'cache' must be a lattn.LatentCache"):
         attn.forward(q, kv, pe, np.zeros((4, 4, 80), np.float16), md)

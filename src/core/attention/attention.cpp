@@ -155,15 +155,20 @@ std::shared_ptr<const void> MlaAttention::weights_owner() const {
   return std::make_shared<const Pair>(impl_->w_uk_t, impl_->w_uv);
 }
 
-Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
-                             const MlaMetadata& metadata, const Tensor& out, const Tensor& output_scale) {
-  Impl& im = *impl_;
-  const detail::ExclusiveUse use(im.in_use, "MlaAttention::forward");
+namespace {
+
+void refuse_sparse(const MlaAttention::Impl& im) {
   if (im.is_sparse()) {
     throw ValueError("MlaAttention.forward: this layer is sparse (config.index_topk = " +
                      std::to_string(im.config.index_topk) +
                      ") and needs the indexer's inputs: call forward(q, kv_c_normed, k_pe, cache, metadata, indexer, out)");
   }
+}
+
+// The forward of the dense overloads; dcp_plan non-null for a DCP decode step.
+Tensor run_forward(MlaAttention::Impl& im, const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe,
+                   const LatentCache& cache, const MlaMetadata& metadata, const Tensor& out, const Tensor& output_scale,
+                   const DcpDecodePlan* dcp_plan) {
   // As the seed, refuse fused output quantization first when the backends cannot provide it.
   if (output_scale.defined() && !im.supports_quant_output()) {
     throw NotImplementedError("fused output quantization is not yet supported for MLAImplBase");
@@ -194,7 +199,7 @@ Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const T
   const int64_t Td = metadata.num_decode_tokens, Tp = metadata.num_prefill_tokens;
   if (Td > 0) {
     const Tensor rows = (args.quantize ? staging : result).narrow(0, 0, Td);
-    detail::forward_decode(im, args, cache, *metadata.decode, rows);
+    detail::forward_decode(im, args, cache, *metadata.decode, rows, dcp_plan);
     if (args.quantize) detail::quantize_fp8(rows, result.narrow(0, 0, Td), output_scale, stream);
   }
   // 3. Prefill rows.
@@ -208,6 +213,66 @@ Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const T
   const int64_t computed = Td + Tp;
   if (computed < T) detail::zero_rows(result.narrow(0, computed, T - computed), stream);
   return result;
+}
+
+}  // namespace
+
+Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
+                             const MlaMetadata& metadata, const Tensor& out, const Tensor& output_scale) {
+  Impl& im = *impl_;
+  const detail::ExclusiveUse use(im.in_use, "MlaAttention::forward");
+  refuse_sparse(im);
+  // A layer of a DCP group holds only its shard: attending without the
+  // combine would return a wrong result silently.
+  check_arg(im.dcp_comm == nullptr || im.dcp_comm->world_size() == 1, "MlaAttention::forward", "metadata",
+            "be a DcpDecodePlan (this layer is set for DCP over " +
+                std::to_string(im.dcp_comm ? im.dcp_comm->world_size() : 1) +
+                " ranks; build the step with build_dcp_decode_metadata)",
+            "an MlaMetadata");
+  return run_forward(im, q, kv_c_normed, k_pe, cache, metadata, out, output_scale, nullptr);
+}
+
+Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
+                             const DcpDecodePlan& plan, const Tensor& out, const Tensor& output_scale) {
+  Impl& im = *impl_;
+  const detail::ExclusiveUse use(im.in_use, "MlaAttention::forward");
+  refuse_sparse(im);
+  check_arg(im.dcp_comm != nullptr, "MlaAttention::forward", "plan",
+            "come with a DCP setting (call set_dcp with the group's communicator first)", "a DcpDecodePlan");
+  check_arg(plan.metadata.num_prefills == 0, "MlaAttention::forward", "plan.metadata",
+            "be decode-only (DCP prefill is not supported yet, docs/dcp.md)",
+            std::to_string(plan.metadata.num_prefills) + " prefill rows");
+  return run_forward(im, q, kv_c_normed, k_pe, cache, plan.metadata, out, output_scale, &plan);
+}
+
+void MlaAttention::set_dcp(Communicator* comm, int interleave, DcpCombineMethod method) {
+  const detail::ExclusiveUse use(impl_->in_use, "MlaAttention::set_dcp");
+  Impl& im = *impl_;
+  if (comm == nullptr) {
+    im.dcp_comm = nullptr;
+    im.dcp_scratch.reset();
+    return;
+  }
+  const char* op = "MlaAttention::set_dcp";
+  check_arg(interleave >= 1, op, "interleave", "be >= 1", std::to_string(interleave));
+  check_arg(comm->device() == im.config.device, op, "comm", "be on the layer's device " + device_name(im.config.device),
+            device_name(comm->device()));
+  const int heads = im.config.dims.num_heads, world = comm->world_size();
+  check_arg(method != DcpCombineMethod::all_to_all || heads % world == 0, op, "method",
+            "be all_gather_reduce_scatter when the " + std::to_string(heads) +
+                " heads do not divide by the world size " + std::to_string(world) +
+                " (all_to_all merges H / world heads per rank)",
+            "all_to_all");
+  im.dcp_comm = comm;
+  im.dcp_interleave = interleave;
+  im.dcp_method = method;
+  im.dcp_scratch = std::make_unique<DcpCombineScratch>(im.config.device);
+}
+
+DcpConfig MlaAttention::dcp_config() const {
+  const Impl& im = *impl_;
+  if (!im.dcp_comm) return DcpConfig{};
+  return DcpConfig{im.dcp_comm->world_size(), im.dcp_comm->rank(), im.dcp_interleave};
 }
 
 Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,

@@ -32,6 +32,11 @@ struct MlaAttention::Impl {
   // Set while a call uses the layer's state (scratch, weights, stream):
   // a second thread's call is refused rather than sharing the scratch.
   std::atomic<bool> in_use{false};
+  // Decode context parallelism (set_dcp): the engine's communicator, or null.
+  Communicator* dcp_comm = nullptr;
+  int dcp_interleave = 1;
+  DcpCombineMethod dcp_method = DcpCombineMethod::all_gather_reduce_scatter;
+  std::unique_ptr<DcpCombineScratch> dcp_scratch;
 
   const MlaDims& dims() const { return config.dims; }
   RunContext run_context() const { return {config.device, config.stream, 0, config.batch_invariant}; }
@@ -74,8 +79,10 @@ class ExclusiveUse {
 
 // Decode rows [0, num_decode_tokens) (absorbed path).
 //   out_rows [Td, N*V] activation dtype (rows may be strided)
+//   dcp_plan this rank's DCP plan (impl.dcp_comm set): the backend's partial
+//            result and LSE are combined over the group before W_UV; or null
 void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
-                    const DecodeMetadata& metadata, const Tensor& out_rows);
+                    const DecodeMetadata& metadata, const Tensor& out_rows, const DcpDecodePlan* dcp_plan = nullptr);
 
 // Prefill rows [num_decode_tokens, num_actual_tokens) (compute-friendly path).
 //   out_rows [Tp, N*V]: activation dtype, or fp8_e4m3 with output_scale when

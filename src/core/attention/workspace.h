@@ -16,6 +16,10 @@ namespace lattn::detail {
 enum class WorkspaceSlot : int {
   decode_ql_nope,     // [Td, N, L]    absorbed decode queries
   decode_out,         // [Td, N, L]    decode attention output (latent)
+  decode_partial,     // [Td, N, L]    DCP: this rank's partial decode output
+  decode_lse,         // [N, Td]       DCP: its LSE
+  decode_v_slice,     // [Td, Hs*V]    DCP: this rank's up-projected head slice
+  decode_v_gathered,  // [W, Td, Hs*V] DCP: every rank's slice
   new_k,              // [Tp, N, P+R]  up-projected keys of the new tokens
   new_v,              // [Tp, N, V']   up-projected values (V' = V, or P+R when padded)
   new_out,            // [Tp, N, V']   new-token attention output (suffix)

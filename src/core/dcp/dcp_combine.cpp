@@ -1,75 +1,73 @@
 // Combining the ranks' partial decode results under DCP (lattn/dcp.h,
 // docs/dcp.md): the LSE correction of merge_attn_states, over any number of
-// ranks, through a Communicator.
+// ranks, through a Communicator. This file decides which collective moves
+// what; the local steps (mask, rescale, pack, merge, finish) are the device's
+// (core/dcp/dcp_kernels.h), all ordered on one stream.
 //
-// Both methods compute, for every (head h, token t),
-//   lse = log Σ_r exp(lse_r)            over ranks with lse_r > -inf
-//   out = Σ_r exp(lse_r - lse) · out_r  in rank order, f32,
-// with the weight of a rank that saw no key exactly 0 (its output, whatever it
-// holds, is never read), so both give the same bits and an empty shard never
-// brings a NaN in. A NaN LSE (NaN in the data a rank attended to) propagates.
-#include <cmath>
-#include <limits>
+// all_gather_reduce_scatter (vLLM's):
+//   mask_lse -> all_gather(LSE) -> rescale -> reduce_scatter(outputs by head)
+//   [-> all_gather(head slices) for every head] -> finish
+// all_to_all:
+//   mask_lse -> pack_rows -> all_to_all((output, LSE) rows by head slice)
+//   -> merge_rows [-> all_gather(slices, LSE slices) for every head] -> finish
+// Every head with H not divisible by world_size (ag+rs only): the rescaled
+// partials are all-gathered whole and finish adds them in rank order.
 #include <string>
-#include <vector>
 
+#include "core/dcp/dcp_kernels.h"
+#include "core/ops/device_ops.h"
 #include "lattn/check.h"
 #include "lattn/dcp.h"
 #include "lattn/errors.h"
 
 namespace lattn {
+
+Tensor DcpCombineScratch::get(int slot, std::initializer_list<int64_t> shape, DType dtype) {
+  check_arg(slot >= 0 && slot < kSlots, "DcpCombineScratch::get", "slot", "be in [0, " + std::to_string(kSlots) + ")",
+            std::to_string(slot));
+  std::vector<int64_t> dims(shape);
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  const size_t bytes = size_t(n) * size_t(dtype_size(dtype));
+  Buffer& b = buffers_[size_t(slot)];
+  if (b.size() < bytes) {
+    b.reset();
+    b = Buffer(bytes, device_);
+  }
+  return Tensor(b.data(), dtype, dims, device_);
+}
+
+size_t DcpCombineScratch::bytes_held() const {
+  size_t n = 0;
+  for (const Buffer& b : buffers_) n += b.size();
+  return n;
+}
+
 namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// Robust log-sum-exp of `n` LSE values spaced `stride` apart (+inf read as -inf,
-// as merge_attn_states does).
-float combined_lse(const float* lse, int n, int64_t stride) {
-  float m = kNegInf;
-  for (int r = 0; r < n; ++r) {
-    float v = lse[r * stride];
-    if (std::isnan(v)) return v;
-    if (v == std::numeric_limits<float>::infinity()) v = kNegInf;
-    m = std::max(m, v);
-  }
-  if (m == kNegInf) return kNegInf;
-  double s = 0;
-  for (int r = 0; r < n; ++r) {
-    const float v = lse[r * stride];
-    if (v > kNegInf && v < std::numeric_limits<float>::infinity()) s += std::exp(double(v) - m);
-  }
-  return m + float(std::log(s));
-}
-
-float rank_weight(float lse_r, float lse) {
-  if (std::isnan(lse_r) || std::isnan(lse)) return std::numeric_limits<float>::quiet_NaN();
-  if (!(lse_r > kNegInf) || lse_r == std::numeric_limits<float>::infinity() || lse == kNegInf) return 0.f;
-  return std::exp(lse_r - lse);
-}
 
 struct Shapes {
   int64_t T, H, D, Ho;
   int h0;  // first head of `out`
 };
 
-Shapes check_combine_args(const Communicator& comm, const Tensor& partial_out, const Tensor& partial_lse,
-                          const Tensor& out, const Tensor& out_lse) {
+Shapes check_combine_args(const Communicator& comm, const DcpDecodePlan& plan, const Tensor& partial_out,
+                          const Tensor& partial_lse, const Tensor& out, const Tensor& out_lse, DcpCombineMethod method,
+                          const DcpCombineScratch* scratch) {
   static const char* op = "dcp_combine";
-  check_arg(comm.device().is_cpu(), op, "comm",
-            "be a host communicator (in-process); device combine is not written yet", comm.kind());
+  const Device dev = comm.device();
   check_dim(op, "partial_out", partial_out, 3);
   check_dtype_in(op, "partial_out", partial_out, {DType::f32, DType::f16, DType::bf16});
   check_contiguous(op, "partial_out", partial_out);
-  check_device(op, "partial_out", partial_out, Device::cpu());
+  check_device(op, "partial_out", partial_out, dev);
   const int64_t T = partial_out.size(0), H = partial_out.size(1), D = partial_out.size(2);
   check_shape(op, "partial_lse", partial_lse, {H, T});
   check_dtype(op, "partial_lse", partial_lse, DType::f32);
   check_contiguous(op, "partial_lse", partial_lse);
-  check_device(op, "partial_lse", partial_lse, Device::cpu());
+  check_device(op, "partial_lse", partial_lse, dev);
   check_dim(op, "out", out, 3);
   check_dtype_in(op, "out", out, {DType::f32, DType::f16, DType::bf16});
   check_contiguous(op, "out", out);
-  check_device(op, "out", out, Device::cpu());
+  check_device(op, "out", out, dev);
   const int W = comm.world_size();
   const int64_t Ho = out.size(1);
   const bool full = Ho == H;
@@ -78,114 +76,109 @@ Shapes check_combine_args(const Communicator& comm, const Tensor& partial_out, c
             "have shape [" + std::to_string(T) + ", " + std::to_string(H) + " (every head) or H / world_size, " +
                 std::to_string(D) + "]",
             out.shape_str());
+  if (method == DcpCombineMethod::all_to_all) {
+    check_arg(H % W == 0, op, "partial_out",
+              "have a head count divisible by world_size " + std::to_string(W) +
+                  " for the all_to_all method (each rank merges H / world_size heads)",
+              out.shape_str());
+  }
   if (out_lse.defined()) {
     check_shape(op, "out_lse", out_lse, {Ho, T});
     check_dtype(op, "out_lse", out_lse, DType::f32);
     check_contiguous(op, "out_lse", out_lse);
+    check_device(op, "out_lse", out_lse, dev);
   }
+  if (plan.row_empty.tensor().defined()) {
+    check_shape(op, "plan.row_empty", plan.row_empty, {T});
+    check_device(op, "plan.row_empty", plan.row_empty, dev);
+  }
+  for (const int32_t row : plan.empty_rows) {
+    check_arg(row >= 0 && row < T, op, "plan.empty_rows", "list rows in [0, " + std::to_string(T) + ")",
+              std::to_string(row));
+  }
+  if (scratch)
+    check_arg(scratch->device() == dev, op, "scratch", "be on " + device_name(dev), device_name(scratch->device()));
   return {T, H, D, Ho, full ? 0 : int(comm.rank() * Ho)};
 }
+
+enum Slot { kOwnLse, kLseAll, kScaled, kSummed, kLse, kRowEmpty };
 
 }  // namespace
 
 void dcp_combine(Communicator& comm, const DcpDecodePlan& plan, const Tensor& partial_out, const Tensor& partial_lse,
-                 const Tensor& out, const Tensor& out_lse, DcpCombineMethod method) {
-  const Shapes s = check_combine_args(comm, partial_out, partial_lse, out, out_lse);
-  const int W = comm.world_size();
+                 const Tensor& out, const Tensor& out_lse, DcpCombineMethod method, Stream stream,
+                 DcpCombineScratch* scratch) {
+  const Shapes s = check_combine_args(comm, plan, partial_out, partial_lse, out, out_lse, method, scratch);
+  const Device dev = comm.device();
+  DcpCombineScratch temporaries(dev);
+  DcpCombineScratch& ws = scratch ? *scratch : temporaries;
+  const detail::DcpKernels& k = detail::dcp_kernels(dev);
+  const int W = comm.world_size(), rank = comm.rank();
   const bool full = s.Ho == s.H;
-  const DType pdt = partial_out.dtype();
-  const DType odt = out.dtype();
-  // This rank's LSE with the rows it saw no key for set to -inf (their backend
-  // rows attended to a placeholder slot).
-  std::vector<float> own_lse(partial_lse.data_as<const float>(), partial_lse.data_as<const float>() + s.H * s.T);
-  for (const int32_t row : plan.empty_rows) {
-    check_arg(row >= 0 && row < s.T, "dcp_combine", "plan.empty_rows", "list rows in [0, " + std::to_string(s.T) + ")",
-              std::to_string(row));
-    for (int64_t h = 0; h < s.H; ++h) own_lse[size_t(h * s.T + row)] = kNegInf;
+  const int64_t Hs = s.H / W;  // head slice (meaningful when H % W == 0)
+
+  // Which rows saw no key here: the plan's mask, or its list (uploaded).
+  Tensor row_empty = plan.row_empty.tensor().defined() ? plan.row_empty.tensor() : Tensor();
+  if (!row_empty.defined() && !plan.empty_rows.empty()) {
+    OwnedTensor host = OwnedTensor::zeros({s.T}, DType::u8);
+    for (const int32_t row : plan.empty_rows) host.data_as<uint8_t>()[row] = 1;
+    row_empty = ws.get(kRowEmpty, {s.T}, DType::u8);
+    detail::device_ops(dev, Device::cpu())
+        .memcpy(row_empty.data(), dev, host.data(), Device::cpu(), size_t(s.T), stream);
   }
-  const float* lse_p = own_lse.data();
+  const Tensor own_lse = ws.get(kOwnLse, {s.H, s.T}, DType::f32);
+  k.mask_lse(partial_lse, row_empty, own_lse, stream);
 
   if (method == DcpCombineMethod::all_to_all) {
-    check_arg(!full || W == 1, "dcp_combine", "out",
-              "be this rank's head slice [T, H / world_size, D] (all_to_all leaves each rank its slice)",
-              out.shape_str());
-    const int64_t Hs = s.Ho, row = s.D + 1;  // a row: D output values, then the LSE
-    // send [W (destination), Hs, T, D + 1]: destination j gets heads [j*Hs, (j+1)*Hs).
-    OwnedTensor send = OwnedTensor::empty({W * Hs * s.T * row}, DType::f32);
-    OwnedTensor recv = OwnedTensor::empty({W * Hs * s.T * row}, DType::f32);
-    auto* sp = send.data_as<float>();
-    for (int64_t h = 0; h < s.H; ++h) {
-      for (int64_t t = 0; t < s.T; ++t) {
-        float* dst = sp + (h * s.T + t) * row;
-        for (int64_t d = 0; d < s.D; ++d) dst[d] = load_as_f32(partial_out.data(), pdt, (t * s.H + h) * s.D + d);
-        dst[s.D] = lse_p[h * s.T + t];
-      }
+    const Tensor send = ws.get(kScaled, {W, Hs, s.T, s.D + 1}, DType::f32);
+    const Tensor recv = ws.get(kLseAll, {W, Hs, s.T, s.D + 1}, DType::f32);
+    k.pack_rows(partial_out, own_lse, send, stream);
+    comm.all_to_all(send, recv, stream);
+    const Tensor merged = ws.get(kSummed, {1, Hs, s.T, s.D}, DType::f32);
+    const Tensor lse = ws.get(kLse, {s.H, s.T}, DType::f32);
+    const Tensor own_slice_lse = lse.narrow(0, rank * Hs, Hs);  // [Hs, T], contiguous
+    k.merge_rows(recv, merged.view({Hs, s.T, s.D}), own_slice_lse, stream);
+    if (!full) {
+      k.finish(merged, own_slice_lse, out, out_lse, stream);
+      return;
     }
-    comm.all_to_all(send, recv);
-    const auto* rp = recv.data_as<const float>();
-    const int64_t per_rank = Hs * s.T * row;
-    for (int64_t hl = 0; hl < Hs; ++hl) {
-      for (int64_t t = 0; t < s.T; ++t) {
-        const float* src0 = rp + (hl * s.T + t) * row;
-        const float lse = combined_lse(src0 + s.D, W, per_rank);
-        for (int64_t d = 0; d < s.D; ++d) {
-          float acc = 0.f;
-          for (int r = 0; r < W; ++r) {
-            const float w = rank_weight(src0[r * per_rank + s.D], lse);
-            if (w != 0.f) acc += w * src0[r * per_rank + d];
-          }
-          store_from_f32(out.data(), odt, (t * s.Ho + hl) * s.D + d, acc);
-        }
-        if (out_lse.defined()) out_lse.data_as<float>()[hl * s.T + t] = lse;
-      }
-    }
+    // Every head: gather the merged slices (head-major, so rank order = head order) and their LSEs.
+    const Tensor all = ws.get(kScaled, {1, s.H, s.T, s.D}, DType::f32);  // send is no longer needed
+    comm.all_gather(merged.view({Hs, s.T, s.D}), all.view({W, Hs, s.T, s.D}), stream);
+    const Tensor lse_gathered = ws.get(kOwnLse, {s.H, s.T}, DType::f32);  // own_lse is no longer needed
+    comm.all_gather(own_slice_lse, lse_gathered.view({W, Hs, s.T}), stream);
+    k.finish(all, lse_gathered, out, out_lse, stream);
     return;
   }
 
   // all_gather_reduce_scatter: every rank learns every LSE, rescales its own
   // partial, and the rescaled partials are summed over ranks by head.
-  OwnedTensor lse_all = OwnedTensor::empty({W, s.H, s.T}, DType::f32);
-  comm.all_gather(Tensor(const_cast<float*>(lse_p), DType::f32, {s.H, s.T}), lse_all);
-  const auto* la = lse_all.data_as<const float>();
-  std::vector<float> lse(size_t(s.H * s.T));
-  for (int64_t i = 0; i < s.H * s.T; ++i) lse[size_t(i)] = combined_lse(la + i, W, s.H * s.T);
-
-  // Rescaled partial, head-major [H, T, D] so a reduce-scatter splits it by head.
-  OwnedTensor scaled = OwnedTensor::empty({s.H, s.T, s.D}, DType::f32);
-  auto* sc = scaled.data_as<float>();
-  for (int64_t h = 0; h < s.H; ++h) {
-    for (int64_t t = 0; t < s.T; ++t) {
-      const float w = rank_weight(lse_p[h * s.T + t], lse[size_t(h * s.T + t)]);
-      float* dst = sc + (h * s.T + t) * s.D;
-      for (int64_t d = 0; d < s.D; ++d) {
-        dst[d] = w == 0.f ? 0.f : w * load_as_f32(partial_out.data(), pdt, (t * s.H + h) * s.D + d);
-      }
-    }
+  const Tensor lse_all = ws.get(kLseAll, {W, s.H, s.T}, DType::f32);
+  comm.all_gather(own_lse, lse_all, stream);
+  const Tensor scaled = ws.get(kScaled, {s.H, s.T, s.D}, DType::f32);
+  const Tensor lse = ws.get(kLse, {s.H, s.T}, DType::f32);
+  k.rescale(partial_out, own_lse, lse_all, rank, scaled, lse, stream);
+  if (full && s.H % W != 0) {
+    // Head count not divisible: gather every rescaled partial, finish adds them in rank order.
+    const Tensor all = ws.get(kSummed, {W, s.H, s.T, s.D}, DType::f32);
+    comm.all_gather(scaled, all, stream);
+    k.finish(all, lse, out, out_lse, stream);
+    return;
   }
-  OwnedTensor summed = OwnedTensor::empty({s.Ho, s.T, s.D}, DType::f32);
-  if (full) {
-    // Every head on every rank: gather all rescaled partials, add in rank order.
-    OwnedTensor all = OwnedTensor::empty({W, s.H, s.T, s.D}, DType::f32);
-    comm.all_gather(scaled, all);
-    const auto* ap = all.data_as<const float>();
-    auto* sm = summed.data_as<float>();
-    const int64_t n = s.H * s.T * s.D;
-    for (int64_t i = 0; i < n; ++i) {
-      float acc = 0.f;
-      for (int r = 0; r < W; ++r) acc += ap[r * n + i];
-      sm[i] = acc;
-    }
-  } else {
-    comm.reduce_scatter_sum(scaled, summed);
+  const Tensor summed = ws.get(kSummed, {1, Hs, s.T, s.D}, DType::f32);
+  comm.reduce_scatter_sum(scaled, summed.view({Hs, s.T, s.D}), stream);
+  if (!full) {
+    k.finish(summed, lse.narrow(0, s.h0, s.Ho), out, out_lse, stream);
+    return;
   }
-  const auto* sm = summed.data_as<const float>();
-  for (int64_t hl = 0; hl < s.Ho; ++hl) {
-    for (int64_t t = 0; t < s.T; ++t) {
-      for (int64_t d = 0; d < s.D; ++d)
-        store_from_f32(out.data(), odt, (t * s.Ho + hl) * s.D + d, sm[(hl * s.T + t) * s.D + d]);
-      if (out_lse.defined()) out_lse.data_as<float>()[hl * s.T + t] = lse[size_t((s.h0 + hl) * s.T + t)];
-    }
+  // Every head: gather the summed slices back (rank order = head order). W = 1 needs no copy.
+  if (W == 1) {
+    k.finish(summed, lse, out, out_lse, stream);
+    return;
   }
+  const Tensor all = ws.get(kLseAll, {1, s.H, s.T, s.D}, DType::f32);  // lse_all is no longer needed
+  comm.all_gather(summed.view({Hs, s.T, s.D}), all.view({W, Hs, s.T, s.D}), stream);
+  k.finish(all, lse, out, out_lse, stream);
 }
 
 }  // namespace lattn

@@ -83,7 +83,15 @@ DcpDecodePlan build_dcp_decode_metadata(const MlaMetadataBuilder& builder, const
   // view of this array, docs/metadata.md).
   auto* slot_out = plan.metadata.slot_mapping_cpu.data_as<int64_t>();
   for (size_t i = 0; i < slots.size(); ++i) slot_out[i] = slots[i];
-  if (device.is_cuda()) plan.metadata.to_device(device, stream);
+  OwnedTensor row_empty = OwnedTensor::zeros({int64_t(rows.size())}, DType::u8);
+  for (const int32_t row : plan.empty_rows) row_empty.data_as<uint8_t>()[row] = 1;
+  if (device.is_cuda()) {
+    plan.metadata.to_device(device, stream);
+    plan.row_empty = OwnedTensor::empty({int64_t(rows.size())}, DType::u8, device);
+    copy_tensor(row_empty, plan.row_empty);
+  } else {
+    plan.row_empty = std::move(row_empty);
+  }
   return plan;
 }
 
