@@ -126,6 +126,18 @@ def calls():
          r"argument 'head_dim' must be an int"),
         ("fp8_ds_mla_entry_bytes", lambda: lattn.fp8_ds_mla_entry_bytes("512", 64), TypeError,
          r"fp8_ds_mla_entry_bytes: argument 'kv_lora_rank' must be an int"),
+        ("builder block_size", lambda: lattn.MlaMetadataBuilder(block_size="16"), TypeError,
+         r"MlaMetadataBuilder: argument 'block_size' must be an int"),
+        ("builder workspace", lambda: lattn.MlaMetadataBuilder(context_chunk_workspace_size=2**70), ValueError,
+         r"argument 'context_chunk_workspace_size' must be in"),
+        ("builder batch_invariant", lambda: lattn.MlaMetadataBuilder(batch_invariant=BIG), TypeError,
+         r"argument 'batch_invariant' must be a bool"),
+        ("builder cudagraph", lambda: lattn.MlaMetadataBuilder(cudagraph=4), TypeError,
+         r"argument 'cudagraph' must be a lattn.CudaGraphConfig"),
+        ("build is_profile_run", lambda: lattn.MlaMetadataBuilder(context_chunk_workspace_size=64).build(
+            [(1, 0, [0])], is_profile_run="no"), TypeError, r"MlaMetadataBuilder.build: argument 'is_profile_run'"),
+        ("padded_batch_size", lambda: lattn.MlaMetadataBuilder(context_chunk_workspace_size=64).padded_batch_size(
+            BIG), TypeError, r"padded_batch_size: argument 'num_reqs' must be an int"),
     ]
 
 
