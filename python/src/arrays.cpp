@@ -28,8 +28,16 @@ py::int_ dlpack_stream_number(Stream stream) {
 // producer does not say (older producers).
 std::pair<int, int> dlpack_device_of(py::handle obj) {
   if (!py::hasattr(obj, "__dlpack_device__")) return {kDLCPU, 0};
-  py::tuple d = obj.attr("__dlpack_device__")();
-  return {d[0].cast<int>(), d[1].cast<int>()};
+  py::object d = obj.attr("__dlpack_device__")();
+  if (py::isinstance<py::tuple>(d) && py::len(d) == 2) {
+    try {
+      return {d[py::int_(0)].cast<int>(), d[py::int_(1)].cast<int>()};
+    } catch (const py::cast_error&) {
+      // not two ints: the TypeError below
+    }
+  }
+  throw py::type_error(py::str(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).cast<std::string>() +
+                       ".__dlpack_device__() must return a (device_type, device_id) pair of ints");
 }
 
 py::object loaded_module(const char* name) {

@@ -176,7 +176,10 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
       }, "The decode view (None without decodes).")
       .def("to_device",
            [](PyMlaMetadata& s, py::handle device, py::object stream) {
-             const Stream st = stream.is_none() ? nullptr : reinterpret_cast<Stream>(stream.cast<intptr_t>());
+             const Stream st = stream.is_none() ? nullptr
+                                                : reinterpret_cast<Stream>(static_cast<intptr_t>(int_arg(
+                                                      stream, "MlaMetadata.to_device", "stream", 0,
+                                                      std::numeric_limits<int64_t>::max())));
              s.md->to_device(device_arg(device), st);
            },
            py::arg("device"), py::arg("stream") = py::none(),

@@ -151,6 +151,27 @@ def test_wrong_argument_types_and_ranges_name_the_argument(index):
     assert "Unable to cast" not in message and "incompatible function arguments" not in message, what
 
 
+class BadDevice:
+    """A producer whose __dlpack_device__ answers nonsense."""
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("not reached")
+
+    def __dlpack_device__(self):
+        return "cpu"
+
+
+def test_other_casts_are_type_errors_not_cast_errors():
+    with pytest.raises(TypeError, match=r"__dlpack_device__\(\) must return a \(device_type, device_id\) pair"):
+        lattn.from_dlpack(BadDevice())
+    md = lattn.MlaMetadataBuilder(context_chunk_workspace_size=64).build([(1, 0, [0])])
+    with pytest.raises(TypeError, match="MlaMetadata.to_device: argument 'stream' must be an int"):
+        md.to_device("cpu", stream="default")
+    config = lattn.SelectorConfig.for_dims(lattn.MlaDims.deepseek_v3(16), "bf16")
+    with pytest.raises(TypeError, match="argument 'capability' must be a lattn.DeviceCapability"):
+        lattn.get_mla_prefill_backend(config, capability=(9, 0))
+
+
 def test_read_only_out_and_lse_of_the_functional_api_are_refused_and_unchanged():
     q, cache, plan, _, _ = decode_inputs()
     out = np.full((1, 2, 32), 7.0, np.float32)
