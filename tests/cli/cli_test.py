@@ -302,6 +302,15 @@ def run_verify_fp8_cache(lattn):
 
 
 @case
+def run_verify_says_what_it_is_doing(lattn):
+    # The reference check of --verify takes 10-40 s on big presets: it announces itself first.
+    proc = lattn("run", "--layers", "1", "--verify", "--verify-requests", "2", "--num-requests", "4",
+                 "--request-rate", "inf", "--prompt-len-median", "40", "--output-len-mean", "3",
+                 *[a for a in SMALL_RUN if a != "-q"])
+    check_in("verifying 2 requests against the reference backend", proc.stderr, "stderr")
+
+
+@case
 def run_text_summary(lattn):
     proc = lattn("run", "--num-requests", "4", "--prompt-len-median", "40", "--output-len-mean", "3",
                  "--model", "deepseek-v2-lite", "--tp", "8", "--layers", "1", "--block-size", "16")
