@@ -136,6 +136,14 @@ def calls():
          r"argument 'cudagraph' must be a lattn.CudaGraphConfig"),
         ("build is_profile_run", lambda: lattn.MlaMetadataBuilder(context_chunk_workspace_size=64).build(
             [(1, 0, [0])], is_profile_run="no"), TypeError, r"MlaMetadataBuilder.build: argument 'is_profile_run'"),
+        ("LatentCache scale", lambda: lattn.LatentCache(np.zeros((2, 4, 72), np.float16), 64, 8, "1"), TypeError,
+         r"LatentCache: argument 'scale' must be a float"),
+        ("LatentCache.empty scale", lambda: lattn.LatentCache.empty(2, 4, 64, 8, scale=BIG), TypeError,
+         r"LatentCache.empty: argument 'scale' must be a float"),
+        ("get_kv_cache_shape", lambda: lattn.get_kv_cache_shape(4, "16", 1, 576), TypeError,
+         r"get_kv_cache_shape: argument 'block_size' must be an int"),
+        ("MlaDims", lambda: lattn.MlaDims(16, 512, 128, 64, BIG), TypeError,
+         r"MlaDims: argument 'v_head_dim' must be an int"),
         ("padded_batch_size", lambda: lattn.MlaMetadataBuilder(context_chunk_workspace_size=64).padded_batch_size(
             BIG), TypeError, r"padded_batch_size: argument 'num_reqs' must be an int"),
     ]
