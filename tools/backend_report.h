@@ -18,6 +18,11 @@ struct ResolvedBackends {
   std::string decode;
 };
 
+// A sparse model's layer: the sparse selector must serve it (its name in
+// both fields of the result). CliError(kExitNoBackend) with the selector's
+// reasons otherwise.
+ResolvedBackends require_sparse_backend(const LayerSetup& setup);
+
 // The canonical name of a backend given by `flag` ("" stays ""); throws
 // CliError(kExitUsage) for an unknown name, listing the valid ones.
 std::string canonical_backend_name(BackendKind kind, const std::string& name, const char* flag);
@@ -41,6 +46,13 @@ struct BackendListing {
   std::string selection_error;           // why none, when none
 };
 BackendListing list_backends(BackendKind kind, const LayerSetup& setup);
+
+// What backend `name` runs for `setup`, in words: a new instance's
+// kernel_label() (a CUDA decode instance names its kernel family, since its
+// tiles and split-KV parts are chosen per step), or backend_kernel_label()
+// when no instance can be made here. "" for name "". Throws ValueError for a
+// bad LATTN_CPU_ISA (the cpu label).
+std::string selected_kernel_label(BackendKind kind, const std::string& name, const LayerSetup& setup);
 
 // The selector's view of the layer (dims, dtypes, device, block size, names).
 SelectorConfig selector_config(const LayerSetup& setup);

@@ -3,7 +3,6 @@
 
 #include <cmath>
 
-#include "lattn/kernel_label.h"
 #include "serving/stats.h"
 
 namespace lattn::cli {
@@ -42,6 +41,10 @@ void print_run_header(std::FILE* out, const RunDescription& run) {
   std::fprintf(out, "model      %s --tp %d: %s scale %.4g, %d layer%s, %s activations, %s cache, device %s\n",
                l.model.c_str(), l.tp, l.dims.str().c_str(), double(l.dims.softmax_scale()), run.num_layers, run.num_layers == 1 ? "" : "s", dtype_flag_name(l.dtype),
                dtype_flag_name(l.kv_cache_dtype), device_name(l.device).c_str());
+  if (l.sparse()) {
+    std::fprintf(out, "sparse     every token attends to the top %d cached tokens of its lightning indexer (%d heads x %d)\n",
+                 l.indexer.index_topk, l.indexer.index_n_heads, l.indexer.index_head_dim);
+  }
   std::fprintf(out, "trace      %s\n", run.trace.c_str());
   std::fprintf(out, "scheduler  %d tokens per step, %d sequences, %d blocks of %d tokens per layer\n",
                run.scheduler.max_num_batched_tokens, run.scheduler.max_num_seqs, run.scheduler.num_blocks,
@@ -76,11 +79,21 @@ void print_run_summary(std::FILE* out, const RunDescription& run, const RunRepor
                (long long)r.prefill_backend.steps, r.prefill_backend.why.c_str());
   std::fprintf(out, "           decode %s, ran in %lld steps: %s\n", r.decode_backend.name.c_str(),
                (long long)r.decode_backend.steps, r.decode_backend.why.c_str());
-  // What ran inside those backends (machine-dependent: the CPU's ISA path, the GEMM).
-  const LayerSetup& l = run.layer;
-  std::fprintf(out, "kernels    prefill %s\n           decode %s\n",
-               backend_kernel_label(r.prefill_backend.name, l.device, l.dtype).c_str(),
-               backend_kernel_label(r.decode_backend.name, l.device, l.dtype).c_str());
+  // What ran inside those backends (machine-dependent: the CPU's ISA path and
+  // GEMM, a CUDA kernel's tiles and split-KV parts); steps are named when a
+  // backend ran more than one (a CUDA decode plan follows the batch).
+  const char* lead = "kernels    ";
+  for (const auto* use : {&r.prefill_backend, &r.decode_backend}) {
+    const char* kind = use == &r.prefill_backend ? "prefill" : "decode";
+    for (const auto& [label, steps] : use->kernels) {
+      if (use->kernels.size() == 1) {
+        std::fprintf(out, "%s%s %s\n", lead, kind, label.c_str());
+      } else {
+        std::fprintf(out, "%s%s %s (%lld steps)\n", lead, kind, label.c_str(), (long long)steps);
+      }
+      lead = "           ";
+    }
+  }
   if (r.verify) {
     const serving::VerifyReport& v = *r.verify;
     std::fprintf(out,
@@ -121,6 +134,11 @@ nlohmann::ordered_json run_report_json(const RunDescription& run, const RunRepor
                  {"device", device_name(l.device)},
                  {"clock", run.virtual_clock ? "virtual" : "measured"},
                  {"seed", run.seed}};
+  if (l.sparse()) {
+    j["config"]["indexer"] = {{"index_topk", l.indexer.index_topk},
+                              {"index_n_heads", l.indexer.index_n_heads},
+                              {"index_head_dim", l.indexer.index_head_dim}};
+  }
   j["trace"] = run.trace_json;
   j["requests"] = {{"total", r.num_requests}, {"finished", r.num_finished}};
   j["steps"] = r.steps.size();
@@ -142,11 +160,11 @@ nlohmann::ordered_json run_report_json(const RunDescription& run, const RunRepor
                 {"mean_token_utilisation", rounded(r.mean_token_utilisation, 4)},
                 {"preemptions", r.preemptions},
                 {"steps_with_blocked_requests", r.blocked_steps}};
-  auto backend_json = [&l](const serving::BackendUse& b) {
-    return nlohmann::ordered_json{{"name", b.name},
-                                  {"why", b.why},
-                                  {"steps", b.steps},
-                                  {"kernel", backend_kernel_label(b.name, l.device, l.dtype)}};
+  auto backend_json = [](const serving::BackendUse& b) {
+    nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
+    for (const auto& [label, steps] : b.kernels) kernels.push_back({{"label", label}, {"steps", steps}});
+    return nlohmann::ordered_json{
+        {"name", b.name}, {"why", b.why}, {"steps", b.steps}, {"kernel", b.main_kernel()}, {"kernels", kernels}};
   };
   j["backends"] = {{"prefill", backend_json(r.prefill_backend)}, {"decode", backend_json(r.decode_backend)}};
   if (r.verify) {

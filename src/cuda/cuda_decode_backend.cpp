@@ -13,7 +13,7 @@
 #include "cuda/common/device_guard.h"
 #include "cuda/common/index_check.h"
 #include "cuda/sm80/decode/decode_launch.h"
-#include "cuda/sm90/decode/decode_launch.h"
+#include "cuda/sm90/decode/decode_host.h"
 #include "cuda/smxx/decode_combine.h"
 #include "cuda/smxx/decode_generic.h"
 #include "cuda/smxx/decode_scheduler.h"
@@ -273,6 +273,16 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
                        "hold block ids in [0, num_blocks = " + std::to_string(p.num_blocks) +
                            ") for every key of its sequence, within its " + std::to_string(p.table_width) +
                            " columns");
+}
+
+std::string CudaDecodeBackend::kernel_label() const {
+  const std::string parts = " parts " + std::to_string(plan_.num_parts);
+  if (sm90_) {
+    return std::string("sm90 wgmma ") + sm90::decode_sm90_schedule_name(sm90::decode_sm90_schedule()) + " " +
+           std::to_string(sm90::kDecodeBlockM) + "x" + std::to_string(sm90::kDecodeBlockN) + parts;
+  }
+  if (fast_) return "sm80 tensor cores " + config_.str() + parts;
+  return "generic";
 }
 
 std::unique_ptr<DecodeBackend> CudaDecodeBackendClass::create(const DecodeBackendParams& params) const {

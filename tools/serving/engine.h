@@ -15,12 +15,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lattn/config.h"
 #include "lattn/device.h"
 #include "lattn/dtype.h"
 #include "lattn/metadata.h"
+#include "serving/model.h"
 #include "serving/scheduler.h"
 #include "serving/trace.h"
 #include "serving/verify.h"
@@ -36,6 +38,11 @@ struct EngineConfig {
   Device device = Device::cpu();
   std::string prefill_backend;         // "" = the selector's choice
   std::string decode_backend;
+  // A sparse model (indexer.index_topk > 0): every layer runs its lightning
+  // indexer and sparse attention (docs/sparse.md); the two names below then
+  // replace the dense backends ("" = the selectors' choice).
+  IndexerShape indexer;
+  std::string sparse_backend, indexer_backend;
   SchedulerConfig scheduler;           // budget, max_num_seqs, block size, blocks
   uint64_t seed = 0;                   // weights and activations
   int verify_requests = 0;             // requests re-computed with `reference` (0: no --verify)
@@ -74,6 +81,13 @@ struct BackendUse {
   std::string name;
   std::string why;
   int64_t steps = 0;  // steps in which it ran (had rows of its kind)
+  // What ran inside it (the first layer's kernel_label() after each step it
+  // ran in: a CUDA decode plan can change with the batch) and in how many
+  // steps, in order of first use. Before the run: the label the layer gives
+  // unplanned, with 0 steps.
+  std::vector<std::pair<std::string, int64_t>> kernels;
+  // The label that ran in the most steps (the first on a tie).
+  const std::string& main_kernel() const;
 };
 
 struct RunReport {
