@@ -3,8 +3,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <unordered_set>
 
 #include <dlpack/dlpack.h>
+
+#include "convert.h"
+#include "dlpack_versioned.h"
 
 #include "lattn/dlpack_interop.h"
 #include "lattn/errors.h"
@@ -23,8 +28,16 @@ py::int_ dlpack_stream_number(Stream stream) {
 // producer does not say (older producers).
 std::pair<int, int> dlpack_device_of(py::handle obj) {
   if (!py::hasattr(obj, "__dlpack_device__")) return {kDLCPU, 0};
-  py::tuple d = obj.attr("__dlpack_device__")();
-  return {d[0].cast<int>(), d[1].cast<int>()};
+  py::object d = obj.attr("__dlpack_device__")();
+  if (py::isinstance<py::tuple>(d) && py::len(d) == 2) {
+    try {
+      return {d[py::int_(0)].cast<int>(), d[py::int_(1)].cast<int>()};
+    } catch (const py::cast_error&) {
+      // not two ints: the TypeError below
+    }
+  }
+  throw py::type_error(py::str(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).cast<std::string>() +
+                       ".__dlpack_device__() must return a (device_type, device_id) pair of ints");
 }
 
 py::object loaded_module(const char* name) {
@@ -78,6 +91,33 @@ PyTensor import_read_only_numpy(py::handle obj, const char* op, const char* arg)
   return PyTensor{view, keep_python_object(py::reinterpret_borrow<py::object>(obj)), true};
 }
 
+// obj.__dlpack__(...), asking for a versioned (DLPack 1.0) capsule first:
+// only that one can say the memory is read-only. Producers that predate
+// max_version (NumPy 1.x, older PyTorch) raise TypeError for the keyword;
+// they are asked the 0.6 way, and their type is remembered so later calls
+// skip the failing attempt.
+py::object call_dlpack(py::handle obj, bool pass_stream, Stream stream) {
+  // Guarded by the GIL; each type is kept alive (one reference, never
+  // dropped) so its address is never reused by another type.
+  static std::unordered_set<PyTypeObject*> unversioned;
+  py::dict kwargs;
+  if (pass_stream) kwargs["stream"] = dlpack_stream_number(stream);
+  py::object method = obj.attr("__dlpack__");
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  if (!unversioned.contains(type)) {
+    kwargs["max_version"] = py::make_tuple(kDLPackMajor, 0);
+    try {
+      return method(**kwargs);
+    } catch (py::error_already_set& e) {
+      if (!e.matches(PyExc_TypeError)) throw;
+    }
+    Py_INCREF(reinterpret_cast<PyObject*>(type));
+    unversioned.insert(type);
+    PyDict_DelItemString(kwargs.ptr(), "max_version");
+  }
+  return method(**kwargs);
+}
+
 }  // namespace
 
 std::string type_name(py::handle obj) {
@@ -105,13 +145,32 @@ PyTensor import_array(py::handle obj, const char* op, const char* arg, Stream st
     return import_read_only_numpy(obj, op, arg);
   }
   const auto [device_type, device_id] = dlpack_device_of(obj);
-  py::object capsule = (device_type == kDLCUDA && has_stream)
-                           ? obj.attr("__dlpack__")(py::arg("stream") = dlpack_stream_number(stream))
-                           : obj.attr("__dlpack__")();
+  py::object capsule = call_dlpack(obj, device_type == kDLCUDA && has_stream, stream);
   PyObject* c = capsule.ptr();
+  const std::string where = std::string(op) + ": argument '" + arg + "': ";
+  if (PyCapsule_IsValid(c, "dltensor_versioned")) {
+    auto* managed = static_cast<DLManagedTensorVersioned1*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
+    // From here the export is ours to free (DLPack: rename the capsule "used_dltensor_versioned").
+    PyCapsule_SetName(c, "used_dltensor_versioned");
+    std::shared_ptr<void> owner(managed, [](void* p) {
+      auto* m = static_cast<DLManagedTensorVersioned1*>(p);
+      if (m->deleter) m->deleter(m);
+    });
+    if (managed->version.major != kDLPackMajor) {
+      throw ValueError(where + type_name(obj) + ".__dlpack__(max_version=(1, 0)) returned DLPack " +
+                       std::to_string(managed->version.major) + "." + std::to_string(managed->version.minor) +
+                       "; lattn reads DLPack 1.x (and 0.6 without max_version)");
+    }
+    try {
+      return PyTensor{from_dlpack(managed->dl_tensor), std::move(owner),
+                      (managed->flags & kDLPackFlagReadOnly) != 0};
+    } catch (const ValueError& e) {
+      throw ValueError(where + e.what());
+    }
+  }
   if (!PyCapsule_IsValid(c, "dltensor")) {
-    throw py::type_error(std::string(op) + ": argument '" + arg + "': " + type_name(obj) +
-                         ".__dlpack__() did not return a 'dltensor' capsule");
+    throw py::type_error(where + type_name(obj) +
+                         ".__dlpack__() did not return a 'dltensor' or 'dltensor_versioned' capsule");
   }
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
   // From here the export is ours to free (DLPack: rename the capsule "used_dltensor").
@@ -123,14 +182,16 @@ PyTensor import_array(py::handle obj, const char* op, const char* arg, Stream st
   try {
     return PyTensor{from_dlpack(managed->dl_tensor), std::move(owner)};
   } catch (const ValueError& e) {
-    throw ValueError(std::string(op) + ": argument '" + arg + "': " + e.what());
+    throw ValueError(where + e.what());
   }
 }
 
 ArrayArgs::ArrayArgs(const char* op, py::object stream) : op_(op) {
   if (!stream.is_none()) {
     stream_resolved_ = true;
-    stream_ = reinterpret_cast<Stream>(stream.cast<intptr_t>());
+    // An int (cudaStream_t as an integer); anything else is TypeError naming 'stream'.
+    stream_ = reinterpret_cast<Stream>(
+        static_cast<intptr_t>(int_arg(stream, op, "stream", 0, std::numeric_limits<int64_t>::max())));
   }
 }
 

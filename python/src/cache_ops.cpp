@@ -28,8 +28,9 @@ One layer's paged latent KV cache: data [num_blocks, block_size, L + R]
 LatentCache(data, ...) views any DLPack array (torch.uint8 or
 torch.float8_e4m3fn memory for fp8 is read as fp8_e4m3 when dtype='fp8_e4m3');
 LatentCache.empty(...) allocates one.)doc")
-      .def(py::init([](py::object data, py::handle kv_lora_rank, py::handle qk_rope_head_dim, float scale,
+      .def(py::init([](py::object data, py::handle kv_lora_rank, py::handle qk_rope_head_dim, py::handle scale_obj,
                        py::object dtype) {
+             const float scale = float(float_arg(scale_obj, "LatentCache", "scale", false));  // validate() judges it
              constexpr int64_t kIntMax = std::numeric_limits<int>::max();
              const int L = int(int_arg(kv_lora_rank, "LatentCache", "kv_lora_rank", 1, kIntMax));
              const int R = int(int_arg(qk_rope_head_dim, "LatentCache", "qk_rope_head_dim", 1, kIntMax));
@@ -45,10 +46,11 @@ LatentCache.empty(...) allocates one.)doc")
            "dtype: read the memory as this dtype of the same size (e.g. 'fp8_e4m3' for uint8 memory).")
       .def_static("empty",
                   [](py::handle num_blocks, py::handle block_size, py::handle kv_lora_rank,
-                     py::handle qk_rope_head_dim, py::handle dtype, py::handle device, float scale) {
+                     py::handle qk_rope_head_dim, py::handle dtype, py::handle device, py::handle scale_obj) {
                     constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
                     constexpr int64_t kIntMax = std::numeric_limits<int>::max();
                     const char* op = "LatentCache.empty";
+                    const float scale = float(float_arg(scale_obj, op, "scale", false));
                     const MlaDims dims{1, int(int_arg(kv_lora_rank, op, "kv_lora_rank", 1, kIntMax)), 1,
                                        int(int_arg(qk_rope_head_dim, op, "qk_rope_head_dim", 1, kIntMax)), 1};
                     auto owned = std::make_shared<OwnedLatentCache>(int_arg(num_blocks, op, "num_blocks", 0, kMax),
@@ -71,8 +73,13 @@ LatentCache.empty(...) allocates one.)doc")
       .def("__repr__", [](const PyLatentCache& c) { return "LatentCache(" + c.cache.data.describe() + ")"; });
 
   m.def("get_kv_cache_shape",
-        [](int64_t nb, int64_t bs, int64_t nkv, int64_t hs) {
-          const KvCacheShape s = get_kv_cache_shape(nb, bs, nkv, hs);
+        [](py::handle nb, py::handle bs, py::handle nkv, py::handle hs) {
+          constexpr const char* op = "get_kv_cache_shape";
+          constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+          const KvCacheShape s = get_kv_cache_shape(int_arg(nb, op, "num_blocks", kMin, kMax),
+                                                    int_arg(bs, op, "block_size", kMin, kMax),
+                                                    int_arg(nkv, op, "num_kv_heads", kMin, kMax),
+                                                    int_arg(hs, op, "head_size", kMin, kMax));
           return py::make_tuple(s.num_blocks, s.block_size, s.head_size);
         },
         py::arg("num_blocks"), py::arg("block_size"), py::arg("num_kv_heads"), py::arg("head_size"),

@@ -1,4 +1,5 @@
 // MLA dimensions, the selector config and the quantization key.
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -28,9 +29,17 @@ One MLA layer's dimensions: N heads, L, P, R, V (seed 002's notation), and the
 model's softmax scale as a factor over 1/sqrt(P+R) (YaRN's mscale**2 for
 DeepSeek, 1 otherwise): dims.softmax_scale is the scale q.k is multiplied by.
   MlaDims.deepseek_v3(16).softmax_scale   # 0.1352 = 192**-0.5 * (0.1*ln 40 + 1)**2)doc")
-      .def(py::init([](int num_heads, int kv_lora_rank, int qk_nope_head_dim, int qk_rope_head_dim, int v_head_dim,
-                       float softmax_scale_factor) {
-             MlaDims d{num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, softmax_scale_factor};
+      .def(py::init([](py::handle num_heads, py::handle kv_lora_rank, py::handle qk_nope_head_dim,
+                       py::handle qk_rope_head_dim, py::handle v_head_dim, py::handle softmax_scale_factor) {
+             // Types and int ranges checked by name here; the values' meaning by validate().
+             constexpr const char* op = "MlaDims";
+             constexpr int64_t kLo = std::numeric_limits<int>::min(), kHi = std::numeric_limits<int>::max();
+             MlaDims d{int(int_arg(num_heads, op, "num_heads", kLo, kHi)),
+                       int(int_arg(kv_lora_rank, op, "kv_lora_rank", kLo, kHi)),
+                       int(int_arg(qk_nope_head_dim, op, "qk_nope_head_dim", kLo, kHi)),
+                       int(int_arg(qk_rope_head_dim, op, "qk_rope_head_dim", kLo, kHi)),
+                       int(int_arg(v_head_dim, op, "v_head_dim", kLo, kHi)),
+                       float(float_arg(softmax_scale_factor, op, "softmax_scale_factor", false))};
              d.validate();
              return d;
            }),

@@ -29,6 +29,17 @@ py::tuple to_tuple(std::span<const int64_t> values);
 // range for a value outside it (never pybind11's "Unable to cast").
 int64_t int_arg(py::handle obj, const char* op, const char* arg, int64_t lo, int64_t hi);
 
+// A float argument (float, int, or anything with __float__ such as
+// numpy.float32, but not a bool, a str or an array): TypeError naming `arg`
+// otherwise. finite: ValueError for NaN and +-inf.
+double float_arg(py::handle obj, const char* op, const char* arg, bool finite = true);
+// A bool argument (bool, or numpy.bool_): TypeError naming `arg` otherwise.
+bool bool_arg(py::handle obj, const char* op, const char* arg);
+// A str argument: TypeError naming `arg` otherwise.
+std::string str_arg(py::handle obj, const char* op, const char* arg);
+// The Python type of obj as "<class 'int'>" (for messages).
+std::string type_str(py::handle obj);
+
 // The C++ object behind a bound class argument, or TypeError
 // "op: argument 'arg' must be a lattn.<python_type>, got <type>".
 template <class T>

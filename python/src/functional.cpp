@@ -1,6 +1,7 @@
 // Kernel-level calls with LSE (lattn/functional.h): mla_decode_plan /
 // mla_decode over a paged latent cache (combined [.., L+R] or FlashInfer's
 // ckv + kpe), and varlen mla_prefill, on any backend.
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,9 +36,13 @@ py::object result(py::object out, py::object lse, bool return_lse) {
   return out;
 }
 
-py::object decode(py::object q_absorbed, py::object cache, py::object plan_or_metadata, float scale, py::object out,
-                  bool return_lse, py::object lse, py::object stream, std::string backend) {
+py::object decode(py::object q_absorbed, py::object cache, py::object plan_or_metadata, py::handle scale_obj,
+                  py::object out, py::handle return_lse_obj, py::object lse, py::object stream, py::handle backend_obj) {
   constexpr const char* op = "mla_decode";
+  // Scalars first, each named when wrong (never pybind11's signature dump).
+  const float scale = float(float_arg(scale_obj, op, "scale"));
+  const bool return_lse = bool_arg(return_lse_obj, op, "return_lse");
+  const std::string backend = str_arg(backend_obj, op, "backend");
   ArrayArgs args(op, stream);
   // q: the absorbed query [T, N, L+R], or its parts (ql_nope [T, N, L], q_pe [T, N, R]).
   Tensor q, ql_nope, q_pe;
@@ -112,11 +117,11 @@ py::object decode(py::object q_absorbed, py::object cache, py::object plan_or_me
   }
   const int64_t T = plan->num_tokens(), N = p.num_heads, L = p.kv_lora_rank;
   if (out.is_none()) out = empty_like_framework(q_like, {T, N, L}, q.dtype(), q.device());
-  const Tensor tout = args.get(out, "out");
+  const Tensor tout = args.get_writable(out, "out");
   Tensor tlse;
   if (return_lse) {
     if (lse.is_none()) lse = empty_like_framework(q_like, {N, T}, DType::f32, q.device());
-    tlse = args.get(lse, "lse");
+    tlse = args.get_writable(lse, "lse");
   } else {
     lse = py::none();
   }
@@ -166,23 +171,27 @@ for every layer of the step.)doc")
       });
 
   m.def("mla_decode_plan",
-        [](py::object block_table, py::object cache_seqlens, int block_size, int num_heads, int kv_lora_rank,
-           int qk_rope_head_dim, int query_len, py::handle dtype, py::handle kv_cache_dtype, py::handle device,
-           std::string backend, int num_threads, py::object stream) {
-          ArrayArgs args("mla_decode_plan", stream);
+        [](py::object block_table, py::object cache_seqlens, py::handle block_size_obj, py::handle num_heads,
+           py::handle kv_lora_rank, py::handle qk_rope_head_dim, py::handle query_len, py::handle dtype,
+           py::handle kv_cache_dtype, py::handle device, py::handle backend, py::handle num_threads,
+           py::object stream) {
+          constexpr const char* op = "mla_decode_plan";
+          constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+          const int block_size = int(int_arg(block_size_obj, op, "block_size", 1, kIntMax));
+          ArrayArgs args(op, stream);
           const Tensor table = args.get(block_table, "block_table");
           const Tensor lens = args.get(cache_seqlens, "cache_seqlens");
           DecodePlanParams p;
-          p.num_heads = num_heads;
-          p.kv_lora_rank = kv_lora_rank;
-          p.qk_rope_head_dim = qk_rope_head_dim;
-          p.query_len = query_len;
+          p.num_heads = int(int_arg(num_heads, op, "num_heads", 1, kIntMax));
+          p.kv_lora_rank = int(int_arg(kv_lora_rank, op, "kv_lora_rank", 1, kIntMax));
+          p.qk_rope_head_dim = int(int_arg(qk_rope_head_dim, op, "qk_rope_head_dim", 0, kIntMax));
+          p.query_len = int(int_arg(query_len, op, "query_len", 1, kIntMax));
           p.dtype = dtype_arg(dtype);
           p.kv_cache_dtype = kv_cache_dtype.is_none() ? p.dtype : dtype_arg(kv_cache_dtype);
           p.device = device_or(device, table);
           p.stream = args.stream();
-          p.backend = std::move(backend);
-          p.num_threads = num_threads;
+          p.backend = str_arg(backend, op, "backend");
+          p.num_threads = int(int_arg(num_threads, op, "num_threads", 0, kIntMax));
           std::shared_ptr<DecodePlan> plan;
           {
             py::gil_scoped_release release;
@@ -213,31 +222,36 @@ Returns (out [T, N, L], lse [N, T] float32) or out when return_lse=False.
 backend applies when planning from an MlaMetadata.)doc");
 
   m.def("mla_prefill",
-        [](py::object q, py::object k, py::object v, py::object cu_seqlens_q, py::object cu_seqlens_k, bool causal,
-           float scale, bool return_lse, py::object out, py::object lse, std::string backend, int qk_rope_head_dim,
-           int kv_lora_rank, int num_threads, py::object stream) {
+        [](py::object q, py::object k, py::object v, py::object cu_seqlens_q, py::object cu_seqlens_k,
+           py::handle causal_obj, py::handle scale_obj, py::handle return_lse_obj, py::object out, py::object lse,
+           py::handle backend, py::handle qk_rope_head_dim, py::handle kv_lora_rank, py::handle num_threads,
+           py::object stream) {
           constexpr const char* op = "mla_prefill";
+          constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+          const bool causal = bool_arg(causal_obj, op, "causal");
+          const float scale = float(float_arg(scale_obj, op, "scale"));
+          const bool return_lse = bool_arg(return_lse_obj, op, "return_lse");
           ArrayArgs args(op, stream);
           const Tensor tq = args.get(q, "q"), tk = args.get(k, "k"), tv = args.get(v, "v");
           const Tensor cq = args.get(cu_seqlens_q, "cu_seqlens_q"), ck = args.get(cu_seqlens_k, "cu_seqlens_k");
           check_dim(op, "q", tq, 3);
           check_dim(op, "v", tv, 3);
           if (out.is_none()) out = empty_like_framework(q, {tq.size(0), tq.size(1), tv.size(2)}, tq.dtype(), tq.device());
-          const Tensor tout = args.get(out, "out");
+          const Tensor tout = args.get_writable(out, "out");
           Tensor tlse;
           if (return_lse) {
             if (lse.is_none()) lse = empty_like_framework(q, {tq.size(1), tq.size(0)}, DType::f32, tq.device());
-            tlse = args.get(lse, "lse");
+            tlse = args.get_writable(lse, "lse");
           } else {
             lse = py::none();
           }
           PrefillCallParams p;
           p.device = tq.device();
           p.stream = args.stream();
-          p.backend = std::move(backend);
-          p.qk_rope_head_dim = qk_rope_head_dim;
-          p.kv_lora_rank = kv_lora_rank;
-          p.num_threads = num_threads;
+          p.backend = str_arg(backend, op, "backend");
+          p.qk_rope_head_dim = int(int_arg(qk_rope_head_dim, op, "qk_rope_head_dim", 0, kIntMax));
+          p.kv_lora_rank = int(int_arg(kv_lora_rank, op, "kv_lora_rank", 1, kIntMax));
+          p.num_threads = int(int_arg(num_threads, op, "num_threads", 0, kIntMax));
           {
             py::gil_scoped_release release;
             mla_prefill(tq, tk, tv, cq, ck, causal, scale, tout, tlse, p);
@@ -268,15 +282,20 @@ choice; qk_rope_head_dim=0 means Dqk // 3 (DeepSeek: 192 = 128 + 64).)doc");
         "A backend's kernels in words (the cpu backend's ISA and GEMM; the reference's loops).");
 
   m.def("mla_prefill_backend_for",
-        [](py::handle dtype, int qk_head_dim, int v_head_dim, int qk_rope_head_dim, py::handle device,
-           std::string backend) {
+        [](py::handle dtype, py::handle qk_head_dim_obj, py::handle v_head_dim_obj, py::handle qk_rope_head_dim_obj,
+           py::handle device, py::handle backend) {
+          constexpr const char* op = "mla_prefill_backend_for";
+          constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+          const int qk_head_dim = int(int_arg(qk_head_dim_obj, op, "qk_head_dim", 1, kIntMax));
+          const int v_head_dim = int(int_arg(v_head_dim_obj, op, "v_head_dim", 1, kIntMax));
+          const int qk_rope_head_dim = int(int_arg(qk_rope_head_dim_obj, op, "qk_rope_head_dim", 0, kIntMax));
           SelectorConfig s;
           s.dtype = dtype_arg(dtype);
           s.device = device_arg(device);
           const int R = qk_rope_head_dim > 0 ? qk_rope_head_dim : qk_head_dim / 3;
           s.mla_dimensions = MLADimensions{qk_head_dim - R, R, v_head_dim};
           s.is_r1_compatible = is_deepseek_r1_mla_compatible(s.mla_dimensions);
-          s.prefill_backend = std::move(backend);
+          s.prefill_backend = str_arg(backend, op, "backend");
           return get_mla_prefill_backend(s)->name();
         },
         py::arg("dtype"), py::arg("qk_head_dim"), py::arg("v_head_dim"), py::kw_only(), py::arg("qk_rope_head_dim") = 0,

@@ -178,7 +178,10 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
       }, "The decode view (None without decodes).")
       .def("to_device",
            [](PyMlaMetadata& s, py::handle device, py::object stream) {
-             const Stream st = stream.is_none() ? nullptr : reinterpret_cast<Stream>(stream.cast<intptr_t>());
+             const Stream st = stream.is_none() ? nullptr
+                                                : reinterpret_cast<Stream>(static_cast<intptr_t>(int_arg(
+                                                      stream, "MlaMetadata.to_device", "stream", 0,
+                                                      std::numeric_limits<int64_t>::max())));
              s.md->to_device(device_arg(device), st);
            },
            py::arg("device"), py::arg("stream") = py::none(),
@@ -216,23 +219,33 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
   dec_pair("slot_mapping", &DecodeMetadata::slot_mapping, &DecodeMetadata::slot_mapping_cpu);
 
   py::class_<MlaMetadataBuilder>(m, "MlaMetadataBuilder", "Builds a step's MlaMetadata from a batch description.")
-      .def(py::init([](int block_size, bool chunked_prefill_enabled, bool enable_prefix_caching,
-                       int64_t context_chunk_workspace_size, int reorder_batch_threshold,
-                       std::optional<int> sliding_window, int64_t num_cache_blocks, std::optional<int> head_dim,
-                       std::optional<CudaGraphConfig> cudagraph, bool batch_invariant,
-                       int64_t batch_invariant_context_chunk) {
+      // Every argument is checked by name (TypeError / ValueError), never by
+      // pybind11's signature dump; the builder checks the values' meaning.
+      .def(py::init([](py::handle block_size, py::handle chunked_prefill_enabled, py::handle enable_prefix_caching,
+                       py::handle context_chunk_workspace_size, py::handle reorder_batch_threshold,
+                       py::handle sliding_window, py::handle num_cache_blocks, py::handle head_dim,
+                       py::handle cudagraph, py::handle batch_invariant, py::handle batch_invariant_context_chunk) {
+             constexpr const char* op = "MlaMetadataBuilder";
+             constexpr int64_t kInt = std::numeric_limits<int>::max();
+             constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
+             const auto optional_int = [&](py::handle v, const char* arg) -> std::optional<int> {
+               if (v.is_none()) return std::nullopt;
+               return int(int_arg(v, op, arg, -kInt, kInt));
+             };
              MetadataBuilderConfig c;
-             c.batch_invariant = batch_invariant;
-             c.batch_invariant_context_chunk = batch_invariant_context_chunk;
-             c.block_size = block_size;
-             c.chunked_prefill_enabled = chunked_prefill_enabled;
-             c.enable_prefix_caching = enable_prefix_caching;
-             c.context_chunk_workspace_size = context_chunk_workspace_size;
-             c.reorder_batch_threshold = reorder_batch_threshold;
-             c.sliding_window = sliding_window;
-             c.num_cache_blocks = num_cache_blocks;
-             c.head_dim = head_dim;
-             c.cudagraph = std::move(cudagraph);
+             c.batch_invariant = bool_arg(batch_invariant, op, "batch_invariant");
+             c.batch_invariant_context_chunk = int_arg(batch_invariant_context_chunk, op,
+                                                       "batch_invariant_context_chunk", -kI64, kI64);
+             c.block_size = int(int_arg(block_size, op, "block_size", -kInt, kInt));
+             c.chunked_prefill_enabled = bool_arg(chunked_prefill_enabled, op, "chunked_prefill_enabled");
+             c.enable_prefix_caching = bool_arg(enable_prefix_caching, op, "enable_prefix_caching");
+             c.context_chunk_workspace_size = int_arg(context_chunk_workspace_size, op, "context_chunk_workspace_size",
+                                                      -kI64, kI64);
+             c.reorder_batch_threshold = int(int_arg(reorder_batch_threshold, op, "reorder_batch_threshold", -kInt, kInt));
+             c.sliding_window = optional_int(sliding_window, "sliding_window");
+             c.num_cache_blocks = int_arg(num_cache_blocks, op, "num_cache_blocks", -kI64, kI64);
+             c.head_dim = optional_int(head_dim, "head_dim");
+             if (!cudagraph.is_none()) c.cudagraph = class_arg<CudaGraphConfig>(cudagraph, op, "cudagraph", "CudaGraphConfig");
              return MlaMetadataBuilder(std::move(c));
            }),
            py::arg("block_size") = 16, py::arg("chunked_prefill_enabled") = true,
@@ -241,29 +254,46 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
            py::arg("num_cache_blocks") = 0, py::arg("head_dim") = py::none(), py::arg("cudagraph") = py::none(),
            py::arg("batch_invariant") = false, py::arg("batch_invariant_context_chunk") = 0)
       .def("build",
-           [](const MlaMetadataBuilder& b, py::handle requests, bool is_profile_run,
-              std::optional<int> cudagraph_batch_size) {
-             const std::vector<RequestSpec> specs = requests_arg(requests, "MlaMetadataBuilder.build");
+           [](const MlaMetadataBuilder& b, py::handle requests, py::handle is_profile_run,
+              py::handle cudagraph_batch_size) {
+             constexpr const char* op = "MlaMetadataBuilder.build";
+             const std::vector<RequestSpec> specs = requests_arg(requests, op);
              BuildOptions options;
-             options.is_profile_run = is_profile_run;
-             options.cudagraph_batch_size = cudagraph_batch_size;
+             options.is_profile_run = bool_arg(is_profile_run, op, "is_profile_run");
+             if (!cudagraph_batch_size.is_none()) {
+               options.cudagraph_batch_size =
+                   int(int_arg(cudagraph_batch_size, op, "cudagraph_batch_size", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+             }
              py::gil_scoped_release release;
              return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build(specs, options))};
            },
            py::arg("requests"), py::arg("is_profile_run") = false, py::arg("cudagraph_batch_size") = py::none(),
            "requests: RequestSpec objects or (query_len, num_computed_tokens, block_table) tuples, decodes first.")
       .def("build_common",
-           [](const MlaMetadataBuilder& b, py::handle common_obj, int common_prefix_len, bool fast_build) {
-             const PyCommonAttentionMetadata& common = class_arg<PyCommonAttentionMetadata>(
-                 common_obj, "MlaMetadataBuilder.build_common", "common", "CommonAttentionMetadata");
-             return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build(common.view, common_prefix_len, fast_build))};
+           [](const MlaMetadataBuilder& b, py::handle common_obj, py::handle common_prefix_len, py::handle fast_build) {
+             constexpr const char* op = "MlaMetadataBuilder.build_common";
+             const PyCommonAttentionMetadata& common =
+                 class_arg<PyCommonAttentionMetadata>(common_obj, op, "common", "CommonAttentionMetadata");
+             const int prefix = int(int_arg(common_prefix_len, op, "common_prefix_len", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+             const bool fast = bool_arg(fast_build, op, "fast_build");
+             return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build(common.view, prefix, fast))};
            },
            py::arg("common"), py::arg("common_prefix_len") = 0, py::arg("fast_build") = false,
            "The v1 entry point: build(common_prefix_len, common_attn_metadata, fast_build).")
-      .def("padded_batch_size", &MlaMetadataBuilder::padded_batch_size, py::arg("num_reqs"))
+      .def("padded_batch_size",
+           [](const MlaMetadataBuilder& b, py::handle num_reqs) {
+             return b.padded_batch_size(
+                 int(int_arg(num_reqs, "MlaMetadataBuilder.padded_batch_size", "num_reqs", std::numeric_limits<int>::min(), std::numeric_limits<int>::max())));
+           },
+           py::arg("num_reqs"))
       .def("build_for_cudagraph",
-           [](const MlaMetadataBuilder& b, py::handle requests, std::optional<int> batch_size) {
-             return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build_for_cudagraph(requests_arg(requests, "MlaMetadataBuilder.build_for_cudagraph"), batch_size))};
+           [](const MlaMetadataBuilder& b, py::handle requests, py::handle batch_size_obj) {
+             constexpr const char* op = "MlaMetadataBuilder.build_for_cudagraph";
+             std::optional<int> batch_size;
+             if (!batch_size_obj.is_none()) {
+               batch_size = int(int_arg(batch_size_obj, op, "batch_size", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+             }
+             return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build_for_cudagraph(requests_arg(requests, op), batch_size))};
            },
            py::arg("requests"), py::arg("batch_size") = py::none());
 }

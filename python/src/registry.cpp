@@ -24,7 +24,7 @@ bool from_device(py::handle capability) {
 std::optional<DeviceCapability> capability_arg(py::handle capability, const SelectorConfig& config) {
   if (from_device(capability)) return selector_device_capability(config);
   if (capability.is_none()) return std::nullopt;
-  return capability.cast<DeviceCapability>();
+  return class_arg<DeviceCapability>(capability, "selector", "capability", "DeviceCapability (or None, or 'device')");
 }
 
 template <class Registry, class PyClass>

@@ -1,6 +1,7 @@
 // Sparse MLA (lattn/sparse.h) for Python: the fp8_ds_mla cache dtype (a
 // LatentCache of dtype 'fp8_ds_mla'), sparse_mla, and the lightning indexer
 // (IndexerKeyCache, indexer_k_cache_write, indexer_logits, indexer_topk).
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -11,29 +12,44 @@
 #include "lattn/sparse.h"
 
 namespace lattn::python {
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+}  // namespace
 
 void bind_sparse(py::module_& m) {
   m.attr("fp8_ds_mla") = "fp8_ds_mla";
-  m.def("fp8_ds_mla_entry_bytes", &fp8_ds_mla_entry_bytes, py::arg("kv_lora_rank"), py::arg("qk_rope_head_dim"),
+  m.def("fp8_ds_mla_entry_bytes",
+        [](py::handle kv_lora_rank, py::handle qk_rope_head_dim) {
+          constexpr const char* op = "fp8_ds_mla_entry_bytes";
+          return fp8_ds_mla_entry_bytes(int(int_arg(kv_lora_rank, op, "kv_lora_rank", 1, kIntMax)),
+                                        int(int_arg(qk_rope_head_dim, op, "qk_rope_head_dim", 1, kIntMax)));
+        },
+        py::arg("kv_lora_rank"), py::arg("qk_rope_head_dim"),
         "Bytes of one fp8_ds_mla cache entry: L fp8 values, one f32 scale per 128, 2 R of bf16 rope (656 for DeepSeek).");
 
   m.def("sparse_mla",
-        [](py::object q, const PyLatentCache& cache, py::object indices, float scale, py::object attn_sink,
-           py::object out, py::object lse, const std::string& backend, py::object stream) {
-          ArrayArgs args("sparse_mla", stream);
+        [](py::object q, py::handle cache_obj, py::object indices, py::handle scale, py::object attn_sink,
+           py::object out, py::object lse, py::handle backend_obj, py::object stream) {
+          constexpr const char* op = "sparse_mla";
+          const PyLatentCache& cache = cache_arg(cache_obj, op, "cache", false);
+          const std::string backend = str_arg(backend_obj, op, "backend");
+          ArrayArgs args(op, stream);
           SparseMlaArgs a;
           a.q = args.get(q, "q");
           a.indices = args.get(indices, "indices");
           a.attn_sink = args.get_optional(attn_sink, "attn_sink");
-          a.scale = scale;
+          a.scale = float(float_arg(scale, op, "scale"));
           args.note(cache.source);
           const int64_t T = a.q.dim() == 3 ? a.q.size(0) : 0, N = a.q.dim() == 3 ? a.q.size(1) : 0;
           py::object out_obj = out.is_none()
                                    ? empty_like_framework(q, {T, N, cache.cache.kv_lora_rank}, a.q.dtype(), a.q.device())
                                    : out;
           py::object lse_obj = lse.is_none() ? empty_like_framework(q, {N, T}, DType::f32, a.q.device()) : lse;
-          a.out = args.get(out_obj, "out");
-          a.lse = args.get(lse_obj, "lse");
+          a.out = args.get_writable(out_obj, "out");
+          a.lse = args.get_writable(lse_obj, "lse");
           {
             py::gil_scoped_release release;
             sparse_mla(a, cache.cache, backend, args.stream());
@@ -57,9 +73,12 @@ The lightning indexer's paged key cache: uint8 [num_blocks, block_size,
 head_dim + 4], each entry head_dim fp8 e4m3 values and one float32 scale.
 IndexerKeyCache.empty(...) allocates one (host).)doc")
       .def_static("empty",
-                  [](int64_t num_blocks, int64_t block_size, int head_dim, py::handle device) {
-                    auto owned =
-                        std::make_shared<OwnedIndexerKeyCache>(num_blocks, block_size, head_dim, device_arg(device));
+                  [](py::handle num_blocks, py::handle block_size, py::handle head_dim, py::handle device) {
+                    constexpr const char* op = "IndexerKeyCache.empty";
+                    auto owned = std::make_shared<OwnedIndexerKeyCache>(
+                        int_arg(num_blocks, op, "num_blocks", 0, kInt64Max),
+                        int_arg(block_size, op, "block_size", 1, kInt64Max),
+                        int(int_arg(head_dim, op, "head_dim", 1, kIntMax)), device_arg(device));
                     return PyIndexerKeyCache{owned->cache(), owned};
                   },
                   py::arg("num_blocks"), py::arg("block_size"), py::arg("head_dim") = 128, py::arg("device") = "cpu")
@@ -69,7 +88,8 @@ IndexerKeyCache.empty(...) allocates one (host).)doc")
       .def_property_readonly("block_size", [](const PyIndexerKeyCache& c) { return c.cache.block_size(); });
 
   m.def("indexer_k_cache_write",
-        [](py::object k, const PyIndexerKeyCache& cache, py::object slot_mapping) {
+        [](py::object k, py::handle cache_obj, py::object slot_mapping) {
+          const auto& cache = class_arg<PyIndexerKeyCache>(cache_obj, "indexer_k_cache_write", "cache", "IndexerKeyCache");
           ArrayArgs args("indexer_k_cache_write", py::none());
           const Tensor tk = args.get(k, "k"), ts = args.get(slot_mapping, "slot_mapping");
           py::gil_scoped_release release;
@@ -85,11 +105,14 @@ IndexerKeyCache.empty(...) allocates one (host).)doc")
   };
 
   m.def("indexer_logits",
-        [indexer_args](py::object q, py::object weights, const PyIndexerKeyCache& cache, py::object block_table,
-                       py::object query_start_loc, py::object seq_lens, py::object logits, const std::string& backend) {
-          ArrayArgs args("indexer_logits", py::none());
+        [indexer_args](py::object q, py::object weights, py::handle cache_obj, py::object block_table,
+                       py::object query_start_loc, py::object seq_lens, py::object logits, py::handle backend_obj) {
+          constexpr const char* op = "indexer_logits";
+          const auto& cache = class_arg<PyIndexerKeyCache>(cache_obj, op, "cache", "IndexerKeyCache");
+          const std::string backend = str_arg(backend_obj, op, "backend");
+          ArrayArgs args(op, py::none());
           const IndexerArgs a = indexer_args(args, q, weights, block_table, query_start_loc, seq_lens);
-          const Tensor tl = args.get(logits, "logits");
+          const Tensor tl = args.get_writable(logits, "logits");
           py::gil_scoped_release release;
           indexer_logits(a, cache.cache, tl, backend);
         },
@@ -98,9 +121,13 @@ IndexerKeyCache.empty(...) allocates one (host).)doc")
         "logits[t, p] = sum_h weights[t, h] relu(q[t, h] . key(p)) for p <= the token's position, -inf after.");
 
   m.def("indexer_topk",
-        [indexer_args](py::object q, py::object weights, const PyIndexerKeyCache& cache, py::object block_table,
-                       py::object query_start_loc, py::object seq_lens, int topk, const std::string& backend) {
-          ArrayArgs args("indexer_topk", py::none());
+        [indexer_args](py::object q, py::object weights, py::handle cache_obj, py::object block_table,
+                       py::object query_start_loc, py::object seq_lens, py::handle topk_obj, py::handle backend_obj) {
+          constexpr const char* op = "indexer_topk";
+          const auto& cache = class_arg<PyIndexerKeyCache>(cache_obj, op, "cache", "IndexerKeyCache");
+          const int topk = int(int_arg(topk_obj, op, "topk", 1, kIntMax));
+          const std::string backend = str_arg(backend_obj, op, "backend");
+          ArrayArgs args(op, py::none());
           const IndexerArgs a = indexer_args(args, q, weights, block_table, query_start_loc, seq_lens);
           py::object out = empty_like_framework(q, {a.q.dim() == 3 ? a.q.size(0) : 0, topk}, DType::i32, a.q.device());
           const Tensor to = args.get(out, "topk_indices");

@@ -329,6 +329,15 @@ def run_verify_fp8_cache(lattn):
 
 
 @case
+def run_verify_says_what_it_is_doing(lattn):
+    # The reference check of --verify takes 10-40 s on big presets: it announces itself first.
+    proc = lattn("run", "--layers", "1", "--verify", "--verify-requests", "2", "--num-requests", "4",
+                 "--request-rate", "inf", "--prompt-len-median", "40", "--output-len-mean", "3",
+                 *[a for a in SMALL_RUN if a != "-q"])
+    check_in("verifying 2 requests against the reference backend", proc.stderr, "stderr")
+
+
+@case
 def run_verify_deepseek_v32_sparse(lattn):
     # DeepSeek-V3.2: V3's MLA + the lightning indexer (64 x 128). A small top-k
     # so that prompts of ~90-260 tokens really are sparse (each token sees 48 of them).

@@ -11,8 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "core/ops/device_ops.h"
 #include "lattn/cache.h"
 #include "lattn/errors.h"
 #include "lattn/ops.h"
@@ -179,6 +181,67 @@ TEST(CudaIndexCheck, DecodeRefusesDeviceBlockIdsOutsideTheCache) {
               std::string::npos)
         << e.what();
   }
+}
+
+// advance_step's device seq_lens and block tables: a new position whose
+// column is past the table's width (the kernel used to read past the table:
+// memcheck flags it) or whose block id is negative gets slot PAD, keeps its
+// seq_len, and is a ValueError naming 'block_tables'; good rows advance.
+TEST(CudaIndexCheck, AdvanceStepNeverReadsPastTheBlockTable) {
+  LATTN_REQUIRE_GPU();
+  const int num_seqs = 3, block_size = 4, width = 2;  // a row covers positions [0, 8)
+  const auto advance = [&](const std::vector<int32_t>& lens, const std::vector<int32_t>& table, bool check) {
+    const CheckIndices mode(check);
+    OwnedTensor tok = device_i64({9, 9, 9}), pos = device_i64({9, 9, 9}), slots = device_i64({9, 9, 9});
+    OwnedTensor sampled = device_i64({11, 12, 13});
+    OwnedTensor sl = device_i32(lens, {num_seqs}), bt = device_i32(table, {num_seqs, width});
+    std::string error;
+    try {
+      detail::cuda_device_ops().advance_step(num_seqs, num_seqs, block_size, tok.tensor(), sampled.tensor(),
+                                             pos.tensor(), sl.tensor(), slots.tensor(), bt.tensor(), nullptr);
+      (void)host_bytes(sl.tensor());  // synchronous: the kernel has finished
+    } catch (const ValueError& e) {
+      error = e.what();
+    }
+    const std::vector<uint8_t> s = host_bytes(slots.tensor()), l = host_bytes(sl.tensor());
+    std::vector<int64_t> got_slots(num_seqs);
+    std::vector<int32_t> got_lens(num_seqs);
+    std::memcpy(got_slots.data(), s.data(), s.size());
+    std::memcpy(got_lens.data(), l.data(), l.size());
+    return std::make_tuple(error, got_slots, got_lens);
+  };
+  // Row 2's position 1000000 needs column 250000 of a 2-column table (the last row of the allocation).
+  {
+    const auto [error, slots, lens] = advance({5, 2, 1000000}, {7, 8, 3, 4, 5, 6}, true);
+    EXPECT_NE(error.find("advance_step: argument 'block_tables' must hold"), std::string::npos) << error;
+    EXPECT_EQ(slots, (std::vector<int64_t>{8 * 4 + 1, 3 * 4 + 2, -1}));
+    EXPECT_EQ(lens, (std::vector<int32_t>{6, 3, 1000000}));
+  }
+  // A negative seq_len and a negative block id.
+  {
+    const auto [error, slots, lens] = advance({-5, 2, 0}, {7, 8, -3, 4, 5, 6}, true);
+    EXPECT_NE(error.find("argument 'block_tables'"), std::string::npos) << error;
+    EXPECT_EQ(slots, (std::vector<int64_t>{-1, -1, 5 * 4}));
+    EXPECT_EQ(lens, (std::vector<int32_t>{-5, 2, 1}));
+  }
+  // Without LATTN_CHECK_INDICES the next CUDA op on the device reports it, once.
+  {
+    const auto [error, slots, lens] = advance({5, 2, 8}, {7, 8, 3, 4, 5, 6}, false);
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(slots[2], -1);
+    const auto [next, s2, l2] = advance({0, 0, 0}, {7, 8, 3, 4, 5, 6}, false);
+    EXPECT_NE(next.find("an earlier call on cuda:0 followed a sequence longer than its block-table row"),
+              std::string::npos)
+        << next;
+    const auto [after, s3, l3] = advance({0, 0, 0}, {7, 8, 3, 4, 5, 6}, false);
+    EXPECT_EQ(after, "");
+    EXPECT_EQ(s3, (std::vector<int64_t>{28, 12, 20}));
+  }
+  // Sizes the host sees are checked before the launch.
+  OwnedTensor small = device_i64({0}), bt = device_i32({0, 0}, {1, 2}), sl = device_i32({0}, {1});
+  EXPECT_THROW(detail::cuda_device_ops().advance_step(2, 2, block_size, small.tensor(), small.tensor(), small.tensor(),
+                                                     sl.tensor(), small.tensor(), bt.tensor(), nullptr),
+               ValueError);
 }
 
 // The same through the `hopper` backend's wgmma kernel (H128, pages of 64:

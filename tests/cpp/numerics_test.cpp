@@ -1,5 +1,5 @@
 // The numerical contract of docs/mla.md, on every backend this machine has
-// (reference and cpu always, cuda where a GPU is usable):
+// (reference and cpu always, cuda where a GPU is usable, hopper on sm90):
 //  * Precision: the error of a prefill row over a long cached context does
 //    not grow with the number of context chunks (f32 running result, one
 //    rounding): >= 100 chunks stay within 1.5x of the 1-chunk error, for
@@ -21,6 +21,7 @@
 
 #include "lattn/attention.h"
 #include "lattn/cache.h"
+#include "lattn/device.h"
 #include "lattn/metadata.h"
 #include "support/backend_driver.h"
 #include "support/gpu.h"
@@ -34,15 +35,20 @@ struct Target {
   Device device;
 };
 
-// The backends as a test parameter (cuda skips without a usable GPU).
+// The backends as a test parameter (cuda skips without a usable GPU, hopper
+// without an sm90 one).
 class Numerics : public ::testing::TestWithParam<std::string> {
  protected:
   Target target() const {
-    if (GetParam() == "cuda") return {"cuda", "cuda", Device::cuda(0)};
+    if (GetParam() == "cuda" || GetParam() == "hopper") return {GetParam(), GetParam(), Device::cuda(0)};
     return {GetParam(), GetParam(), Device::cpu()};
   }
   void SetUp() override {
-    if (GetParam() == "cuda") LATTN_REQUIRE_GPU();
+    if (GetParam() == "cuda" || GetParam() == "hopper") LATTN_REQUIRE_GPU();
+    if (GetParam() == "hopper") {
+      const auto capability = device_capability(0);
+      if (!capability || capability->major != 9) GTEST_SKIP() << "hopper needs an sm90 GPU";
+    }
   }
 };
 
@@ -51,11 +57,12 @@ class Numerics : public ::testing::TestWithParam<std::string> {
 
 // One prefill (4 new tokens) over a 1600-token cached context, with the
 // workspace giving 1 chunk or 100 (16-token chunks). Dims with a 96/64 head
-// so the cuda prefill kernel serves them.
+// so the cuda prefill kernel serves them; DeepSeek's 192/128 head for
+// hopper, whose sm_90a prefill kernel serves only those.
 double chunked_error(DType dtype, const Target& t, int64_t workspace_rows) {
   BackendCase c;
   c.name = "chunk_precision";
-  c.dims = MlaDims{3, 256, 64, 32, 64};
+  c.dims = t.prefill == "hopper" ? MlaDims{2, 512, 128, 64, 128} : MlaDims{3, 256, 64, 32, 64};
   c.dtype = c.kv_cache_dtype = dtype;
   c.prefills = {{1600, 4}};
   c.workspace_rows = workspace_rows;
@@ -247,7 +254,7 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Numerics, ::testing::Values("reference", "cpu", "cuda"),
+INSTANTIATE_TEST_SUITE_P(Backends, Numerics, ::testing::Values("reference", "cpu", "cuda", "hopper"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

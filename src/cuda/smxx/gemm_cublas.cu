@@ -1,8 +1,10 @@
 // cuda::gemm: lattn's batched strided row-major GEMM (core/ops/gemm.h) on
 // the GPU. Same-type f16/bf16/f32 operands go to cuBLAS (f32 accumulation,
 // tensor cores for 16-bit types); mixed operand types, and strides cuBLAS
-// cannot express, go to a small tiled fallback kernel (f32 accumulation),
-// as does every GEMM in batch-invariant mode (a fixed K order per output).
+// cannot express, go to a small tiled fallback kernel (f32 accumulation).
+// In batch-invariant mode (a fixed K order per output, whatever M is),
+// f16/bf16 GEMMs run the fixed-tile tensor-core kernel of gemm_invariant.cu
+// and the others the fallback kernel.
 //
 // Row-major C[M,N] = A[M,K] * B[K,N] is column-major C^T[N,M] = B^T * A^T, so
 // cuBLAS is called with the operands swapped and m/n exchanged.
@@ -17,6 +19,7 @@
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dtype_device.cuh"
 #include "cuda/device_ops.h"
+#include "cuda/smxx/gemm_invariant.h"
 
 namespace lattn::cuda {
 namespace {
@@ -94,6 +97,10 @@ void gemm(const detail::GemmProblem& p, int device, Stream stream, bool batch_in
                                             p.batch_stride_a, &p.beta, p.c, cuda_type(p.c_dtype), int(p.ldc),
                                             p.batch_stride_c, int(p.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmStridedBatchedEx");
+    return;
+  }
+  if (batch_invariant && gemm_invariant_serves(p)) {
+    gemm_invariant(p, stream);
     return;
   }
   const dim3 block(kTile, kTile);

@@ -604,6 +604,18 @@ std::vector<BackendCase> deepseek_nonfinite_cases() {
     c.block_size = 64;
     cases.push_back(c);
   }
+  {
+    // 32 heads x up to 3 query tokens = 96 rows per request and 64-token
+    // pages: `hopper` runs its wgmma decode kernel here (it hands requests of
+    // at most 16 rows, as in the 4-head cases above, to the sm80 kernels).
+    BackendCase c = make("deepseek_nonfinite_h32_wgmma", MlaDims::deepseek_v3(32), decodes, prefills, 50);
+    c.block_size = 64;
+    c.plants = {{W::query, 0, 0, 17, 7, kNaN},         {W::query, 2, 2, 30, P + 5, kNaN},
+                {W::query, 1, 0, 3, 0, kInf},           {W::context_token, 0, 44, 0, 100, kNaN},
+                {W::context_token, 2, 3, 0, L + 8, kInf}, {W::new_token, 2, 1, 0, 5, kInf},
+                {W::new_token, 4, 4, 0, 9, kNaN}};
+    cases.push_back(c);
+  }
   return cases;
 }
 
