@@ -1,7 +1,7 @@
 // Runtime -> compile-time dispatch of the tensor-core decode kernel: tile
 // configuration x activation dtype x cache dtype, each paired with one
 // instantiation file (instantiations/decode_m{M}_n{N}_w{W}_s{S}_{dtype}_cache_{cache}.cu).
-#include "cuda/sm80/decode/decode_launch.h"
+#include "cuda/sm80/decode/decode_dispatch.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "cuda/sm80/decode/decode_launcher.h"
+#include "cuda/sm80/decode/decode_kernel_launcher.h"
 #include "cuda/sm80/decode/decode_traits.h"
 #include "lattn/errors.h"
 
@@ -74,10 +74,11 @@ struct CtasPerSm {
 struct Launch {
   const DecodeParams& p;
   int m_tiles;
+  bool pdl;
   cudaStream_t stream;
   template <class K>
   void operator()() const {
-    DecodeKernelLauncher<K>::launch(p, m_tiles, stream);
+    DecodeKernelLauncher<K>::launch(p, m_tiles, pdl, stream);
   }
 };
 
@@ -125,8 +126,8 @@ int decode_ctas_per_sm(DecodeTileConfig c, DType dtype, DType cache_dtype) {
 }
 
 void launch_decode_sm80(const DecodeParams& p, DecodeTileConfig c, DType dtype, DType cache_dtype, int m_tiles,
-                        cudaStream_t stream) {
-  with_traits(c, dtype, cache_dtype, Launch{p, m_tiles, stream});
+                        bool pdl, cudaStream_t stream) {
+  with_traits(c, dtype, cache_dtype, Launch{p, m_tiles, pdl, stream});
 }
 
 }  // namespace lattn::cuda::sm80

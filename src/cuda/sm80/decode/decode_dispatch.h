@@ -1,6 +1,7 @@
-// src/cuda/sm80/decode/decode_launch.h — tile configurations of the tensor-core
-// decode kernel and its launcher (runtime -> compile-time dispatch in
-// decode_launch.cu; one instantiation file per configuration).
+// src/cuda/sm80/decode/decode_dispatch.h — tile configurations of the
+// tensor-core decode kernel: which one a step gets, what it costs in shared
+// memory and occupancy, and the launch (runtime -> compile-time dispatch in
+// decode_dispatch.cu to one instantiation file per configuration).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,8 +27,10 @@ DecodeTileConfig choose_decode_tiles(int rows, int max_smem_per_block_optin, boo
 int decode_ctas_per_sm(DecodeTileConfig config, DType dtype, DType cache_dtype);
 
 // Launches grid (m_tiles, p.plan.num_parts). dtype: f16/bf16; cache_dtype:
-// dtype or fp8_e4m3.
+// dtype or fp8_e4m3. pdl: programmatic dependent launch (sm90+): the kernel
+// may start while the previous kernel on the stream (the plan) finishes; it
+// waits for that kernel's results before reading anything (decode_kernel.cuh).
 void launch_decode_sm80(const DecodeParams& p, DecodeTileConfig config, DType dtype, DType cache_dtype, int m_tiles,
-                        cudaStream_t stream);
+                        bool pdl, cudaStream_t stream);
 
 }  // namespace lattn::cuda::sm80

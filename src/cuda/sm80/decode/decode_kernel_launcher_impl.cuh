@@ -1,4 +1,4 @@
-// src/cuda/sm80/decode/decode_launch_template.cuh — the definition of
+// src/cuda/sm80/decode/decode_kernel_launcher_impl.cuh — the definition of
 // DecodeKernelLauncher, explicitly instantiated once per configuration in
 // instantiations/*.cu (so the heavy kernels compile in parallel,
 // FlashAttention-3 style).
@@ -10,7 +10,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/sm80/decode/decode_kernel.cuh"
-#include "cuda/sm80/decode/decode_launcher.h"
+#include "cuda/sm80/decode/decode_kernel_launcher.h"
 
 namespace lattn::cuda::sm80 {
 
@@ -39,10 +39,19 @@ int DecodeKernelLauncher<K>::ctas_per_sm() {
 }
 
 template <class K>
-void DecodeKernelLauncher<K>::launch(const DecodeParams& p, int m_tiles, cudaStream_t stream) {
+void DecodeKernelLauncher<K>::launch(const DecodeParams& p, int m_tiles, bool pdl, cudaStream_t stream) {
   set_decode_kernel_attributes<K>();
-  const dim3 grid(unsigned(m_tiles), unsigned(p.plan.num_parts));
-  mla_decode_kernel<K><<<grid, K::kThreads, K::kSmemBytes, stream>>>(p);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(m_tiles), unsigned(p.plan.num_parts));
+  config.blockDim = dim3(K::kThreads);
+  config.dynamicSmemBytes = K::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  LATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_kernel<K>, p));
   LATTN_CUDA_CHECK_LAUNCH("mla_decode_kernel");
 }
 
