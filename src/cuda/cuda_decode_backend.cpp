@@ -51,7 +51,6 @@ void check_index(const char* op, const char* arg, const Tensor& t, Device device
 
 // Switches for measurements (read once; docs/cuda.md, "One plan per step"):
 //   LATTN_DECODE_PLAN_PER_LAYER=1  every layer plans its own step (the old way)
-//   LATTN_DECODE_PDL=0             no programmatic dependent launch
 //   LATTN_DECODE_PARTS=N           N parts instead of one wave (balanced plans)
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -59,10 +58,6 @@ int env_int(const char* name, int fallback) {
 }
 bool plan_per_layer() {
   static const bool v = env_int("LATTN_DECODE_PLAN_PER_LAYER", 0) != 0;
-  return v;
-}
-bool pdl_enabled() {
-  static const bool v = env_int("LATTN_DECODE_PDL", 1) != 0;
   return v;
 }
 int parts_override() {
@@ -371,16 +366,12 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   p.out_dtype = uint8_t(out.dtype());
   p.plan = plan_;
   auto stream = reinterpret_cast<cudaStream_t>(params_.context.stream);
-  // Programmatic dependent launch on sm90+: each kernel may be scheduled while
-  // the one ahead of it finishes (it waits for its results first), hiding
-  // launch latency, which dominates small batches (docs/cuda.md).
-  const bool pdl = pdl_enabled() && device_context(device.index).capability_major >= 9;
   if (sm90_) {
     sm90::launch_decode_sm90(p, params_.dtype, cache.num_blocks(), m_tiles_, stream);
-    launch_decode_combine(p, params_.dtype, pdl, stream);
+    launch_decode_combine(p, params_.dtype, stream);
   } else if (fast_) {
-    sm80::launch_decode_sm80(p, config_, params_.dtype, params_.kv_cache_dtype, m_tiles_, pdl, stream);
-    launch_decode_combine(p, params_.dtype, pdl, stream);
+    sm80::launch_decode_sm80(p, config_, params_.dtype, params_.kv_cache_dtype, m_tiles_, stream);
+    launch_decode_combine(p, params_.dtype, stream);
   } else {
     launch_decode_generic(p, T, stream);
   }

@@ -8,24 +8,19 @@
 #include "cuda/smxx/decode_combine.h"
 
 #include <cmath>
-#include <cstdlib>
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
-#include "cuda/common/pdl.cuh"
 
 namespace lattn::cuda {
 namespace {
 
-// A CTA merges 128 columns of one row: kGroups groups of 32 threads, each
-// thread owning 4 columns, the groups taking every kGroups-th split. Grid
-// (batch, rows, L / 128): a batch of one with every SM's partials still
-// spreads over rows x 4 CTAs. Small batches (where one request may have a
-// split per SM) use 32 groups, so a column has 32 loads in flight per round
-// instead of 8 (the rounds are dependent L2 round trips); larger batches
-// have few splits per request and use 8.
-constexpr int kColThreads = 32;
+// A CTA merges 128 columns of one row: 8 groups of 32 threads, each thread
+// owning 4 columns, the groups taking every 8th split. Grid (batch, rows,
+// L / 128): a batch of one with every SM's partials still spreads over
+// rows x 4 CTAs, each with 8 loads in flight per column.
+constexpr int kColThreads = 32, kSplitGroups = 8, kCombineThreads = kColThreads * kSplitGroups;
 constexpr int kColsPerCta = kColThreads * 4;
 // >= a request's splits: balanced plans have at most 2 * num_parts slots in
 // all; batch-invariant plans are checked per request on the host.
@@ -34,7 +29,6 @@ constexpr int kMaxSplits = kMaxDecodeSplitsPerRequest;
 // max(a, b), NaN when either is NaN: a part that attended to a NaN makes the row NaN.
 __device__ __forceinline__ float max_nan(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmaxf(a, b); }
 
-template <int kCombineThreads>
 __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) {
   for (int d = 16; d > 0; d /= 2) {
     const float o = __shfl_xor_sync(0xffffffffu, v, d);
@@ -48,16 +42,11 @@ __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) 
   return r;
 }
 
-template <class T, int kSplitGroups>
-__global__ void __launch_bounds__(kColThreads * kSplitGroups)
-    decode_combine_kernel(const __grid_constant__ DecodeParams p) {
-  constexpr int kCombineThreads = kColThreads * kSplitGroups;
+template <class T>
+__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ DecodeParams p) {
   __shared__ float weights[kMaxSplits];
   __shared__ float red[kCombineThreads / 32];
   __shared__ float4 group_acc[kSplitGroups][kColThreads];
-  // Launched with programmatic dependent launch after the attention kernel:
-  // wait for its partials (and the plan) before reading anything.
-  pdl_wait();
   const DecodePlan& plan = p.plan;
   const int r = blockIdx.x, row = blockIdx.y;
   const int n = plan.num_splits[r];
@@ -82,14 +71,14 @@ __global__ void __launch_bounds__(kColThreads * kSplitGroups)
   // The parts' LSE -> weights exp(lse_s - lse), lse = log sum exp(lse_s).
   float m = -INFINITY;
   for (int s = threadIdx.x; s < n; s += kCombineThreads) m = max_nan(m, lse[int64_t(s) * plan.rows_capacity]);
-  m = block_reduce<kCombineThreads>(m, red, true);
+  m = block_reduce(m, red, true);
   float sum = 0.f;
   for (int s = threadIdx.x; s < n; s += kCombineThreads) {
     const float e = m == -INFINITY ? 0.f : exp2f((lse[int64_t(s) * plan.rows_capacity] - m) * 1.4426950408889634f);
     weights[s] = e;
     sum += e;
   }
-  sum = block_reduce<kCombineThreads>(sum, red, false);  // its barriers also publish `weights`
+  sum = block_reduce(sum, red, false);  // its barriers also publish `weights`
   // sum is NaN when a part's LSE was NaN: output and LSE NaN then.
   const float inv = sum == 0.f ? 0.f : 1.f / sum;
   const float final_lse = sum == 0.f ? -INFINITY : m + logf(sum);
@@ -135,19 +124,9 @@ __global__ void __launch_bounds__(kColThreads * kSplitGroups)
   if (lse_out && threadIdx.x == 0 && blockIdx.z == 0) *lse_out = final_lse;
 }
 
-// LATTN_DECODE_COMBINE_GROUPS=8 or 32 forces the split groups (measurements).
-int combine_groups(int batch) {
-  static const int forced = [] {
-    const char* v = std::getenv("LATTN_DECODE_COMBINE_GROUPS");
-    return v && *v ? std::atoi(v) : 0;
-  }();
-  if (forced == 8 || forced == 32) return forced;
-  return batch <= 8 ? 32 : 8;
-}
-
 }  // namespace
 
-void launch_decode_combine(const DecodeParams& p, DType out_dtype, bool pdl, cudaStream_t stream) {
+void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t stream) {
   if (p.L % 4 != 0) {
     throw NotImplementedError("decode_combine: latent dim " + std::to_string(p.L) + " is not a multiple of 4");
   }
@@ -156,26 +135,8 @@ void launch_decode_combine(const DecodeParams& p, DType out_dtype, bool pdl, cud
                        std::to_string(kMaxSplits));
   }
   const dim3 grid(unsigned(p.batch), unsigned(p.plan.rows_capacity), unsigned((p.L + kColsPerCta - 1) / kColsPerCta));
-  // Batch-invariant plans always use 8 groups: the summation order of a
-  // request's splits must not depend on the batch (docs/mla.md).
-  const int groups = p.plan.fixed_split_tiles > 0 ? 8 : combine_groups(p.batch);
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(unsigned(kColThreads * groups));
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = pdl ? 1 : 0;
   LATTN_DISPATCH_HALF_TYPES(out_dtype, "decode", "out",
-                            [&] {
-                              if (groups == 32) {
-                                LATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_combine_kernel<T, 32>, p));
-                              } else {
-                                LATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_combine_kernel<T, 8>, p));
-                              }
-                            });
+                            [&] { decode_combine_kernel<T><<<grid, kCombineThreads, 0, stream>>>(p); });
   LATTN_CUDA_CHECK_LAUNCH("decode_combine_kernel");
 }
 

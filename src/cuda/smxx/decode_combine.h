@@ -14,9 +14,7 @@ constexpr int kMaxDecodeSplitsPerRequest = 2048;
 // For every request with num_splits >= 2: out/LSE = LSE-weighted sum of its
 // partials; for every request with no keys: out 0, LSE -inf. Requests with one
 // split were written by the attention kernel. Grid (batch, rows_capacity):
-// fixed for a plan's shape, so it is capturable. pdl: programmatic dependent
-// launch (sm90+): the kernel may be scheduled while the attention kernel
-// ahead of it finishes, and waits for it before reading (cuda/common/pdl.cuh).
-void launch_decode_combine(const DecodeParams& p, DType out_dtype, bool pdl, cudaStream_t stream);
+// fixed for a plan's shape, so it is capturable.
+void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t stream);
 
 }  // namespace lattn::cuda

@@ -1,7 +1,9 @@
 // The split-KV scheduler (FlashMLA's get_mla_metadata idea, computed on the
 // device so a captured CUDA graph re-plans from new seq_lens on replay).
 //
-// One CTA: a block-wide scan gives every request's cost prefix; each part
+// One CTA (one warp and no block barrier for up to 32 requests, else 1024
+// threads; the prefix stays in shared memory up to 4096 requests, so the part
+// search reads no global memory): a scan gives every request's cost prefix; each part
 // takes the next W = ceil(total / num_parts) cost units. A request is split
 // iff a part boundary (a multiple of W) falls inside its tile range, so at
 // most num_parts - 1 requests are split, into at most 2 * num_parts - 2
@@ -13,7 +15,6 @@
 #include <algorithm>
 
 #include "cuda/common/cuda_check.h"
-#include "cuda/common/pdl.cuh"
 #include "cuda/common/workspace.h"
 
 namespace lattn::cuda {
@@ -74,9 +75,6 @@ __device__ int block_total(int incl, int* slot) {
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const int32_t* __restrict__ seq_lens, int batch,
                                                                DecodePlan plan) {
-  // The attention kernel (launched with programmatic dependent launch) may
-  // start now; it waits for this kernel's writes before reading the plan.
-  pdl_launch_dependents();
   __shared__ int warp_sums[32];
   __shared__ int total_s;
   __shared__ int prefix_s[kSmemPrefix + 1];  // cost_prefix when batch <= kSmemPrefix

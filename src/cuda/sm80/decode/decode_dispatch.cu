@@ -74,11 +74,10 @@ struct CtasPerSm {
 struct Launch {
   const DecodeParams& p;
   int m_tiles;
-  bool pdl;
   cudaStream_t stream;
   template <class K>
   void operator()() const {
-    DecodeKernelLauncher<K>::launch(p, m_tiles, pdl, stream);
+    DecodeKernelLauncher<K>::launch(p, m_tiles, stream);
   }
 };
 
@@ -126,8 +125,8 @@ int decode_ctas_per_sm(DecodeTileConfig c, DType dtype, DType cache_dtype) {
 }
 
 void launch_decode_sm80(const DecodeParams& p, DecodeTileConfig c, DType dtype, DType cache_dtype, int m_tiles,
-                        bool pdl, cudaStream_t stream) {
-  with_traits(c, dtype, cache_dtype, Launch{p, m_tiles, pdl, stream});
+                        cudaStream_t stream) {
+  with_traits(c, dtype, cache_dtype, Launch{p, m_tiles, stream});
 }
 
 }  // namespace lattn::cuda::sm80

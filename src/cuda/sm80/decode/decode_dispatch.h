@@ -27,10 +27,8 @@ DecodeTileConfig choose_decode_tiles(int rows, int max_smem_per_block_optin, boo
 int decode_ctas_per_sm(DecodeTileConfig config, DType dtype, DType cache_dtype);
 
 // Launches grid (m_tiles, p.plan.num_parts). dtype: f16/bf16; cache_dtype:
-// dtype or fp8_e4m3. pdl: programmatic dependent launch (sm90+): the kernel
-// may start while the previous kernel on the stream (the plan) finishes; it
-// waits for that kernel's results before reading anything (decode_kernel.cuh).
+// dtype or fp8_e4m3.
 void launch_decode_sm80(const DecodeParams& p, DecodeTileConfig config, DType dtype, DType cache_dtype, int m_tiles,
-                        bool pdl, cudaStream_t stream);
+                        cudaStream_t stream);
 
 }  // namespace lattn::cuda::sm80

@@ -8,7 +8,6 @@
 // buffering), S = Q K^T, online softmax, O += P V; finally the epilogue.
 #pragma once
 
-#include "cuda/common/pdl.cuh"
 #include "cuda/sm80/decode/decode_epilogue.cuh"
 #include "cuda/sm80/decode/decode_mainloop.cuh"
 
@@ -141,11 +140,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) mla_decode_kernel(const __grid
 template <class K>
 __device__ __forceinline__ void decode_kernel_body(const DecodeParams& p) {
   extern __shared__ __align__(128) char smem[];
-  // Launched with programmatic dependent launch after the plan kernel (or the
-  // previous layer's kernels): let the combine launch early, then wait for
-  // the plan before reading it (cuda/common/pdl.cuh).
-  pdl_launch_dependents();
-  pdl_wait();
   const DecodePlan& plan = p.plan;
   const int part = blockIdx.y;
   const int w = plan.header[0], total = plan.header[1];

@@ -13,8 +13,8 @@ template <class K>  // K = DecodeTraits<...>
 struct DecodeKernelLauncher {
   // CTAs of the kernel that fit on one SM (sets its shared-memory limit first).
   static int ctas_per_sm();
-  // Grid (m_tiles, p.plan.num_parts); pdl: programmatic dependent launch.
-  static void launch(const DecodeParams& p, int m_tiles, bool pdl, cudaStream_t stream);
+  // Grid (m_tiles, p.plan.num_parts).
+  static void launch(const DecodeParams& p, int m_tiles, cudaStream_t stream);
 };
 
 }  // namespace lattn::cuda::sm80

@@ -39,19 +39,10 @@ int DecodeKernelLauncher<K>::ctas_per_sm() {
 }
 
 template <class K>
-void DecodeKernelLauncher<K>::launch(const DecodeParams& p, int m_tiles, bool pdl, cudaStream_t stream) {
+void DecodeKernelLauncher<K>::launch(const DecodeParams& p, int m_tiles, cudaStream_t stream) {
   set_decode_kernel_attributes<K>();
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(m_tiles), unsigned(p.plan.num_parts));
-  config.blockDim = dim3(K::kThreads);
-  config.dynamicSmemBytes = K::kSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = pdl ? 1 : 0;
-  LATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_kernel<K>, p));
+  const dim3 grid(unsigned(m_tiles), unsigned(p.plan.num_parts));
+  mla_decode_kernel<K><<<grid, K::kThreads, K::kSmemBytes, stream>>>(p);
   LATTN_CUDA_CHECK_LAUNCH("mla_decode_kernel");
 }
 
