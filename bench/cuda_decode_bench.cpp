@@ -133,7 +133,7 @@ struct Row {
   double us, graph_us, plan_us, step_us, step_graph_us, tflops, gbps, frac, target;
   int layers = 1;
   double layers_us = 0, layers_graph_us = 0;  // a step of `layers` layers (plans included)
-  int64_t layers_plans = 0;                  // planning kernels that step launched
+  int64_t layers_plans = 0;                   // planning kernels that step launched
   const char* judged_by;
   std::string config;
 };
@@ -239,7 +239,8 @@ void bench_decode(benchmark::State& state, const DecodeShape& shape) {
     // share inputs here: only the time matters). With one plan per step the
     // first layer plans; LATTN_DECODE_PLAN_PER_LAYER=1 gives the old way.
     std::vector<std::unique_ptr<cuda::CudaDecodeBackend>> layers;
-    for (int k = 0; k < shape.layers; ++k) layers.push_back(std::make_unique<cuda::CudaDecodeBackend>(params, shape.hopper));
+    for (int k = 0; k < shape.layers; ++k)
+      layers.push_back(std::make_unique<cuda::CudaDecodeBackend>(params, shape.hopper));
     auto layer_step = [&] {
       md.plans = std::make_shared<StepPlans>();
       for (auto& l : layers) {
@@ -358,8 +359,14 @@ void register_all() {
   for (const Base& b : shapes) {
     if (b.name != "decode/H16_B32_S4096_p64_bf16" && b.name != "decode/H16_B1_S16384_p64_bf16") continue;
     const bool hopper = sm90;
-    DecodeShape s{std::string("layers61/") + (hopper ? "hopper/" : "cuda/") + b.name, hopper, b.heads, b.seq_lens,
-                  b.s_q, b.cache_dtype, b.judged_by, 0};
+    DecodeShape s{std::string("layers61/") + (hopper ? "hopper/" : "cuda/") + b.name,
+                  hopper,
+                  b.heads,
+                  b.seq_lens,
+                  b.s_q,
+                  b.cache_dtype,
+                  b.judged_by,
+                  0};
     s.layers = 61;
     benchmark::RegisterBenchmark(s.name.c_str(), [s](benchmark::State& st) { bench_decode(st, s); })
         ->Iterations(1)
@@ -372,18 +379,20 @@ void print_summary() {
   const Ceilings& c = ceilings();
   std::printf("\nceilings (this run): copy %.0f GB/s (%.0f us for 2 GiB), bf16 GEMM %.0f TFLOP/s (%.0f us)\n",
               c.copy_gbps, c.copy_us, c.gemm_tflops, c.gemm_us);
-  std::printf("%-47s %9s %9s %7s %8s %8s %8s %8s %6s %6s %s\n", "case", "eager_us", "graph_us", "plan_us",
-              "step_us", "stepg_us", "TFLOP/s", "GB/s", "frac", "target", "config");
+  std::printf("%-47s %9s %9s %7s %8s %8s %8s %8s %6s %6s %s\n", "case", "eager_us", "graph_us", "plan_us", "step_us",
+              "stepg_us", "TFLOP/s", "GB/s", "frac", "target", "config");
   for (const Row& r : rows()) {
     if (r.layers > 1) {
-      std::printf("%-47s %d layers per step: eager %.1f us, graph %.1f us (%.2f us per layer), %lld plan kernels per "
-                  "step\n",
-                  r.name.c_str(), r.layers, r.layers_us, r.layers_graph_us, r.layers_graph_us / r.layers,
-                  (long long)r.layers_plans);
+      std::printf(
+          "%-47s %d layers per step: eager %.1f us, graph %.1f us (%.2f us per layer), %lld plan kernels per "
+          "step\n",
+          r.name.c_str(), r.layers, r.layers_us, r.layers_graph_us, r.layers_graph_us / r.layers,
+          (long long)r.layers_plans);
     }
     std::printf("%-47s %9.1f %9.1f %7.1f %8.1f %8.1f %8.1f %8.0f %6.3f %6s %s (%s)%s\n", r.name.c_str(), r.us,
-                r.graph_us, r.plan_us, r.step_us, r.step_graph_us, r.tflops, r.gbps, r.frac, r.target > 0 ? std::to_string(r.target).substr(0, 4).c_str() : "-",
-                r.config.c_str(), r.judged_by, r.target > 0 ? (r.frac >= r.target ? "  MEETS" : "  MISSES") : "");
+                r.graph_us, r.plan_us, r.step_us, r.step_graph_us, r.tflops, r.gbps, r.frac,
+                r.target > 0 ? std::to_string(r.target).substr(0, 4).c_str() : "-", r.config.c_str(), r.judged_by,
+                r.target > 0 ? (r.frac >= r.target ? "  MEETS" : "  MISSES") : "");
   }
 }
 

@@ -108,9 +108,7 @@ bool rows_are_16_byte(const Tensor& t) {
 }  // namespace
 
 CudaDecodeBackend::CudaDecodeBackend(const DecodeBackendParams& params, bool hopper)
-    : DecodeBackend(params),
-      hopper_(hopper),
-      own_store_(std::make_shared<PlanStore>(params.context.device.index)) {
+    : DecodeBackend(params), hopper_(hopper), own_store_(std::make_shared<PlanStore>(params.context.device.index)) {
   const char* op = hopper ? "hopper decode backend" : "cuda decode backend";
   check_arg(params.context.device.is_cuda(), op, "context.device", "a CUDA device",
             device_name(params.context.device));
@@ -242,10 +240,9 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   const std::string key = std::string("cuda decode plan: device ") + std::to_string(params_.context.device.index) +
                           ", stream " + std::to_string(reinterpret_cast<uintptr_t>(params_.context.stream)) +
                           (sm90_ ? ", sm90" : ", sm80") + ", tiles " + config_.str() + ", rows " +
-                          std::to_string(m_tiles_ * config_.block_m) + ", L " +
-                          std::to_string(params_.kv_lora_rank) + ", parts " + std::to_string(parts) +
-                          ", overhead " + std::to_string(plan_.overhead_tiles) + ", split " +
-                          std::to_string(plan_.fixed_split_tiles);
+                          std::to_string(m_tiles_ * config_.block_m) + ", L " + std::to_string(params_.kv_lora_rank) +
+                          ", parts " + std::to_string(parts) + ", overhead " + std::to_string(plan_.overhead_tiles) +
+                          ", split " + std::to_string(plan_.fixed_split_tiles);
   const auto slot = md.plans->get_or_make<SharedPlanSlot>(key, [] { return SharedPlanSlot{}; });
   SharedPlanState& shared = *slot->state;
   std::lock_guard lock(shared.mutex);

@@ -29,9 +29,9 @@
 #include "cuda/cuda_decode_backend.h"
 #include "lattn/backend.h"
 #include "lattn/cache.h"
+#include "lattn/device.h"
 #include "lattn/errors.h"
 #include "lattn/registry.h"
-#include "lattn/device.h"
 #include "support/gpu.h"
 #include "support/test_data.h"
 
@@ -539,8 +539,8 @@ TEST(CudaDecodePlan, OncePerStepForAllLayers) {
       for (int k = 0; k < kLayers; ++k) EXPECT_EQ(launched(k), want[size_t(k)]) << what << ", layer " << k;
     };
     auto step = [&](DecodeBatch& batch, const char* what) {
-      for (int k = 0; k < kLayers; ++k) run_and_check(*layers[size_t(k)], batch, outs[size_t(k)], lses[size_t(k)], what,
-                                                      true, nullptr, stream.get());
+      for (int k = 0; k < kLayers; ++k)
+        run_and_check(*layers[size_t(k)], batch, outs[size_t(k)], lses[size_t(k)], what, true, nullptr, stream.get());
     };
     step(*b, "step 1");
     expect_launched({1, 0, 0, 0}, "step 1");
@@ -576,8 +576,7 @@ TEST(CudaDecodePlan, OncePerStepForAllLayers) {
     for (int replay = 0; replay < 2; ++replay) {
       randomize(*b, random_lens(5, 1, 950, 40 + uint64_t(replay)), ones(5), rng);
       for (int k = 0; k < kLayers; ++k) {
-        run_and_check(*layers[size_t(k)], *b, outs[size_t(k)], lses[size_t(k)], "replay", false, &graph,
-                      stream.get());
+        run_and_check(*layers[size_t(k)], *b, outs[size_t(k)], lses[size_t(k)], "replay", false, &graph, stream.get());
       }
     }
   }

@@ -73,8 +73,8 @@ __device__ int block_total(int incl, int* slot) {
 // 1024 otherwise). The costs are read once into registers/shared memory; the
 // only global traffic is seq_lens in and the plan out.
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads) decode_plan_kernel(const int32_t* __restrict__ seq_lens, int batch,
-                                                               DecodePlan plan) {
+__global__ void __launch_bounds__(kThreads)
+    decode_plan_kernel(const int32_t* __restrict__ seq_lens, int batch, DecodePlan plan) {
   __shared__ int warp_sums[32];
   __shared__ int total_s;
   __shared__ int prefix_s[kSmemPrefix + 1];  // cost_prefix when batch <= kSmemPrefix

@@ -24,8 +24,8 @@ void set_decode_kernel_attributes() {
   int device = 0;
   LATTN_CUDA_CHECK(cudaGetDevice(&device));
   std::call_once(once[device % kMaxDevices], [] {
-    LATTN_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(K::kSmemBytes)));
+    LATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(mla_decode_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(K::kSmemBytes)));
   });
 }
 
