@@ -378,6 +378,11 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
                            " columns");
 }
 
+int64_t decode_plans_launched(const DecodeBackend& backend) {
+  const auto* cuda_backend = dynamic_cast<const CudaDecodeBackend*>(&backend);
+  return cuda_backend ? cuda_backend->plans_launched() : -1;
+}
+
 std::unique_ptr<DecodeBackend> CudaDecodeBackendClass::create(const DecodeBackendParams& params) const {
   return std::make_unique<CudaDecodeBackend>(params);
 }

@@ -88,6 +88,11 @@ class CudaDecodeBackend final : public DecodeBackend {
   int64_t plans_launched_ = 0;
 };
 
+// Planning kernels a `cuda` or `hopper` decode backend instance has launched
+// (tests count them: one per step, not one per layer); -1 for any other
+// backend. Builds without CUDA link src/cuda/absent/ (always -1).
+int64_t decode_plans_launched(const DecodeBackend& backend);
+
 class CudaDecodeBackendClass final : public DecodeBackendClass {
  public:
   std::string name() const override { return "cuda"; }

@@ -534,7 +534,7 @@ TEST(CudaDecodePlan, OncePerStepForAllLayers) {
       outs.push_back(OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu));
       lses.push_back(OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu));
     }
-    auto launched = [&](int k) { return dynamic_cast<cuda::CudaDecodeBackend&>(*layers[size_t(k)]).plans_launched(); };
+    auto launched = [&](int k) { return cuda::decode_plans_launched(*layers[size_t(k)]); };
     auto expect_launched = [&](std::vector<int64_t> want, const char* what) {
       for (int k = 0; k < kLayers; ++k) EXPECT_EQ(launched(k), want[size_t(k)]) << what << ", layer " << k;
     };
