@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/types/host_index.h"
 #include "cpu/sparse_cpu.h"
 #include "lattn/dtype.h"
 #include "lattn/sparse.h"
@@ -11,15 +12,7 @@
 namespace lattn::cpu {
 namespace {
 
-int64_t index_at(const Tensor& t, int64_t i) {
-  const int64_t off = i * t.stride(0);
-  return t.dtype() == DType::i64 ? t.data_as<const int64_t>()[off] : t.data_as<const int32_t>()[off];
-}
-
-int64_t index_at(const Tensor& t, int64_t i, int64_t j) {
-  const int64_t off = i * t.stride(0) + j * t.stride(1);
-  return t.dtype() == DType::i64 ? t.data_as<const int64_t>()[off] : t.data_as<const int32_t>()[off];
-}
+using detail::index_at;
 
 uint8_t* entry_ptr(const LatentCache& cache, int64_t block, int64_t offset) {
   return static_cast<uint8_t*>(cache.data.data()) + block * cache.data.stride(0) + offset * cache.data.stride(1);

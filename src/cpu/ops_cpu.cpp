@@ -9,21 +9,14 @@
 #include <limits>
 #include <vector>
 
+#include "core/types/host_index.h"
 #include "cpu/attention_kernels.h"
 #include "lattn/cpu.h"
 
 namespace lattn::cpu {
 namespace {
 
-int64_t index_at(const Tensor& t, int64_t i) {  // element i of a 1-dim int tensor
-  const int64_t off = i * t.stride(0);
-  return t.dtype() == DType::i64 ? t.data_as<const int64_t>()[off] : t.data_as<const int32_t>()[off];
-}
-
-int64_t index_at(const Tensor& t, int64_t i, int64_t j) {  // element (i, j) of a 2-dim int tensor
-  const int64_t off = i * t.stride(0) + j * t.stride(1);
-  return t.dtype() == DType::i64 ? t.data_as<const int64_t>()[off] : t.data_as<const int32_t>()[off];
-}
+using detail::index_at;
 
 // Pointer to the first element of cache entry (block, offset).
 char* cache_entry(const LatentCache& cache, int64_t block, int64_t offset) {

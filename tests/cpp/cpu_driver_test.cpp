@@ -1,9 +1,9 @@
-// The `cpu` backends (prefill and decode, through MlaAttention) against the
-// `reference` backends on every case of the shared backend driver — mixed
-// batches, hostile data (permuted block tables, NaN in unused cache entries
-// and padded rows, partial blocks), every dims/dtype/block-size case — for
-// every instruction-set path this CPU can run (forced in turn) and for 1 and
-// all threads.
+// The `cpu` backend's own sweep: its prefill and decode together (through
+// MlaAttention) against the `reference` backends on every case of the shared
+// backend driver, for every instruction-set path this CPU can run (forced in
+// turn) and for 1 and all threads. (Every registered backend, the `cpu` ones
+// included, also runs every case alone against `reference` in
+// backend_driver_test, which walks the registry.)
 #include <gtest/gtest.h>
 #include <omp.h>
 

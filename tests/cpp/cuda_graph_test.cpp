@@ -6,9 +6,9 @@
 
 #include <vector>
 
-#include "lattn/cuda_graph_state.h"
 #include "lattn/errors.h"
 #include "lattn/metadata.h"
+#include "lattn/mla_common_state.h"
 #include "support/metadata_test_util.h"
 
 namespace lattn {

@@ -128,7 +128,10 @@ Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const T
   const Stream stream = im.config.stream;
 
   // 1. Every token's latent goes to the cache before any attention reads it.
-  if (args.write_cache) concat_and_cache_mla(args.kv_c, args.k_pe, cache, metadata.slot_mapping, stream);
+  // (validate_forward checked every slot: the op's own checks would read them again.)
+  if (args.write_cache) {
+    detail::concat_and_cache_mla_unchecked(args.kv_c, args.k_pe, cache, metadata.slot_mapping, stream);
+  }
 
   // The seed's profile run sizes the context scratch for the worst case
   // (docs/mla.md): grow it now so memory profiling sees the peak.

@@ -98,8 +98,8 @@ void attend_context(MlaAttention::Impl& impl, const LatentCache& cache, const Pr
   for (int i = 0; i < num_chunks; ++i) {
     const int64_t rows = pm.chunks.seq_tot[size_t(i)];
     const Tensor latent = latent_all.narrow(0, 0, rows);
-    gather_cache(cache, latent, pm.block_table, pm.chunks.cu_seq_lens.select(0, i), pm.num_prefills,
-                 pm.chunks.starts.select(0, i), stream);
+    gather_cache_unchecked(cache, latent, pm.block_table, pm.chunks.cu_seq_lens.select(0, i), pm.num_prefills,
+                           pm.chunks.starts.select(0, i), stream);
     const Tensor k = k_all.narrow(0, 0, rows), v = v_all.narrow(0, 0, rows);
     up_project(impl, latent.narrow(1, 0, L), latent.narrow(1, L, R), k, v);
     impl.prefill->run_prefill_context_chunk(i, q, k, v, chunk_out, chunk_lse);
@@ -107,13 +107,13 @@ void attend_context(MlaAttention::Impl& impl, const LatentCache& cache, const Pr
     const bool last = i == num_chunks - 1;
     if (i == 0) {
       // (new ⊕ chunk 0): prefix = context, suffix = new tokens, as the seed merges them.
-      merge_attn_states(last ? target : run_out, last ? Tensor() : run_lse, chunk, chunk_lse,
-                        new_out.narrow(2, 0, V), new_lse, stream);
+      merge_attn_states_unchecked(last ? target : run_out, last ? Tensor() : run_lse, chunk, chunk_lse,
+                                  new_out.narrow(2, 0, V), new_lse, stream);
       continue;
     }
     // The output may alias the prefix (elementwise); the LSE may not, hence two LSE buffers.
-    merge_attn_states(last ? target : run_out, last ? Tensor() : next_lse, run_out, run_lse, chunk, chunk_lse,
-                      stream);
+    merge_attn_states_unchecked(last ? target : run_out, last ? Tensor() : next_lse, run_out, run_lse, chunk, chunk_lse,
+                                stream);
     std::swap(run_lse, next_lse);
   }
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/attention/attention_impl.h"
+#include "core/types/host_index.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
 
@@ -12,15 +13,6 @@ namespace lattn::detail {
 namespace {
 
 constexpr const char* kOp = "forward";
-
-int64_t host_index(const Tensor& t, int64_t i) {
-  const int64_t off = i * t.stride(0);
-  return t.dtype() == DType::i64 ? t.data_as<const int64_t>()[off] : t.data_as<const int32_t>()[off];
-}
-
-int64_t host_index(const Tensor& t, int64_t i, int64_t j) {
-  return t.data_as<const int32_t>()[i * t.stride(0) + j * t.stride(1)];
-}
 
 std::string str(int64_t v) { return std::to_string(v); }
 
@@ -46,14 +38,14 @@ void check_device_copy(const std::string& name, const Tensor& device_copy, const
 // query_start_loc [n+1]: starts at 0, every request has >= 1 token, ends at num_tokens.
 void check_query_start_loc(const char* name, const Tensor& qsl, int64_t num_requests, int64_t num_tokens) {
   check_index_array(name, qsl, {num_requests + 1}, DType::i32);
-  check_arg(host_index(qsl, 0) == 0, kOp, name, "start at 0", str(host_index(qsl, 0)));
+  check_arg(index_at(qsl, 0) == 0, kOp, name, "start at 0", str(index_at(qsl, 0)));
   for (int64_t r = 0; r < num_requests; ++r) {
-    const int64_t len = host_index(qsl, r + 1) - host_index(qsl, r);
+    const int64_t len = index_at(qsl, r + 1) - index_at(qsl, r);
     check_arg(len >= 1, kOp, name, "give every request at least one query token",
               "query length " + str(len) + " for request " + str(r));
   }
-  check_arg(host_index(qsl, num_requests) == num_tokens, kOp, name, "end at the view's token count " + str(num_tokens),
-            str(host_index(qsl, num_requests)));
+  check_arg(index_at(qsl, num_requests) == num_tokens, kOp, name, "end at the view's token count " + str(num_tokens),
+            str(index_at(qsl, num_requests)));
 }
 
 // The first `num_tokens` cache positions of request row r map to blocks inside the cache.
@@ -65,7 +57,7 @@ void check_block_row(const char* name, const Tensor& block_table, int64_t r, int
                 " tokens)",
             block_table.shape_str());
   for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t block = host_index(block_table, r, b);
+    const int64_t block = index_at(block_table, r, b);
     check_arg(block >= 0 && block < cache.num_blocks(), kOp, name,
               "hold block ids in [0, num_blocks = " + str(cache.num_blocks()) + ")",
               str(block) + " at [" + str(r) + ", " + str(b) + "]");
@@ -86,12 +78,12 @@ void check_decode_view(const MlaAttention::Impl& impl, const MlaMetadata& md, co
   check_index_array("metadata.decode.block_table", dm.block_table_cpu, {dm.num_decodes, kAnySize}, DType::i32);
   const int64_t max_queries = impl.decode_class->max_query_tokens_per_request();
   for (int64_t r = 0; r < dm.num_decodes; ++r) {
-    const int64_t num_queries = host_index(dm.query_start_loc_cpu, r + 1) - host_index(dm.query_start_loc_cpu, r);
+    const int64_t num_queries = index_at(dm.query_start_loc_cpu, r + 1) - index_at(dm.query_start_loc_cpu, r);
     check_arg(num_queries <= max_queries, kOp, "metadata.decode.query_start_loc",
               "give decodes at most " + str(max_queries) + " query tokens (decode backend " +
                   impl.decode_class->name() + ")",
               str(num_queries) + " for decode " + str(r));
-    const int64_t seq_len = host_index(dm.seq_lens_cpu, r);
+    const int64_t seq_len = index_at(dm.seq_lens_cpu, r);
     check_arg(seq_len >= num_queries, kOp, "metadata.decode.seq_lens",
               "be >= the request's query length " + str(num_queries), str(seq_len) + " for decode " + str(r));
     check_block_row("metadata.decode.block_table", dm.block_table_cpu, r, seq_len, cache);
@@ -107,9 +99,9 @@ void check_chunk_plan(const PrefillMetadata& pm, const LatentCache& cache) {
             "have num_chunks = " + str(num_chunks) + " entries", str(int64_t(plan.seq_tot.size())));
   if (num_chunks == 0) {
     for (int64_t p = 0; p < np; ++p) {
-      check_arg(host_index(pm.context_lens_cpu, p) == 0, kOp, "metadata.prefill.chunks",
+      check_arg(index_at(pm.context_lens_cpu, p) == 0, kOp, "metadata.prefill.chunks",
                 "plan context chunks when a prefill has context",
-                "no chunks and context length " + str(host_index(pm.context_lens_cpu, p)) + " for prefill " + str(p));
+                "no chunks and context length " + str(index_at(pm.context_lens_cpu, p)) + " for prefill " + str(p));
     }
     return;
   }
@@ -119,8 +111,8 @@ void check_chunk_plan(const PrefillMetadata& pm, const LatentCache& cache) {
   for (int64_t p = 0; p < np; ++p) {
     int64_t covered = 0;
     for (int64_t i = 0; i < num_chunks; ++i) {
-      const int64_t start = host_index(plan.starts_cpu, i, p);
-      const int64_t len = host_index(plan.cu_seq_lens_cpu, i, p + 1) - host_index(plan.cu_seq_lens_cpu, i, p);
+      const int64_t start = index_at(plan.starts_cpu, i, p);
+      const int64_t len = index_at(plan.cu_seq_lens_cpu, i, p + 1) - index_at(plan.cu_seq_lens_cpu, i, p);
       check_arg(len >= 0, kOp, "metadata.prefill.chunks.cu_seq_lens", "be non-decreasing",
                 "a chunk of " + str(len) + " tokens (chunk " + str(i) + ", prefill " + str(p) + ")");
       if (len == 0) continue;
@@ -130,16 +122,16 @@ void check_chunk_plan(const PrefillMetadata& pm, const LatentCache& cache) {
                 str(start) + " (chunk " + str(i) + ", prefill " + str(p) + ")");
       covered += len;
     }
-    check_arg(covered == host_index(pm.context_lens_cpu, p), kOp, "metadata.prefill.chunks",
-              "cover prefill " + str(p) + "'s context of " + str(host_index(pm.context_lens_cpu, p)) + " tokens",
+    check_arg(covered == index_at(pm.context_lens_cpu, p), kOp, "metadata.prefill.chunks",
+              "cover prefill " + str(p) + "'s context of " + str(index_at(pm.context_lens_cpu, p)) + " tokens",
               str(covered) + " tokens");
   }
   for (int64_t i = 0; i < num_chunks; ++i) {
-    check_arg(host_index(plan.cu_seq_lens_cpu, i, 0) == 0 && host_index(plan.cu_seq_lens_cpu, i, np) ==
-                                                                plan.seq_tot[size_t(i)],
-              kOp, "metadata.prefill.chunks.cu_seq_lens", "run from 0 to seq_tot[" + str(i) + "] = " +
-                                                              str(plan.seq_tot[size_t(i)]),
-              str(host_index(plan.cu_seq_lens_cpu, i, 0)) + ".." + str(host_index(plan.cu_seq_lens_cpu, i, np)));
+    check_arg(
+        index_at(plan.cu_seq_lens_cpu, i, 0) == 0 && index_at(plan.cu_seq_lens_cpu, i, np) == plan.seq_tot[size_t(i)],
+        kOp, "metadata.prefill.chunks.cu_seq_lens",
+        "run from 0 to seq_tot[" + str(i) + "] = " + str(plan.seq_tot[size_t(i)]),
+        str(index_at(plan.cu_seq_lens_cpu, i, 0)) + ".." + str(index_at(plan.cu_seq_lens_cpu, i, np)));
   }
 }
 
@@ -157,11 +149,11 @@ void check_prefill_view(const MlaMetadata& md, const LatentCache& cache, Device 
   check_dim(kOp, "metadata.prefill.block_table", pm.block_table_cpu, 2);
   check_index_array("metadata.prefill.block_table", pm.block_table_cpu, {pm.num_prefills, kAnySize}, DType::i32);
   for (int64_t p = 0; p < pm.num_prefills; ++p) {
-    const int64_t context = host_index(pm.context_lens_cpu, p);
-    const int64_t query = host_index(pm.query_start_loc_cpu, p + 1) - host_index(pm.query_start_loc_cpu, p);
-    check_arg(context >= 0 && host_index(pm.seq_lens_cpu, p) == context + query, kOp, "metadata.prefill.seq_lens",
+    const int64_t context = index_at(pm.context_lens_cpu, p);
+    const int64_t query = index_at(pm.query_start_loc_cpu, p + 1) - index_at(pm.query_start_loc_cpu, p);
+    check_arg(context >= 0 && index_at(pm.seq_lens_cpu, p) == context + query, kOp, "metadata.prefill.seq_lens",
               "equal context_len + query_len = " + str(context) + " + " + str(query),
-              str(host_index(pm.seq_lens_cpu, p)) + " for prefill " + str(p));
+              str(index_at(pm.seq_lens_cpu, p)) + " for prefill " + str(p));
     // Only the context is read back from the cache (the new tokens come from the inputs).
     check_block_row("metadata.prefill.block_table", pm.block_table_cpu, p, context, cache);
   }
@@ -268,7 +260,7 @@ ForwardArgs validate_forward(const MlaAttention::Impl& impl, const Tensor& q, co
     check_device_copy("metadata.slot_mapping", md.slot_mapping, md.slot_mapping_cpu, c.device);
     const int64_t capacity = cache.num_blocks() * cache.block_size();
     for (int64_t t = 0; t < md.slot_mapping_cpu.size(0); ++t) {
-      const int64_t slot = host_index(md.slot_mapping_cpu, t);
+      const int64_t slot = index_at(md.slot_mapping_cpu, t);
       check_arg(slot < capacity, kOp, "metadata.slot_mapping",
                 "hold slots < num_blocks * block_size = " + str(capacity) + " (or PAD_SLOT_ID -1)",
                 str(slot) + " at index " + str(t));

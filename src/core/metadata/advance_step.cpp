@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/metadata/metadata_views.h"
 #include "core/ops/device_ops.h"
 #include "lattn/errors.h"
 
@@ -166,27 +167,13 @@ void advance_step(MlaMetadata& m, const Tensor& sampled_token_ids, const Tensor&
     m.num_prefill_tokens = 0;
     m.max_prefill_seq_len = 0;
     m.max_query_len = 1;
-    m.max_decode_query_len = 1;
     m.slot_mapping_cpu = m.slot_mapping_cpu.narrow(0, 0, num_seqs);
     m.prefill.reset();
-    DecodeMetadata d;
-    d.num_decodes = m.num_reqs;
-    d.num_decode_tokens = num_seqs;
-    d.block_size = m.block_size;
-    d.use_cuda_graph = m.use_cuda_graph;
-    d.query_start_loc_cpu = m.query_start_loc_cpu;
-    d.seq_lens_cpu = m.seq_lens_cpu;
-    d.seq_start_loc_cpu = m.seq_start_loc_cpu;
-    d.block_table_cpu = m.block_table_cpu;
-    d.slot_mapping_cpu = m.slot_mapping_cpu;
-    m.decode = d;
   }
   m.max_decode_seq_len = max_seq_len;
-  if (m.decode) {
-    m.decode->max_decode_seq_len = max_seq_len;
-    m.decode->max_decode_query_len = 1;
-    m.decode->plans = std::make_shared<StepPlans>();  // new lengths: a new step to plan
-  }
+  m.max_decode_query_len = 1;
+  // The decode view over the new lengths, with fresh plans: a new step to plan.
+  if (turn_prefills_into_decodes || m.decode) m.decode = detail::make_decode_view(m);
   // Device views: re-upload into the same device memory (or alias the host).
   m.to_device(m.device, stream);
   write_i64(tokens.data(), input_tokens, num_seqs, stream);

@@ -1,8 +1,10 @@
 // src/core/ops/forward_ops.h — the small device-dispatched data movements
-// MlaAttention::forward needs besides GEMMs, attention and the public ops
-// (internal), through the device-ops table (core/ops/device_ops.h).
+// MlaAttention::forward needs besides GEMMs and attention, and the public
+// ops without their checks (internal), through the device-ops table
+// (core/ops/device_ops.h).
 #pragma once
 
+#include "lattn/cache.h"
 #include "lattn/stream.h"
 #include "lattn/tensor.h"
 
@@ -24,5 +26,18 @@ void quantize_fp8(const Tensor& src, const Tensor& dst, const Tensor& scale, Str
 
 // Sets every element of a 2-dim tensor (rows may be strided) to zero.
 void zero_rows(const Tensor& t, Stream stream);
+
+// The public cache and attention-state ops (lattn/ops.h) without their
+// argument checks: for MlaAttention::forward, which validated the step once
+// at its boundary (shapes, devices, every slot, the chunk plan's block ids
+// and page-aligned starts) and must not re-read the index arrays inside its
+// chunk loop. Arguments as the public ops', with k_pe already [T, R].
+void concat_and_cache_mla_unchecked(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
+                                    const Tensor& slot_mapping, Stream stream);
+void gather_cache_unchecked(const LatentCache& cache, const Tensor& dst, const Tensor& block_table,
+                            const Tensor& cu_seq_lens, int batch_size, const Tensor& seq_starts, Stream stream);
+void merge_attn_states_unchecked(const Tensor& out, const Tensor& out_lse, const Tensor& prefix_out,
+                                 const Tensor& prefix_lse, const Tensor& suffix_out, const Tensor& suffix_lse,
+                                 Stream stream);
 
 }  // namespace lattn::detail

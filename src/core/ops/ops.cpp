@@ -2,29 +2,24 @@
 // validated here first — shapes, dtypes, devices and, for host-resident
 // index tensors, every index value — so a refused call has written nothing.
 // Then the op runs on the device of its tensors, through that device's ops
-// table (core/ops/device_ops.h).
+// table (core/ops/device_ops.h); the *_unchecked forms (core/ops/forward_ops.h)
+// are that second half alone, for MlaAttention::forward's chunk loop.
 #include "lattn/ops.h"
 
 #include <string>
 
 #include "core/ops/device_ops.h"
+#include "core/ops/forward_ops.h"
+#include "core/types/host_index.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
 
 namespace lattn {
 namespace {
 
+using detail::index_at;
+
 constexpr auto kActivationDtypes = {DType::f16, DType::bf16, DType::f32};
-
-int64_t index_at(const Tensor& t, int64_t i) {
-  const int64_t off = i * t.stride(0);
-  return t.dtype() == DType::i64 ? t.data_as<const int64_t>()[off] : t.data_as<const int32_t>()[off];
-}
-
-int64_t index_at(const Tensor& t, int64_t i, int64_t j) {
-  const int64_t off = i * t.stride(0) + j * t.stride(1);
-  return t.dtype() == DType::i64 ? t.data_as<const int64_t>()[off] : t.data_as<const int32_t>()[off];
-}
 
 std::string at_index(int64_t value, int64_t i) { return std::to_string(value) + " at index " + std::to_string(i); }
 
@@ -49,6 +44,36 @@ void check_block_mapping(const char* op, const Tensor& block_mapping, int64_t sr
 }
 
 }  // namespace
+
+namespace detail {
+
+void concat_and_cache_mla_unchecked(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
+                                    const Tensor& slot_mapping, Stream stream) {
+  const DeviceOps& dev = device_ops(cache.device());
+  if (cache.is_fp8_ds_mla()) {  // per-tile quantization: lattn/sparse.h
+    dev.concat_and_cache_ds_mla(kv_c, k_pe, cache, slot_mapping, stream);
+  } else {
+    dev.concat_and_cache_mla(kv_c, k_pe, cache, slot_mapping, stream);
+  }
+}
+
+void gather_cache_unchecked(const LatentCache& cache, const Tensor& dst, const Tensor& block_table,
+                            const Tensor& cu_seq_lens, int batch_size, const Tensor& seq_starts, Stream stream) {
+  const DeviceOps& dev = device_ops(cache.device());
+  if (cache.is_fp8_ds_mla()) {
+    dev.gather_cache_ds_mla(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts, stream);
+  } else {
+    dev.gather_cache(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts, stream);
+  }
+}
+
+void merge_attn_states_unchecked(const Tensor& out, const Tensor& out_lse, const Tensor& prefix_out,
+                                 const Tensor& prefix_lse, const Tensor& suffix_out, const Tensor& suffix_lse,
+                                 Stream stream) {
+  device_ops(out.device()).merge_attn_states(out, out_lse, prefix_out, prefix_lse, suffix_out, suffix_lse, stream);
+}
+
+}  // namespace detail
 
 void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
                           const Tensor& slot_mapping, Stream stream) {
@@ -88,12 +113,7 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
     }
   }
 
-  const detail::DeviceOps& dev = detail::device_ops(cache.device());
-  if (cache.is_fp8_ds_mla()) {  // per-tile quantization: lattn/sparse.h
-    dev.concat_and_cache_ds_mla(kv_c, pe, cache, slot_mapping, stream);
-  } else {
-    dev.concat_and_cache_mla(kv_c, pe, cache, slot_mapping, stream);
-  }
+  detail::concat_and_cache_mla_unchecked(kv_c, pe, cache, slot_mapping, stream);
 }
 
 void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& block_table, const Tensor& cu_seq_lens,
@@ -156,12 +176,7 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
     check_arg(total <= dst.size(0), op, "dst",
               "have at least cu_seq_lens[batch_size] = " + std::to_string(total) + " rows", dst.shape_str());
   }
-  if (cache.is_fp8_ds_mla()) {
-    detail::device_ops(device).gather_cache_ds_mla(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts,
-                                                   stream);
-  } else {
-    detail::device_ops(device).gather_cache(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts, stream);
-  }
+  detail::gather_cache_unchecked(cache, dst, block_table, cu_seq_lens, batch_size, seq_starts, stream);
 }
 
 void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& prefix_out, const Tensor& prefix_lse,
@@ -195,7 +210,7 @@ void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& p
     check_arg(out_lse.data() != prefix_lse.data() && out_lse.data() != suffix_lse.data(), op, "output_lse",
               "not alias prefix_lse or suffix_lse", "an aliasing tensor");
   }
-  detail::device_ops(device).merge_attn_states(out, out_lse, prefix_out, prefix_lse, suffix_out, suffix_lse, stream);
+  detail::merge_attn_states_unchecked(out, out_lse, prefix_out, prefix_lse, suffix_out, suffix_lse, stream);
 }
 
 void copy_blocks(std::span<const LatentCache> caches, const Tensor& block_mapping, Stream stream) {

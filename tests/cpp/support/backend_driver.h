@@ -11,7 +11,8 @@
 // tails of partial blocks) and in padded token rows. Outputs are poisoned
 // before every run, so a row a backend forgets to write fails.
 //
-// Typical use (a backend helper's test):
+// Every registered backend already runs every case (backend_driver_test.cpp
+// walks the registries). A backend's own sweep (ISA paths, threads) calls it:
 //   for (const auto& c : lattn::test::all_forward_cases())
 //     EXPECT_TRUE(lattn::test::check(lattn::test::run_backend_case(c, "cpu", "cpu", lattn::Device::cpu())));
 #pragma once

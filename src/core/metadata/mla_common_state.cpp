@@ -1,6 +1,6 @@
 // MLACommonState: workspace sizing and CUDA-graph capture buffers (see
-// lattn/cuda_graph_state.h).
-#include "lattn/cuda_graph_state.h"
+// lattn/mla_common_state.h).
+#include "lattn/mla_common_state.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/metadata/metadata_storage.h"
+#include "core/metadata/metadata_views.h"
 #include "core/ops/device_ops.h"
 #include "lattn/errors.h"
 
@@ -24,8 +25,8 @@ void copy_into(const char* what, const Tensor& src, const Tensor& dst, Stream st
   if (src.dtype() != dst.dtype() || src.dim() != dst.dim() ||
       !std::equal(src.shape().begin(), src.shape().end(), dst.shape().begin()) || !src.is_contiguous() ||
       !dst.is_contiguous()) {
-    throw ValueError(std::string("prepare_graph_input_buffers: ") + what + " of the step metadata " +
-                     src.describe() + " does not match the captured buffer " + dst.describe());
+    throw ValueError(std::string("prepare_graph_input_buffers: ") + what + " of the step metadata " + src.describe() +
+                     " does not match the captured buffer " + dst.describe());
   }
   if (src.nbytes() == 0) return;
   if (src.device().is_cpu() && dst.device().is_cpu()) {
@@ -87,8 +88,10 @@ MlaCommonState::GraphCapture MlaCommonState::graph_capture(int max_batch_size) {
   std::fill_n(reinterpret_cast<int64_t*>(base + positions_), rows, int64_t(0));
   std::fill_n(reinterpret_cast<int32_t*>(base + seq_lens_), rows, 1);
   // One token per request of seq_len 1: both cumulative arrays are 0, 1, 2, ...
-  std::iota(reinterpret_cast<int32_t*>(base + query_start_loc_), reinterpret_cast<int32_t*>(base + query_start_loc_) + rows + 1, 0);
-  std::iota(reinterpret_cast<int32_t*>(base + seq_start_loc_), reinterpret_cast<int32_t*>(base + seq_start_loc_) + rows + 1, 0);
+  std::iota(reinterpret_cast<int32_t*>(base + query_start_loc_),
+            reinterpret_cast<int32_t*>(base + query_start_loc_) + rows + 1, 0);
+  std::iota(reinterpret_cast<int32_t*>(base + seq_start_loc_),
+            reinterpret_cast<int32_t*>(base + seq_start_loc_) + rows + 1, 0);
   std::fill_n(reinterpret_cast<int32_t*>(base + context_lens_), rows, 0);
   std::memcpy(base + block_tables_, graph_block_tables_.data(), rows * width * 4);
   if (config_.device.is_cuda()) {
@@ -142,19 +145,7 @@ MlaMetadata MlaCommonState::graph_capture_get_metadata_for_batch(int batch_size,
   m.seq_start_loc_cpu = arena_view(s, seq_start_loc_, DType::i32, {bs + 1});
   m.context_lens_cpu = arena_view(s, context_lens_, DType::i32, {bs});
   m.block_table_cpu = arena_view(s, block_tables_, DType::i32, {bs, config_.max_blocks_per_seq});
-  DecodeMetadata d;
-  d.num_decodes = batch_size;
-  d.num_decode_tokens = batch_size;
-  d.max_decode_query_len = 1;
-  d.max_decode_seq_len = config_.max_seq_len_to_capture;
-  d.block_size = config_.block_size;
-  d.use_cuda_graph = true;
-  d.query_start_loc_cpu = m.query_start_loc_cpu;
-  d.seq_lens_cpu = m.seq_lens_cpu;
-  d.seq_start_loc_cpu = m.seq_start_loc_cpu;
-  d.block_table_cpu = m.block_table_cpu;
-  d.slot_mapping_cpu = m.slot_mapping_cpu;
-  m.decode = std::move(d);
+  m.decode = detail::make_decode_view(m);
   m.storage = capture_;
   // The device buffers were filled once by graph_capture: bind, never re-upload
   // (replays write them through prepare_graph_input_buffers).
@@ -164,7 +155,7 @@ MlaMetadata MlaCommonState::graph_capture_get_metadata_for_batch(int batch_size,
 }
 
 GraphInputBuffers MlaCommonState::get_graph_input_buffers(const MlaMetadata& metadata,
-                                                           bool is_encoder_decoder_model) const {
+                                                          bool is_encoder_decoder_model) const {
   if (!metadata.decode) {
     throw ValueError("get_graph_input_buffers: the metadata has no decode view (num_decodes == 0)");
   }
