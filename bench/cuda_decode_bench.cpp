@@ -275,11 +275,7 @@ void bench_decode(benchmark::State& state, const DecodeShape& shape) {
   row.judged_by = shape.judged_by;
   row.frac = std::string(shape.judged_by) == "gemm" ? row.tflops / ceil.gemm_tflops : row.gbps / ceil.copy_gbps;
   row.target = shape.target;
-  row.config = backend.uses_sm90_kernel()
-                   ? "sm90 wgmma m64n64s2 parts " + std::to_string(backend.num_parts())
-                   : backend.uses_tensor_cores()
-                         ? backend.tile_config().str() + " parts " + std::to_string(backend.num_parts())
-                         : "generic";
+  row.config = backend.kernel_label();
   rows().push_back(row);
   for (auto _ : state) state.SetIterationTime(best_us * 1e-6);
   state.counters["us_eager"] = row.us;
@@ -336,6 +332,10 @@ void register_all() {
       {"decode/H16_B1_S65536_p64_bf16", 16, same(1, 65536), 1, DType::bf16, "copy", 0, 0.70},
       {"decode/H128_B1_S65536_p64_bf16", 128, same(1, 65536), 1, DType::bf16, "gemm", 0, 0},
       {"decode/H128_B64_S8192_p64_bf16", 128, same(64, 8192), 1, DType::bf16, "gemm", 0, 0},
+      // One M tile per request (64 rows): every KV tile is read by one CTA
+      // only; against H128 (two CTAs read each tile) it shows whether the
+      // second read is served by L2 (docs/perf.md, "Hopper decode").
+      {"decode/H64_B128_S4096_p64_bf16", 64, same(128, 4096), 1, DType::bf16, "gemm", 0, 0},
       {"decode/H16_B64_mixed128-32k_p64_bf16", 16, mixed(64), 1, DType::bf16, "copy", 0, 0},
       {"decode/H16_B128_S16384_p64_fp8", 16, same(128, 16384), 1, DType::fp8_e4m3, "copy", 0, 0.85},
       {"decode/H128_B128_S4096_p64_fp8", 128, same(128, 4096), 1, DType::fp8_e4m3, "gemm", 0, 0},

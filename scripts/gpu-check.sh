@@ -129,6 +129,10 @@ if command -v compute-sanitizer >/dev/null; then
   # (which runs hopper's wgmma kernel on this GPU) under every tool.
   san memcheck sm90_wgmma_test '*'
   san synccheck cuda_decode_test 'CudaDecodeSmall.SanitizerCase'
+  # The hopper prefill kernel's small case (every config, causal and not): its
+  # V cleaning is shared memory written by the producer's fixer warps.
+  san racecheck cuda_prefill_test 'HopperPrefillKernel.SanitizerCase'
+  san synccheck cuda_prefill_test 'HopperPrefillKernel.SanitizerCase'
   # Other CUDA tests (other issues' work): their small/sanitizer cases, else the whole binary.
   for extra_test in $(ls $CUDA_TESTS | xargs -n1 basename | sed 's/\.cpp$//' | grep -v -E '^cuda_(ops|decode|gemm|backend)_test$'); do
     small='*Small*:*small*:*Sanitizer*'
@@ -169,10 +173,10 @@ note "SASS: decode kernels with HMMA: $(echo "$decode_lines" | grep -c -v 'HMMA=
 # The hopper decode kernel (sm_90a): wgmma shows as HGMMA; no local memory.
 {
   echo
-  echo "# hopper decode kernel (mla_decode_sm90_kernel): HGMMA / LDL / STL per instantiation"
+  echo "# hopper decode kernel (mla_decode_sm90_kernel, mla_decode_sm90_seesaw_kernel): HGMMA / LDL / STL per instantiation"
   # (sm_90a code only: the sm_80 pass compiles the kernel to an empty body)
   cuobjdump -sass "$lib" 2>/dev/null | awk '
-    function flush() { if (name ~ /mla_decode_sm90_kernel/ && arch == "sm_90a") print name, hg, ldl, stl }
+    function flush() { if (name ~ /mla_decode_sm90_(seesaw_)?kernel/ && arch == "sm_90a") print name, hg, ldl, stl }
     /arch = / { flush(); name = ""; arch = $3; next }
     /Function :/ { flush(); name=$3; hg=ldl=stl=0; next }
     / HGMMA/ { hg++ } / LDL/ { ldl++ } / STL/ { stl++ }

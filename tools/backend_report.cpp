@@ -6,6 +6,7 @@
 
 #include "exit_codes.h"
 #include "lattn/errors.h"
+#include "lattn/sparse.h"
 #include "serving/text.h"
 
 namespace lattn::cli {
@@ -114,6 +115,24 @@ ResolvedBackends require_servable_backends(const LayerSetup& setup) {
   require_one(BackendKind::prefill, names.prefill, setup, config);
   require_one(BackendKind::decode, names.decode, setup, config);
   return names;
+}
+
+ResolvedBackends require_sparse_backend(const LayerSetup& setup) {
+  SparseSelectorConfig config;
+  config.dtype = setup.dtype;
+  config.kv_cache_dtype = setup.kv_cache_dtype;
+  config.num_heads = setup.dims.num_heads;
+  config.kv_lora_rank = setup.dims.kv_lora_rank;
+  config.qk_rope_head_dim = setup.dims.qk_rope_head_dim;
+  config.topk = setup.indexer.index_topk;
+  config.device = setup.device;
+  config.backend = setup.sparse_backend;
+  try {
+    const std::string name = get_sparse_mla_backend(config)->name();
+    return {name, name};
+  } catch (const ValueError& e) {
+    throw CliError(kExitNoBackend, e.what());
+  }
 }
 
 BackendListing list_backends(BackendKind kind, const LayerSetup& setup) {

@@ -18,6 +18,11 @@ struct ResolvedBackends {
   std::string decode;
 };
 
+// A sparse model's layer: the sparse selector must serve it (its name in
+// both fields of the result). CliError(kExitNoBackend) with the selector's
+// reasons otherwise.
+ResolvedBackends require_sparse_backend(const LayerSetup& setup);
+
 // The canonical name of a backend given by `flag` ("" stays ""); throws
 // CliError(kExitUsage) for an unknown name, listing the valid ones.
 std::string canonical_backend_name(BackendKind kind, const std::string& name, const char* flag);

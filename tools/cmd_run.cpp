@@ -118,7 +118,9 @@ void check_fits(const serving::SchedulerConfig& s, const LayerSetup& layer, int 
   }
   int64_t bytes = 0;
   try {
-    const int64_t entry_bytes = int64_t(layer.dims.cache_entry_dim()) * dtype_size(layer.kv_cache_dtype);
+    // A sparse model's indexer keeps D fp8 values and one f32 scale per token too.
+    const int64_t entry_bytes = cache_entry_bytes(layer.dims, layer.kv_cache_dtype) +
+                                (layer.sparse() ? layer.indexer.index_head_dim + 4 : 0);
     const int64_t block_bytes = checked_mul(entry_bytes, s.block_size, "cache block");
     bytes = checked_mul(checked_mul(block_bytes, s.num_blocks, "cache"), layers, "caches");
   } catch (const ValueError&) {
@@ -139,8 +141,9 @@ void check_fits(const serving::SchedulerConfig& s, const LayerSetup& layer, int 
   }
   if (memory <= 0) return;
   if (bytes > memory) {
-    const double per_block =
-        double(layer.dims.cache_entry_dim()) * dtype_size(layer.kv_cache_dtype) * s.block_size * layers;
+    const double per_block = double(cache_entry_bytes(layer.dims, layer.kv_cache_dtype) +
+                                    (layer.sparse() ? layer.indexer.index_head_dim + 4 : 0)) *
+                             s.block_size * layers;
     throw CliError(kExitNoBackend,
                    "--num-blocks " + std::to_string(s.num_blocks) + " x --block-size " +
                        std::to_string(s.block_size) + " x --layers " + std::to_string(layers) + " needs " +
@@ -198,7 +201,7 @@ int run_command(const RunOptions& o) {
   description.seed = o.trace.seed;
 
   // Backends first: an impossible configuration fails before any work.
-  const ResolvedBackends backends = require_servable_backends(layer);
+  const ResolvedBackends backends = layer.sparse() ? require_sparse_backend(layer) : require_servable_backends(layer);
   const std::vector<serving::Request> trace = make_trace(o, description);
 
   serving::EngineConfig config;
@@ -209,6 +212,9 @@ int run_command(const RunOptions& o) {
   config.device = layer.device;
   config.prefill_backend = backends.prefill;
   config.decode_backend = backends.decode;
+  config.indexer = layer.indexer;
+  config.sparse_backend = layer.sparse_backend;
+  config.indexer_backend = layer.indexer_backend;
   config.scheduler = scheduler;
   config.seed = o.trace.seed;
   config.verify_requests = o.verify ? o.verify_requests : 0;

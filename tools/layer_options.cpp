@@ -6,6 +6,7 @@
 
 #include "exit_codes.h"
 #include "lattn/errors.h"
+#include "lattn/sparse.h"
 
 namespace lattn::cli {
 
@@ -29,9 +30,14 @@ void add_layer_flags(CLI::App& app, LayerFlags& flags, FlagSet which) {
                  "Override the softmax scale (default: the model's; DeepSeek's YaRN mscale^2/sqrt(P+R), "
                  "else 1/sqrt(P+R))")
       ->group(group);
+  app.add_option("--index-topk", flags.model.index_topk,
+                 "Sparse models (deepseek-v3.2): cached tokens each token attends to, picked by the lightning "
+                 "indexer (default: the model's, 2048)")
+      ->group(group);
   app.add_option("--dtype", flags.dtype, "Activation dtype: bf16, fp16, fp32")->capture_default_str()->group(group);
   app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
-                 "Latent cache dtype: auto (= --dtype; bf16 for fp32), bf16, fp16, fp8 (e4m3, per-tensor scale)")
+                 "Latent cache dtype: auto (= --dtype; bf16 for fp32), bf16, fp16, fp8 (e4m3, per-tensor scale), "
+                 "fp8_ds_mla (656 bytes per token, sparse models only)")
       ->capture_default_str()
       ->group(group);
   if (which.block_size) {
@@ -51,7 +57,18 @@ void add_layer_flags(CLI::App& app, LayerFlags& flags, FlagSet which) {
     app.add_option("--decode-backend", flags.decode_backend,
                    "Decode backend by name (reference, cpu, cuda, hopper, ...); default: the selector's choice")
         ->group("Backends");
+    app.add_option("--sparse-backend", flags.sparse_backend,
+                   "Sparse models: sparse attention backend (reference, cpu, cuda); default: the selector's choice")
+        ->group("Backends");
+    app.add_option("--indexer-backend", flags.indexer_backend,
+                   "Sparse models: lightning-indexer backend (reference, cpu, cuda); default: the device's own")
+        ->group("Backends");
   }
+}
+
+int64_t cache_entry_bytes(const MlaDims& dims, DType kv_cache_dtype) {
+  if (kv_cache_dtype == kFp8DsMla) return fp8_ds_mla_entry_bytes(dims.kv_lora_rank, dims.qk_rope_head_dim);
+  return int64_t(dims.cache_entry_dim()) * dtype_size(kv_cache_dtype);
 }
 
 const char* dtype_flag_name(DType dtype) {
@@ -60,6 +77,7 @@ const char* dtype_flag_name(DType dtype) {
     case DType::f16: return "fp16";
     case DType::f32: return "fp32";
     case DType::fp8_e4m3: return "fp8";
+    case kFp8DsMla: return "fp8_ds_mla";
     default: return dtype_name(dtype);
   }
 }
@@ -74,9 +92,10 @@ DType parse_activation_dtype(const std::string& text, const char* flag) {
 DType parse_kv_cache_dtype(const std::string& text, DType activation_dtype) {
   if (text == "auto") return activation_dtype == DType::f32 ? DType::bf16 : activation_dtype;
   if (text == "fp8" || text == "fp8_e4m3" || text == "fp8_e4m3fn") return DType::fp8_e4m3;
+  if (text == "fp8_ds_mla") return kFp8DsMla;
   if (text == "bf16" || text == "bfloat16") return DType::bf16;
   if (text == "fp16" || text == "f16" || text == "float16") return DType::f16;
-  throw CliError(kExitUsage, "--kv-cache-dtype must be one of auto, bf16, fp16, fp8; got '" + text + "'");
+  throw CliError(kExitUsage, "--kv-cache-dtype must be one of auto, bf16, fp16, fp8, fp8_ds_mla; got '" + text + "'");
 }
 
 Device resolve_device(const std::string& text) {
@@ -105,6 +124,7 @@ LayerSetup resolve_layer_setup(const LayerFlags& flags) {
   try {
     setup.dims = serving::resolve_model_dims(flags.model);
     setup.tp = serving::resolve_tensor_parallel_size(flags.model);
+    setup.indexer = serving::resolve_indexer(flags.model);
   } catch (const std::invalid_argument& e) {
     throw CliError(kExitUsage, e.what());
   }
@@ -117,6 +137,20 @@ LayerSetup resolve_layer_setup(const LayerFlags& flags) {
   setup.device = resolve_device(flags.device);
   setup.prefill_backend = flags.prefill_backend;
   setup.decode_backend = flags.decode_backend;
+  setup.sparse_backend = flags.sparse_backend;
+  setup.indexer_backend = flags.indexer_backend;
+  if (setup.kv_cache_dtype == kFp8DsMla && !setup.sparse()) {
+    throw CliError(kExitUsage, "--kv-cache-dtype fp8_ds_mla is the sparse models' format (deepseek-v3.2); " +
+                                   setup.model + " attends densely: use bf16, fp16 or fp8");
+  }
+  if (setup.sparse() && (!flags.prefill_backend.empty() || !flags.decode_backend.empty())) {
+    throw CliError(kExitUsage, setup.model + " is a sparse model: every token runs the indexer and sparse attention, "
+                                             "no dense backend; choose with --sparse-backend and --indexer-backend");
+  }
+  if (!setup.sparse() && (!flags.sparse_backend.empty() || !flags.indexer_backend.empty())) {
+    throw CliError(kExitUsage, "--sparse-backend and --indexer-backend apply to sparse models (deepseek-v3.2); " +
+                                   setup.model + " attends densely");
+  }
   // The layers and metadata builders of run, info and bench (the serving
   // engine, the benchmark harness) all read the mode from the environment.
   if (flags.batch_invariant) setenv("LATTN_BATCH_INVARIANT", "1", 1);

@@ -42,6 +42,10 @@ void print_run_header(std::FILE* out, const RunDescription& run) {
   std::fprintf(out, "model      %s --tp %d: %s scale %.4g, %d layer%s, %s activations, %s cache, device %s\n",
                l.model.c_str(), l.tp, l.dims.str().c_str(), double(l.dims.softmax_scale()), run.num_layers, run.num_layers == 1 ? "" : "s", dtype_flag_name(l.dtype),
                dtype_flag_name(l.kv_cache_dtype), device_name(l.device).c_str());
+  if (l.sparse()) {
+    std::fprintf(out, "sparse     every token attends to the top %d cached tokens of its lightning indexer (%d heads x %d)\n",
+                 l.indexer.index_topk, l.indexer.index_n_heads, l.indexer.index_head_dim);
+  }
   std::fprintf(out, "trace      %s\n", run.trace.c_str());
   std::fprintf(out, "scheduler  %d tokens per step, %d sequences, %d blocks of %d tokens per layer\n",
                run.scheduler.max_num_batched_tokens, run.scheduler.max_num_seqs, run.scheduler.num_blocks,
@@ -121,6 +125,11 @@ nlohmann::ordered_json run_report_json(const RunDescription& run, const RunRepor
                  {"device", device_name(l.device)},
                  {"clock", run.virtual_clock ? "virtual" : "measured"},
                  {"seed", run.seed}};
+  if (l.sparse()) {
+    j["config"]["indexer"] = {{"index_topk", l.indexer.index_topk},
+                              {"index_n_heads", l.indexer.index_n_heads},
+                              {"index_head_dim", l.indexer.index_head_dim}};
+  }
   j["trace"] = run.trace_json;
   j["requests"] = {{"total", r.num_requests}, {"finished", r.num_finished}};
   j["steps"] = r.steps.size();

@@ -23,6 +23,7 @@
 #include "lattn/cache.h"
 #include "lattn/config.h"
 #include "lattn/metadata.h"
+#include "lattn/sparse.h"
 #include "lattn/tensor.h"
 
 namespace lattn {
@@ -45,6 +46,31 @@ struct MlaAttentionConfig {
   bool batch_invariant = false;
   // Seed 002: MLACommonImpl refuses KV sharing ("KV sharing not supported in V0.").
   std::optional<std::string> kv_sharing_target_layer_name;
+
+  // Sparse attention (DeepSeek-V3.2's DSA, docs/sparse.md). index_topk > 0
+  // makes this a sparse layer: every token, decode or prefill, attends in
+  // the absorbed form over the index_topk cached positions its lightning
+  // indexer scores highest (all of them when it sees fewer). Such a layer
+  // takes the indexer's inputs in forward (IndexerInputs), runs no dense
+  // backend, and allows kv_cache_dtype = kFp8DsMla (the 656-byte format).
+  int index_topk = 0;            // 0 = dense MLA; DeepSeek-V3.2: 2048
+  int index_n_heads = 64;        // H, indexer heads
+  int index_head_dim = 128;      // D, indexer key and query width
+  std::string sparse_backend;    // "" = the sparse selector's choice (lattn/sparse.h)
+  std::string indexer_backend;   // "" = the device's own ("cpu" on the host, "cuda"); or "reference"
+};
+
+// The lightning indexer's inputs of one step, computed by the model (its
+// wq_b, wk + norm + RoPE, and weights_proj), for the rows of q:
+//   q        [T, H, D]  activation dtype or f32, on the layer's device
+//   k        [T, D]     this step's new keys (written to `cache` at the metadata's slots)
+//   weights  [T, H] f32 per-token head weights, softmax scale folded in
+//   cache    the layer's indexer key cache (same blocks and block size as the latent cache)
+struct IndexerInputs {
+  Tensor q;
+  Tensor k;
+  Tensor weights;
+  const IndexerKeyCache* cache = nullptr;
 };
 
 // Threads: one MlaAttention serves one call at a time. Its scratch memory,
@@ -101,15 +127,27 @@ class MlaAttention {
   Tensor forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
                  const MlaMetadata& metadata, const Tensor& out = {}, const Tensor& output_scale = {});
 
+  // The forward of a sparse layer (config.index_topk > 0): writes the
+  // latents and the indexer keys, runs the indexer's top-k for every token
+  // (causal, over its own request's positions), then sparse absorbed
+  // attention over those slots and the W_UV up-projection. Same shapes and
+  // checks as forward; fused fp8 output is not supported. A dense layer
+  // refuses it, and a sparse layer refuses the plain forward (ValueError).
+  Tensor forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
+                 const MlaMetadata& metadata, const IndexerInputs& indexer, const Tensor& out = {});
+
   // Bytes of scratch memory this layer holds (on its device). Scratch buffers
   // only grow, to the largest step seen: after warm-up every step reuses
   // the same memory. The context part is bounded by the metadata's
   // context_chunk_workspace_size, whatever the context length.
   size_t workspace_bytes() const;
 
-  // The backends this layer runs, and why they were chosen.
+  // The backends this layer runs, and why they were chosen. A sparse layer
+  // has no dense backend (ValueError) but a sparse one; a dense layer's
+  // sparse_backend() is nullptr.
   const PrefillBackend& prefill_backend() const;
   const DecodeBackend& decode_backend() const;
+  const SparseMlaBackendClass* sparse_backend() const;
 
   struct Impl;  // opaque: the layer's state (src/core/attention/attention_impl.h)
 

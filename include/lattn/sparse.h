@@ -159,12 +159,18 @@ void indexer_k_cache_write(const Tensor& k, const IndexerKeyCache& cache, const 
 // [query_start_loc[r], query_start_loc[r+1]); its token j sits at position
 // seq_lens[r] - q_len + j and sees positions [0, that position] (causal),
 // position p living at slot block_table[r, p / block_size] · block_size + p % block_size.
+//
+// The index arrays live on the host (their values are checked) or, for a
+// CUDA indexer, on q's device (unchecked: the kernels treat a block id
+// outside the cache as no key); then max_seq_len must be given.
 struct IndexerArgs {
   Tensor q;                // [T, H, D] f32/f16/bf16
   Tensor weights;          // [T, H] f32 (per-token head weights, softmax scale folded in)
-  Tensor block_table;      // [B, max_blocks] int32 (host)
-  Tensor query_start_loc;  // [B + 1] int32 (host), ends at T
-  Tensor seq_lens;         // [B] int32 (host), >= the request's query length
+  Tensor block_table;      // [B, max_blocks] int32
+  Tensor query_start_loc;  // [B + 1] int32, ends at T
+  Tensor seq_lens;         // [B] int32, >= the request's query length
+  int max_seq_len = 0;     // >= every seq_lens value; 0 = read from host seq_lens
+  Stream stream = nullptr; // CUDA work is enqueued here
 };
 
 // logits[t, p] = Σ_h weights[t, h] · relu(q[t, h] · key(p)) for visible p,

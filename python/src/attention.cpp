@@ -55,7 +55,8 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
                        float scale, py::handle dtype, py::handle kv_cache_dtype, py::handle device,
                        std::string prefill_backend, std::string decode_backend, int block_size,
                        int max_query_tokens_per_request, std::optional<std::string> kv_sharing_target_layer_name,
-                       py::object stream, bool batch_invariant) {
+                       py::object stream, bool batch_invariant, int index_topk, int index_n_heads,
+                       int index_head_dim, std::string sparse_backend, std::string indexer_backend) {
              MlaAttentionConfig c;
              c.dims = MlaDims{num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim};
              c.scale = scale;
@@ -69,6 +70,11 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
              c.max_query_tokens_per_request = max_query_tokens_per_request;
              c.kv_sharing_target_layer_name = std::move(kv_sharing_target_layer_name);
              c.batch_invariant = batch_invariant;
+             c.index_topk = index_topk;
+             c.index_n_heads = index_n_heads;
+             c.index_head_dim = index_head_dim;
+             c.sparse_backend = std::move(sparse_backend);
+             c.indexer_backend = std::move(indexer_backend);
              return PyMlaAttention{std::make_shared<MlaAttention>(c)};
            }),
            py::arg("num_heads"), py::arg("kv_lora_rank"), py::arg("qk_nope_head_dim"), py::arg("qk_rope_head_dim"),
@@ -76,7 +82,11 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
            py::arg("kv_cache_dtype") = "bf16", py::arg("device") = "cpu", py::arg("prefill_backend") = "",
            py::arg("decode_backend") = "", py::arg("block_size") = 16, py::arg("max_query_tokens_per_request") = 1,
            py::arg("kv_sharing_target_layer_name") = py::none(), py::arg("stream") = py::none(),
-           py::arg("batch_invariant") = false,
+           py::arg("batch_invariant") = false, py::arg("index_topk") = 0, py::arg("index_n_heads") = 64,
+           py::arg("index_head_dim") = 128, py::arg("sparse_backend") = "", py::arg("indexer_backend") = "",
+           "index_topk > 0: a sparse layer (DeepSeek-V3.2, docs/sparse.md): forward then takes indexer_q "
+           "[T, H, D], indexer_k [T, D], indexer_weights [T, H] float32 and indexer_cache, and kv_cache_dtype may be "
+           "'fp8_ds_mla'. "
            "scale 0 = 1/sqrt(P+R) (pass MlaDims.deepseek_v3(n).softmax_scale or from_dims for a model's own scale); "
            "backends '' = the selector's choice; batch_invariant: a request's output bits do not depend on its "
            "batch (docs/mla.md; build the metadata with batch_invariant=True too).")
@@ -108,6 +118,12 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
       })
       .def_property_readonly("prefill_backend", [](const PyMlaAttention& a) { return a.layer->prefill_backend().name(); })
       .def_property_readonly("decode_backend", [](const PyMlaAttention& a) { return a.layer->decode_backend().name(); })
+      .def_property_readonly("sparse_backend",
+                             [](const PyMlaAttention& a) -> py::object {
+                               const SparseMlaBackendClass* s = a.layer->sparse_backend();
+                               return s ? py::object(py::str(s->name())) : py::object(py::none());
+                             },
+                             "The sparse backend's name for a sparse layer (index_topk > 0), else None.")
       .def_property_readonly("scale", [](const PyMlaAttention& a) { return a.layer->config().scale; },
                              "The softmax scale in use (0 at construction resolves to the dims' softmax_scale).")
       .def_property_readonly("dims", [](const PyMlaAttention& a) { return a.layer->config().dims; })
@@ -115,6 +131,10 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
                              [](const PyMlaAttention& a) {
                                const MlaAttentionConfig& c = a.layer->config();
                                py::dict d;
+                               if (const SparseMlaBackendClass* s = a.layer->sparse_backend()) {
+                                 d["sparse"] = s->name();
+                                 return d;
+                               }
                                d["prefill"] = backend_kernel_label(a.layer->prefill_backend().name(), c.device, c.dtype);
                                d["decode"] = backend_kernel_label(a.layer->decode_backend().name(), c.device, c.dtype);
                                return d;
@@ -123,7 +143,8 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
       .def_property_readonly("workspace_bytes", [](const PyMlaAttention& a) { return a.layer->workspace_bytes(); })
       .def("forward",
            [](PyMlaAttention& a, py::object q, py::object kv_c_normed, py::object k_pe, py::handle cache_obj,
-              py::handle metadata, py::object out, py::object output_scale, py::object stream) {
+              py::handle metadata, py::object out, py::object output_scale, py::object stream, py::object indexer_q,
+              py::object indexer_k, py::object indexer_weights, py::object indexer_cache) {
              const PyLatentCache& cache = class_arg<PyLatentCache>(cache_obj, "forward", "cache", "LatentCache");
              const MlaMetadata& md = *class_arg<PyMlaMetadata>(metadata, "forward", "metadata", "MlaMetadata").md;
              if (cache.read_only && md.num_actual_tokens > 0) throw_read_only("forward", "cache");
@@ -137,18 +158,38 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
                                           tscale.defined() ? DType::fp8_e4m3 : tq.dtype(), tq.device());
              }
              const Tensor tout = args.get_writable(out, "out");
+             const bool sparse = !indexer_cache.is_none();
+             IndexerInputs indexer;
+             if (sparse) {
+               indexer.cache =
+                   &class_arg<PyIndexerKeyCache>(indexer_cache, "forward", "indexer_cache", "IndexerKeyCache").cache;
+               indexer.q = args.get(indexer_q, "indexer_q");
+               indexer.k = args.get(indexer_k, "indexer_k");
+               indexer.weights = args.get(indexer_weights, "indexer_weights");
+             }
              const BindingUse use(*a.in_use);
              a.layer->set_stream(args.stream());
              {
                py::gil_scoped_release release;
-               a.layer->forward(tq, tkv, tpe, cache.cache, md, tout, tscale);
+               if (sparse) {
+                 if (tscale.defined()) {
+                   throw NotImplementedError("fused output quantization is not yet supported for MLAImplBase");
+                 }
+                 a.layer->forward(tq, tkv, tpe, cache.cache, md, indexer, tout);
+               } else {
+                 a.layer->forward(tq, tkv, tpe, cache.cache, md, tout, tscale);
+               }
              }
              return out;
            },
            py::arg("q"), py::arg("kv_c_normed"), py::arg("k_pe"), py::arg("cache"), py::arg("metadata"),
            py::arg("out") = py::none(), py::arg("output_scale") = py::none(), py::arg("stream") = py::none(),
+           py::arg("indexer_q") = py::none(), py::arg("indexer_k") = py::none(),
+           py::arg("indexer_weights") = py::none(), py::arg("indexer_cache") = py::none(),
            "q [T, N, P+R] or [T, N*(P+R)], kv_c_normed [T, L], k_pe [T, R] or [T, 1, R]; writes the cache, returns "
-           "out [T, N*V] (a new array of q's framework unless out is given).");
+           "out [T, N*V] (a new array of q's framework unless out is given). A sparse layer (index_topk > 0) also takes "
+           "indexer_q [T, H, D], indexer_k [T, D], indexer_weights [T, H] float32 and indexer_cache (an "
+           "IndexerKeyCache with the latent cache's blocks); it writes the indexer keys too.");
 }
 
 }  // namespace lattn::python

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include "lattn/cache.h"
+#include "lattn/sparse.h"
 
 namespace lattn::python {
 
@@ -19,6 +20,12 @@ struct PyLatentCache {
   std::shared_ptr<void> owner;
   py::object source;
   bool read_only = false;
+};
+
+// The lightning indexer's key cache (lattn.IndexerKeyCache) and its memory's owner.
+struct PyIndexerKeyCache {
+  IndexerKeyCache cache;
+  std::shared_ptr<void> owner;
 };
 
 // The cache argument `arg` of `op`: TypeError unless it is a lattn.LatentCache;

@@ -11,14 +11,6 @@
 #include "lattn/sparse.h"
 
 namespace lattn::python {
-namespace {
-
-struct PyIndexerKeyCache {
-  IndexerKeyCache cache;
-  std::shared_ptr<void> owner;
-};
-
-}  // namespace
 
 void bind_sparse(py::module_& m) {
   m.attr("fp8_ds_mla") = "fp8_ds_mla";
@@ -65,11 +57,12 @@ The lightning indexer's paged key cache: uint8 [num_blocks, block_size,
 head_dim + 4], each entry head_dim fp8 e4m3 values and one float32 scale.
 IndexerKeyCache.empty(...) allocates one (host).)doc")
       .def_static("empty",
-                  [](int64_t num_blocks, int64_t block_size, int head_dim) {
-                    auto owned = std::make_shared<OwnedIndexerKeyCache>(num_blocks, block_size, head_dim);
+                  [](int64_t num_blocks, int64_t block_size, int head_dim, py::handle device) {
+                    auto owned =
+                        std::make_shared<OwnedIndexerKeyCache>(num_blocks, block_size, head_dim, device_arg(device));
                     return PyIndexerKeyCache{owned->cache(), owned};
                   },
-                  py::arg("num_blocks"), py::arg("block_size"), py::arg("head_dim") = 128)
+                  py::arg("num_blocks"), py::arg("block_size"), py::arg("head_dim") = 128, py::arg("device") = "cpu")
       .def_property_readonly("data", [](const PyIndexerKeyCache& c) { return PyTensor{c.cache.data, c.owner}; })
       .def_property_readonly("head_dim", [](const PyIndexerKeyCache& c) { return c.cache.head_dim; })
       .def_property_readonly("num_blocks", [](const PyIndexerKeyCache& c) { return c.cache.num_blocks(); })
@@ -109,7 +102,7 @@ IndexerKeyCache.empty(...) allocates one (host).)doc")
                        py::object query_start_loc, py::object seq_lens, int topk, const std::string& backend) {
           ArrayArgs args("indexer_topk", py::none());
           const IndexerArgs a = indexer_args(args, q, weights, block_table, query_start_loc, seq_lens);
-          py::object out = empty_like_framework(q, {a.q.dim() == 3 ? a.q.size(0) : 0, topk}, DType::i32, Device::cpu());
+          py::object out = empty_like_framework(q, {a.q.dim() == 3 ? a.q.size(0) : 0, topk}, DType::i32, a.q.device());
           const Tensor to = args.get(out, "topk_indices");
           {
             py::gil_scoped_release release;
@@ -122,7 +115,8 @@ IndexerKeyCache.empty(...) allocates one (host).)doc")
         R"doc(The lightning indexer's causal top-k -> int32 [T, topk] global slots.
 
 q [T, H, D] and weights float32 [T, H] per token; block_table int32
-[B, max_blocks], query_start_loc int32 [B+1], seq_lens int32 [B] (host):
+[B, max_blocks], query_start_loc int32 [B+1], seq_lens int32 [B] (host;
+the result lives on q's device: backend 'cuda' for CUDA tensors):
 request r's token j sits at position seq_lens[r] - q_len + j and sees
 positions up to it. Ranked by logit descending, ties to the lower position,
 NaN last; -1 where fewer than topk positions are visible.)doc");

@@ -10,6 +10,7 @@
 
 #include "core/ops/device_ops.h"
 #include "cpu/gemm_paths.h"
+#include "cpu/indexer_cpu.h"
 #include "cpu/ops_cpu.h"
 #include "cpu/sparse_cpu.h"
 #include "lattn/errors.h"
@@ -93,6 +94,15 @@ const DeviceOps& cpu_device_ops() {
     // the metadata's host arrays itself (core/metadata/advance_step.cpp).
     t.quantize_fp8 = [](const Tensor& src, const Tensor& dst, const Tensor& scale, Stream) {
       cpu::quantize_fp8(src, dst, *scale.data_as<const float>());
+    };
+    // sparse_mla stays nullptr: the host sparse classes (cpu, reference) compute themselves.
+    t.indexer_k_cache_write = [](const Tensor& k, const IndexerKeyCache& cache, const Tensor& slot_mapping, Stream) {
+      cpu::indexer_k_cache_write(k, cache, slot_mapping);
+    };
+    t.indexer_logits = cpu::indexer_logits;
+    t.indexer_topk = cpu::indexer_topk;
+    t.topk_positions = [](const Tensor& logits, const Tensor& lengths, const Tensor& out, Stream) {
+      cpu::topk_positions(logits, lengths, out);
     };
     t.gemm = cpu_gemm;
     return t;

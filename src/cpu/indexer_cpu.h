@@ -26,6 +26,13 @@ void indexer_token_logits_reference(const IndexerArgs& a, const IndexerKeyCache&
 void indexer_token_logits_cpu(const IndexerArgs& a, const IndexerKeyCache& cache, const IndexerTokens& tok, int t,
                               float* logits, int threads);
 
+// The device-ops table's entries (indexer_host.cpp): every token of the
+// batch, on checked arguments with host index arrays.
+void indexer_logits(const IndexerArgs& a, const IndexerKeyCache& cache, const Tensor& logits, bool reference);
+void indexer_topk(const IndexerArgs& a, const IndexerKeyCache& cache, const Tensor& topk_indices, bool reference);
+//   logits [T, S] f32, lengths [T] i32 (host), out [T, topk] i32
+void topk_positions(const Tensor& logits, const Tensor& lengths, const Tensor& out);
+
 // The top-k positions of logits [n] into out [k]: logit descending, ties to
 // the lower position, NaN last; -1 past n. Radix selection: O(n), no sort of n.
 void topk_one_row(const float* logits, int n, int k, int32_t* out);

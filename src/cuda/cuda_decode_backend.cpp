@@ -17,7 +17,7 @@
 #include "cuda/common/device_guard.h"
 #include "cuda/common/index_check.h"
 #include "cuda/sm80/decode/decode_dispatch.h"
-#include "cuda/sm90/decode/decode_launch.h"
+#include "cuda/sm90/decode/decode_host.h"
 #include "cuda/smxx/decode_combine.h"
 #include "cuda/smxx/decode_generic.h"
 #include "cuda/smxx/decode_scheduler.h"
@@ -381,6 +381,16 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
 int64_t decode_plans_launched(const DecodeBackend& backend) {
   const auto* cuda_backend = dynamic_cast<const CudaDecodeBackend*>(&backend);
   return cuda_backend ? cuda_backend->plans_launched() : -1;
+}
+
+std::string CudaDecodeBackend::kernel_label() const {
+  const std::string parts = " parts " + std::to_string(plan_.num_parts);
+  if (sm90_) {
+    return std::string("sm90 wgmma ") + sm90::decode_sm90_schedule_name(sm90::decode_sm90_schedule()) + " " +
+           std::to_string(sm90::kDecodeBlockM) + "x" + std::to_string(sm90::kDecodeBlockN) + parts;
+  }
+  if (fast_) return "sm80 tensor cores " + config_.str() + parts;
+  return "generic";
 }
 
 std::unique_ptr<DecodeBackend> CudaDecodeBackendClass::create(const DecodeBackendParams& params) const {

@@ -51,6 +51,10 @@ class CudaDecodeBackend final : public DecodeBackend {
   // What the last plan chose (benchmarks and tests report it).
   bool uses_tensor_cores() const { return fast_; }
   bool uses_sm90_kernel() const { return sm90_; }
+  // The kernel of the last plan, in words: "sm90 wgmma seesaw 64x64 ...",
+  // "sm90 wgmma serial 64x64 ...", "sm80 tensor cores <tiles> ..." or
+  // "generic" (tests assert which one runs; benchmarks print it).
+  std::string kernel_label() const;
   sm80::DecodeTileConfig tile_config() const { return config_; }
   int num_parts() const { return plan_.num_parts; }
   // Planning kernels this instance launched (tests count them).

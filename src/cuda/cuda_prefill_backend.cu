@@ -27,7 +27,6 @@ using cuda::sm80::PrefillParams;
 
 namespace {
 
-
 // Makes `device` current for the scope and restores the previous one.
 class ScopedDevice {
  public:
@@ -54,6 +53,28 @@ std::string cuda_prefill_head_dims_reason(int qk, int v) {
   return "head dims qk_nope_head_dim + qk_rope_head_dim = " + std::to_string(qk) + ", v_head_dim = " +
          std::to_string(v) + " not supported by the cuda prefill kernels (supported (qk, v): " +
          cuda::sm80::supported_prefill_head_dims() + ")";
+}
+
+std::vector<std::string> cuda_prefill_configuration_reasons(const PrefillBackendClass& cls,
+                                                            std::optional<DeviceCapability> capability,
+                                                            const SelectorConfig& config) {
+  std::vector<std::string> reasons = cls.PrefillBackendClass::validate_configuration(capability, config);
+  const MLADimensions& d = config.mla_dimensions;
+  const std::string dims = cuda_prefill_head_dims_reason(d.qk_nope_head_dim + d.qk_rope_head_dim, d.v_head_dim);
+  if (!dims.empty()) reasons.push_back(dims);
+  return reasons;
+}
+
+void check_cuda_prefill_backend_params(const char* op, const PrefillBackendClass& cls,
+                                       const PrefillBackendParams& params) {
+  check_arg(params.context.device.is_cuda(), op, "params.context.device", "a CUDA device",
+            device_name(params.context.device));
+  check_arg(cls.supports_dtype(params.dtype), op, "params.dtype", "f16 or bf16", dtype_name(params.dtype));
+  check_arg(params.num_heads > 0, op, "params.num_heads", "> 0", std::to_string(params.num_heads));
+  check_arg(params.scale > 0.f, op, "params.scale", "> 0", std::to_string(params.scale));
+  const std::string dims =
+      cuda_prefill_head_dims_reason(params.qk_nope_head_dim + params.qk_rope_head_dim, params.v_head_dim);
+  if (!dims.empty()) throw ValueError(std::string(op) + ": " + dims);
 }
 
 namespace {
@@ -248,23 +269,11 @@ class CudaPrefillBackendClass final : public PrefillBackendClass {
 
   std::vector<std::string> validate_configuration(std::optional<DeviceCapability> capability,
                                                   const SelectorConfig& config) const override {
-    std::vector<std::string> reasons = PrefillBackendClass::validate_configuration(capability, config);
-    const MLADimensions& d = config.mla_dimensions;
-    const std::string dims = cuda_prefill_head_dims_reason(d.qk_nope_head_dim + d.qk_rope_head_dim, d.v_head_dim);
-    if (!dims.empty()) reasons.push_back(dims);
-    return reasons;
+    return cuda_prefill_configuration_reasons(*this, capability, config);
   }
 
   std::unique_ptr<PrefillBackend> create(const PrefillBackendParams& params) const override {
-    constexpr const char* op = "cuda prefill backend";
-    check_arg(params.context.device.is_cuda(), op, "params.context.device", "a CUDA device",
-              device_name(params.context.device));
-    check_arg(supports_dtype(params.dtype), op, "params.dtype", "f16 or bf16", dtype_name(params.dtype));
-    check_arg(params.num_heads > 0, op, "params.num_heads", "> 0", std::to_string(params.num_heads));
-    check_arg(params.scale > 0.f, op, "params.scale", "> 0", std::to_string(params.scale));
-    const std::string dims =
-        cuda_prefill_head_dims_reason(params.qk_nope_head_dim + params.qk_rope_head_dim, params.v_head_dim);
-    if (!dims.empty()) throw ValueError(std::string(op) + ": " + dims);
+    check_cuda_prefill_backend_params("cuda prefill backend", *this, params);
     return std::make_unique<CudaPrefillBackend>(params);
   }
 };

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "cuda/sm80/prefill/prefill_params.h"
 #include "lattn/backend.h"
@@ -14,6 +16,16 @@ namespace lattn {
 
 // The reason a (qk, v) pair has no sm80 prefill kernel, or "" when it has one.
 std::string cuda_prefill_head_dims_reason(int qk, int v);
+
+// What the `cuda` and `hopper` prefill classes share: the reasons
+// validate_configuration gives (the base class's and the head dims), and the
+// checks of create() — a CUDA device, f16 or bf16, num_heads > 0, scale > 0,
+// head dims a kernel serves — throwing ValueError that names `op`.
+std::vector<std::string> cuda_prefill_configuration_reasons(const PrefillBackendClass& cls,
+                                                            std::optional<DeviceCapability> capability,
+                                                            const SelectorConfig& config);
+void check_cuda_prefill_backend_params(const char* op, const PrefillBackendClass& cls,
+                                       const PrefillBackendParams& params);
 
 // run_*() validate every argument (shapes, dtypes, device, strides, the
 // prepared metadata's host copies) before launching anything, then launch on

@@ -14,6 +14,12 @@
 #include "lattn/stream.h"
 #include "lattn/tensor.h"
 
+namespace lattn {
+struct SparseMlaArgs;  // lattn/sparse.h
+struct IndexerArgs;
+struct IndexerKeyCache;
+}  // namespace lattn
+
 namespace lattn::detail {
 struct GemmProblem;
 }
@@ -43,6 +49,19 @@ void advance_step(int num_seqs, int num_queries, int block_size, const Tensor& i
                   const Tensor& sampled_token_ids, const Tensor& input_positions, const Tensor& seq_lens,
                   const Tensor& slot_mapping, const Tensor& block_tables, Stream stream);
 void quantize_fp8(const Tensor& src, const Tensor& dst, const Tensor& scale, Stream stream);
+
+// Sparse MLA (lattn/sparse.h): the fp8_ds_mla cache (smxx/fp8_ds_mla_cache.cu),
+// sparse attention (smxx/sparse_mla.cu), the lightning indexer (smxx/indexer.cu).
+void concat_and_cache_ds_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
+                             const Tensor& slot_mapping, Stream stream);
+void gather_cache_ds_mla(const LatentCache& cache, const Tensor& dst, const Tensor& block_table,
+                         const Tensor& cu_seq_lens, int batch_size, const Tensor& seq_starts, Stream stream);
+void sparse_mla(const SparseMlaArgs& args, const LatentCache& cache, Stream stream);
+void indexer_k_cache_write(const Tensor& k, const IndexerKeyCache& cache, const Tensor& slot_mapping, Stream stream);
+// Index arrays on the host (checked by the core; uploaded here) or on the device (unchecked).
+void indexer_logits(const IndexerArgs& args, const IndexerKeyCache& cache, const Tensor& logits);
+void indexer_topk(const IndexerArgs& args, const IndexerKeyCache& cache, const Tensor& topk_indices);
+void topk_positions(const Tensor& logits, const Tensor& lengths, const Tensor& out, Stream stream);
 
 // cuBLAS(Lt) GEMM for device pointers (smxx/gemm_cublas.cu).
 // batch_invariant: the fixed-tile kernel instead of cuBLAS (each output's K

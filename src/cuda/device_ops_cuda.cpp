@@ -1,7 +1,6 @@
 // The CUDA device-ops table (see core/ops/device_ops.h): the entries are the
 // implementations of cuda/device_ops.h.
 #include "core/ops/device_ops.h"
-#include "core/sparse/sparse_cuda_hooks.h"
 #include "cuda/device_ops.h"
 
 namespace lattn::detail {
@@ -28,9 +27,17 @@ const DeviceOps& cuda_device_ops() {
     t.swap_blocks = cuda::swap_blocks;
     t.advance_step = cuda::advance_step;
     t.quantize_fp8 = cuda::quantize_fp8;
-    // Defined in cuda/smxx/fp8_ds_mla_cache.cu, or by core/sparse's stand-in without CUDA.
-    t.concat_and_cache_ds_mla = cuda_hooks::concat_and_cache_ds_mla;
-    t.gather_cache_ds_mla = cuda_hooks::gather_cache_ds_mla;
+    t.concat_and_cache_ds_mla = cuda::concat_and_cache_ds_mla;
+    t.gather_cache_ds_mla = cuda::gather_cache_ds_mla;
+    t.sparse_mla = cuda::sparse_mla;
+    t.indexer_k_cache_write = cuda::indexer_k_cache_write;
+    t.indexer_logits = [](const IndexerArgs& a, const IndexerKeyCache& cache, const Tensor& logits, bool) {
+      cuda::indexer_logits(a, cache, logits);  // the core refuses "reference" for device tensors
+    };
+    t.indexer_topk = [](const IndexerArgs& a, const IndexerKeyCache& cache, const Tensor& topk, bool) {
+      cuda::indexer_topk(a, cache, topk);
+    };
+    t.topk_positions = cuda::topk_positions;
     t.gemm = [](const GemmProblem& p, const RunContext& ctx) { cuda::gemm(p, ctx.device.index, ctx.stream, ctx.batch_invariant); };
     return t;
   }();

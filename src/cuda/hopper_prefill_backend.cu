@@ -53,11 +53,7 @@ class HopperPrefillBackendClass final : public PrefillBackendClass {
 
   std::vector<std::string> validate_configuration(std::optional<DeviceCapability> capability,
                                                   const SelectorConfig& config) const override {
-    std::vector<std::string> reasons = PrefillBackendClass::validate_configuration(capability, config);
-    const MLADimensions& d = config.mla_dimensions;
-    const std::string dims = cuda_prefill_head_dims_reason(d.qk_nope_head_dim + d.qk_rope_head_dim, d.v_head_dim);
-    if (!dims.empty()) reasons.push_back(dims);
-    return reasons;
+    return cuda_prefill_configuration_reasons(*this, capability, config);
   }
 
   std::unique_ptr<PrefillBackend> create(const PrefillBackendParams& params) const override {
@@ -74,12 +70,7 @@ class HopperPrefillBackendClass final : public PrefillBackendClass {
               device_name(params.context.device) +
                   (cap ? " of compute capability " + std::to_string(cap->major) + "." + std::to_string(cap->minor)
                        : std::string(" (no such device)")));
-    check_arg(supports_dtype(params.dtype), op, "params.dtype", "f16 or bf16", dtype_name(params.dtype));
-    check_arg(params.num_heads > 0, op, "params.num_heads", "> 0", std::to_string(params.num_heads));
-    check_arg(params.scale > 0.f, op, "params.scale", "> 0", std::to_string(params.scale));
-    const std::string dims =
-        cuda_prefill_head_dims_reason(params.qk_nope_head_dim + params.qk_rope_head_dim, params.v_head_dim);
-    if (!dims.empty()) throw ValueError(std::string(op) + ": " + dims);
+    check_cuda_prefill_backend_params(op, *this, params);
     return std::make_unique<HopperPrefillBackend>(params);
   }
 };

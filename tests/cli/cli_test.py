@@ -84,11 +84,11 @@ def bad_flags_are_usage_errors(lattn):
     check_in("lattn run: error:", err, "stderr")
     check_in("--no-such-flag", err, "stderr")
     err = lattn("info", "--kv-cache-dtype", "int8", expect=EXIT_USAGE).stderr
-    check_in("--kv-cache-dtype must be one of auto, bf16, fp16, fp8; got 'int8'", err, "stderr")
+    check_in("--kv-cache-dtype must be one of auto, bf16, fp16, fp8, fp8_ds_mla; got 'int8'", err, "stderr")
     err = lattn("info", "--tp", "3", expect=EXIT_USAGE).stderr
     check_in("--tp 3 does not divide the 128 heads of deepseek-v3", err, "stderr")
     err = lattn("info", "--model", "llama", expect=EXIT_USAGE).stderr
-    check_in("unknown model 'llama'; the known models are deepseek-v3, deepseek-r1, deepseek-v2-lite, minicpm3", err,
+    check_in("unknown model 'llama'; the known models are deepseek-v3, deepseek-r1, deepseek-v3.2, deepseek-v2-lite, minicpm3", err,
              "stderr")
     err = lattn("run", "--layers", "0", expect=EXIT_USAGE).stderr
     check_in("--layers must be at least 1, got 0", err, "stderr")
@@ -299,6 +299,29 @@ def run_verify_minicpm3(lattn):
 def run_verify_fp8_cache(lattn):
     report = run_verified(lattn, "--model", "deepseek-v3", "--tp", "16", "--kv-cache-dtype", "fp8")
     check(report["config"]["kv_cache_dtype"] == "fp8", f"config: {report['config']}")
+
+
+@case
+def run_verify_deepseek_v32_sparse(lattn):
+    # DeepSeek-V3.2: V3's MLA + the lightning indexer (64 x 128). A small top-k
+    # so that prompts of ~90-260 tokens really are sparse (each token sees 48 of them).
+    report = run_verified(lattn, "--model", "deepseek-v3.2", "--tp", "32", "--index-topk", "48")
+    config = report["config"]
+    check(config["dims"]["num_heads"] == 4, f"dims: {config['dims']}")
+    check(config["indexer"] == {"index_topk": 48, "index_n_heads": 64, "index_head_dim": 128}, f"config: {config}")
+    report = run_verified(lattn, "--model", "deepseek-v3.2", "--tp", "32", "--index-topk", "48",
+                          "--kv-cache-dtype", "fp8_ds_mla")
+    check(report["config"]["kv_cache_dtype"] == "fp8_ds_mla", f"config: {report['config']}")
+    text = lattn("run", "--model", "deepseek-v3.2", "--tp", "32", "--index-topk", "16", "--num-requests", "2",
+                 "--prompt-len-median", "40", "--output-len-mean", "2", "--layers", "1", "--block-size", "16").stdout
+    check_in("top 16 cached tokens", text)
+    err = lattn("run", "--model", "deepseek-v3", "--index-topk", "16", "-q", expect=EXIT_USAGE, timeout=60).stderr
+    check_in("--index-topk applies to sparse models", err, "stderr")
+    err = lattn("run", "--model", "deepseek-v3", "--kv-cache-dtype", "fp8_ds_mla", "-q", expect=EXIT_USAGE,
+                timeout=60).stderr
+    check_in("fp8_ds_mla is the sparse models' format", err, "stderr")
+    err = lattn("run", "--model", "deepseek-v3.2", "--decode-backend", "cpu", "-q", expect=EXIT_USAGE, timeout=60).stderr
+    check_in("is a sparse model", err, "stderr")
 
 
 @case

@@ -72,7 +72,10 @@ TEST(Trace, ClampsAndInfiniteRate) {
 
 class TraceFile : public ::testing::Test {
  protected:
-  std::string path_ = ::testing::TempDir() + "lattn_trace_test.jsonl";
+  // One file per test: ctest runs the tests of this fixture in parallel
+  // processes, and a shared name let one test's TearDown delete another's file.
+  std::string path_ = ::testing::TempDir() + "lattn_trace_test_" +
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".jsonl";
   void write(const std::string& text) { std::ofstream(path_) << text; }
   void TearDown() override { std::remove(path_.c_str()); }
   // The message load_trace_jsonl throws for the current file.

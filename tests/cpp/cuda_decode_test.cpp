@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -302,9 +303,38 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
   OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
   OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
   run_and_check(*backend, *b, out, lse, c.name);
+  // Which kernel ran: hopper's wgmma kernel exactly where it serves the case
+  // (16-bit cache of the activation dtype, DeepSeek dims, pages of a multiple
+  // of 64 keys, more than 16 rows per request), else the cuda kernels.
+  const std::string label = dynamic_cast<const cuda::CudaDecodeBackend&>(*backend).kernel_label();
+  const int max_s_q = *std::max_element(c.s_q.begin(), c.s_q.end());
+  const bool wgmma = name == "hopper" && c.cache_dtype == c.dtype && c.L == 512 && c.R == 64 &&
+                     c.block_size % 64 == 0 && c.heads * max_s_q > 16;
+  const bool generic = c.L != 512 || c.R != 64 || (c.cache_dtype != c.dtype && c.cache_dtype != DType::fp8_e4m3);
+  const char* forced = std::getenv("LATTN_HOPPER_DECODE");  // the default schedule is serial
+  const std::string schedule = forced && *forced ? forced : "serial";
+  EXPECT_EQ(label.rfind(wgmma ? "sm90 wgmma " + schedule + " " : generic ? "generic" : "sm80 tensor cores", 0), 0u)
+      << c.name << " on " << name << " ran " << label;
   // Fresh values in the same shape, second plan on the same instance.
   randomize(*b, c.seq_lens, c.s_q, rng);
   run_and_check(*backend, *b, out, lse, c.name);
+  if (!wgmma) return;
+  // The wgmma path's other schedules (LATTN_HOPPER_DECODE, read per launch).
+  const std::string saved = schedule;
+  for (const char* other : {"serial", "seesaw", "seesaw-gated"}) {
+    SCOPED_TRACE(other);
+    setenv("LATTN_HOPPER_DECODE", other, 1);
+    randomize(*b, c.seq_lens, c.s_q, rng);
+    run_and_check(*backend, *b, out, lse, c.name);
+    EXPECT_EQ(dynamic_cast<const cuda::CudaDecodeBackend&>(*backend).kernel_label().rfind(
+                  std::string("sm90 wgmma ") + other + " ", 0),
+              0u);
+  }
+  if (forced && *forced) {
+    setenv("LATTN_HOPPER_DECODE", saved.c_str(), 1);
+  } else {
+    unsetenv("LATTN_HOPPER_DECODE");
+  }
 }
 
 std::vector<int> lens(std::initializer_list<int> v) { return v; }

@@ -16,6 +16,7 @@
 #include "lattn/cache.h"
 #include "lattn/errors.h"
 #include "lattn/ops.h"
+#include "lattn/registry.h"
 #include "lattn/tensor.h"
 #include "support/backend_driver.h"
 #include "support/gpu.h"
@@ -177,6 +178,42 @@ TEST(CudaIndexCheck, DecodeRefusesDeviceBlockIdsOutsideTheCache) {
     EXPECT_NE(std::string(e.what()).find("argument 'block_table' must hold block ids in [0, num_blocks"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// The same through the `hopper` backend's wgmma kernel (H128, pages of 64:
+// the bulk tensor copies are aimed at a page outside the tensor map, which
+// the copy engine fills with zeros, and the bad id is recorded), with ids
+// past the cache, negative ids, and an odd number of tiles (a lone last tile).
+TEST(CudaIndexCheck, HopperDecodeRefusesDeviceBlockIdsOutsideTheCache) {
+  LATTN_REQUIRE_GPU();
+  const auto cls = mla_decode_backend_registry().get_class("hopper");
+  if (!cls->is_available() || !cls->supports_compute_capability(device_capability(0))) {
+    GTEST_SKIP() << "hopper decode does not run here (sm90 with sm_90a code only)";
+  }
+  const CheckIndices on(true);
+  for (const int32_t bad_id : {-1, -100, 1 << 20}) {
+    test::BackendCase c;
+    c.name = "hopper decode with a corrupted device block table";
+    c.dims = MlaDims::deepseek_v3(128);
+    c.block_size = 64;
+    c.decodes = {{40, 1}, {200, 1}};  // 1 and 4 tiles of 64 keys
+    test::PreparedStep step(c, "cuda", "hopper", kGpu);
+    MlaMetadata& md = step.metadata();
+    const Tensor& table = md.block_table;
+    OwnedTensor host = OwnedTensor::empty(table.shape(), DType::i32);
+    copy_tensor(table, host.tensor());
+    int32_t* ids = static_cast<int32_t*>(host.data());
+    ids[table.stride(0) * 1 + 2] = bad_id < 0 ? bad_id : int32_t(step.cache().num_blocks() + bad_id);  // request 1, keys 128..191
+    copy_tensor(host.tensor(), table);
+    try {
+      step.forward();
+      FAIL() << "no ValueError for device block id " << ids[table.stride(0) + 2];
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("argument 'block_table' must hold block ids in [0, num_blocks"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

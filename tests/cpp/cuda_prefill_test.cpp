@@ -579,6 +579,22 @@ TEST(HopperPrefillKernel, ManyTilesPerCta) {
   }
 }
 
+// Varlen orders: the kernel walks requests longest first from a table it
+// builds per CTA (up to 256 requests; the lengths below are in no order),
+// and in request order past that (300 requests of 0..200 rows, empty ones
+// included, so units of short requests are skipped).
+TEST(HopperPrefillKernel, LongestFirstAndManyRequests) {
+  SKIP_WITHOUT_GPU_FOR("hopper");
+  std::vector<int32_t> cu = {0};
+  for (int len : {5, 300, 0, 129, 640, 1, 260}) cu.push_back(cu.back() + len);
+  run_kernel_case({0, DType::bf16, true, cu, cu, 5, true}, 700);
+  run_kernel_case({0, DType::bf16, false, cu, cu, 5, true}, 701);
+  std::vector<int32_t> many = {0};
+  for (int b = 0; b < 300; ++b) many.push_back(many.back() + (b * 37) % 7 * (b % 11 == 0 ? 29 : 1));
+  run_kernel_case({0, DType::bf16, true, many, many, 2, true}, 702);
+  run_kernel_case({0, DType::bf16, false, many, many, 2, true}, 703);
+}
+
 // A small case for compute-sanitizer (scripts/gpu-check.sh runs *Sanitizer*).
 TEST(HopperPrefillKernel, SanitizerCase) {
   SKIP_WITHOUT_GPU_FOR("hopper");

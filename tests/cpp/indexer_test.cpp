@@ -1,7 +1,11 @@
 // The lightning indexer (lattn/sparse.h): its key cache write, the logits
 // (cpu against the fp64 reference), causal top-k against a brute-force sort
 // (ties to the lower position, NaN last, -1 padding), NaN-poisoned slots no
-// token owns never read, and bad input refused with nothing written.
+// token owns never read, and bad input refused with nothing written; the
+// cuda backend (GPU machines) against the host: identical key bytes, logits
+// within f32 error of the fp64 reference, top-k equal to a brute-force sort
+// of its own logits, and equal to the host's top-k on heavy ties over 131072
+// positions.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +20,7 @@
 #include "lattn/sparse.h"
 #include "support/backend_driver.h"
 #include "support/error_text.h"
+#include "support/gpu.h"
 #include "support/test_data.h"
 
 namespace lattn {
@@ -236,6 +241,179 @@ TEST(Indexer, BadInputIsRefusedWithNothingWritten) {
   EXPECT_NE(test::error_text<ValueError>([&] { indexer_topk(d.args(), d.cache, out, "gpu"); }).find("argument 'backend'"),
             std::string::npos);
   EXPECT_EQ(test::hash_bytes(out), before);
+}
+
+// ---------------------------------------------------------------------------
+// cuda
+
+// The device copy of a host case: cache bytes, q, weights; index arrays on
+// the device too when `device_arrays` (then max_seq_len is given).
+struct DeviceData {
+  OwnedIndexerKeyCache cache;
+  OwnedTensor q, weights, block_table, qsl, seq_lens;
+  IndexerArgs args;
+};
+
+DeviceData to_gpu(const Data& d, bool device_arrays) {
+  const Device gpu = Device::cuda(0);
+  DeviceData g;
+  const Tensor& hc = d.cache.cache().data;
+  g.cache = OwnedIndexerKeyCache(hc.size(0), hc.size(1), D, gpu);
+  copy_tensor(hc, g.cache.cache().data);
+  g.q = test::to_device(d.q, gpu);
+  g.weights = test::to_device(d.weights, gpu);
+  g.args = {g.q.tensor(), g.weights.tensor(), d.block_table.tensor(), d.qsl.tensor(), d.seq_lens.tensor()};
+  if (device_arrays) {
+    g.block_table = test::to_device(d.block_table, gpu);
+    g.qsl = test::to_device(d.qsl, gpu);
+    g.seq_lens = test::to_device(d.seq_lens, gpu);
+    g.args.block_table = g.block_table;
+    g.args.query_start_loc = g.qsl;
+    g.args.seq_lens = g.seq_lens;
+    int longest = 0;
+    for (int64_t r = 0; r < d.seq_lens.tensor().numel(); ++r) longest = std::max(longest, d.seq_lens.data_as<int32_t>()[r]);
+    g.args.max_seq_len = longest;
+  }
+  return g;
+}
+
+TEST(IndexerCuda, KeyWriteMatchesTheHostBitForBit) {
+  LATTN_REQUIRE_GPU();
+  for (DType dtype : {DType::bf16, DType::f32, DType::f16}) {
+    std::mt19937_64 rng(11);
+    OwnedIndexerKeyCache host(5, 4, D), dev(5, 4, D, Device::cuda(0));
+    fill_bytes(host.cache().data, 0x33);
+    fill_bytes(dev.cache().data, 0x33);
+    OwnedTensor k = OwnedTensor::empty({9, D}, dtype), slots = OwnedTensor::empty({9}, DType::i64);
+    test::fill_normal(k, rng, 3.f);
+    store_from_f32(k.data(), dtype, 5, INFINITY);
+    store_from_f32(k.data(), dtype, 2 * D + 3, NAN);
+    store_from_f32(k.data(), dtype, 3 * D + 4, -NAN);
+    store_from_f32(k.data(), dtype, 4 * D + 5, -INFINITY);
+    const int64_t sv[] = {7, -1, 0, 19, 3, -1, 12, 1, 8};
+    std::memcpy(slots.data(), sv, sizeof(sv));
+    indexer_k_cache_write(k, host, slots);
+    const OwnedTensor dk = test::to_device(k), ds = test::to_device(slots);
+    indexer_k_cache_write(dk, dev, ds);
+    OwnedTensor back = OwnedTensor::empty({5, 4, D + 4}, DType::u8);
+    copy_tensor(dev.cache().data, back);
+    EXPECT_EQ(0, std::memcmp(back.data(), host.cache().data.data(), size_t(5 * 4 * (D + 4)))) << dtype_name(dtype);
+  }
+}
+
+TEST(IndexerCuda, LogitsMatchTheFp64Reference) {
+  LATTN_REQUIRE_GPU();
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    for (bool device_arrays : {false, true}) {
+      Case c;
+      c.dtype = dtype;
+      c.H = 64;
+      c.seq_lens = {1500, 60, 1};
+      c.num_blocks = 110;
+      const Data d = make(c);
+      const DeviceData g = to_gpu(d, device_arrays);
+      OwnedTensor ref = OwnedTensor::empty({d.T, 1600}, DType::f32);
+      indexer_logits(d.args(), d.cache, ref, "reference");
+      OwnedTensor dev = OwnedTensor::empty({d.T, 1600}, DType::f32, Device::cuda(0));
+      test::poison(dev);
+      indexer_logits(g.args, g.cache, dev, "cuda");
+      const OwnedTensor got = test::to_host_f32(dev);
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < int64_t(d.T) * 1600; ++i) {
+        const float x = got.data_as<float>()[i], r = ref.data_as<float>()[i];
+        if (std::isinf(r)) {
+          ASSERT_EQ(x, r) << i;
+          continue;
+        }
+        ASSERT_TRUE(std::isfinite(x)) << i;
+        num += (double(x) - r) * (double(x) - r);
+        den += double(r) * r;
+      }
+      EXPECT_LE(std::sqrt(num / den), test::rel_tolerance(DType::f32)) << dtype_name(dtype) << " " << device_arrays;
+    }
+  }
+}
+
+TEST(IndexerCuda, TopkEqualsABruteForceSortOfItsLogits) {
+  LATTN_REQUIRE_GPU();
+  for (bool device_arrays : {false, true}) {
+    for (int k : {1, 7, 64, 2048, 4096}) {
+      Case c;
+      c.seed = uint64_t(k) + 3;
+      c.seq_lens = {37, 3000, 1};  // one request longer than k, one shorter (-1 padding)
+      c.q_lens = {1, 5, 1};
+      c.num_blocks = 200;
+      const Data d = make(c);
+      const DeviceData g = to_gpu(d, device_arrays);
+      OwnedTensor dl = OwnedTensor::empty({d.T, 3000}, DType::f32, Device::cuda(0));
+      indexer_logits(g.args, g.cache, dl, "cuda");
+      const OwnedTensor logits = test::to_host_f32(dl);
+      OwnedTensor dev = OwnedTensor::empty({d.T, k}, DType::i32, Device::cuda(0));
+      test::poison(dev);
+      indexer_topk(g.args, g.cache, dev, "");
+      OwnedTensor out = OwnedTensor::empty({d.T, k}, DType::i32);
+      copy_tensor(dev, out);
+      int t = 0;
+      for (size_t r = 0; r < c.q_lens.size(); ++r) {
+        for (int j = 0; j < c.q_lens[r]; ++j, ++t) {
+          const int visible = c.seq_lens[r] - c.q_lens[r] + j + 1;
+          const std::vector<int32_t> want = brute_topk(logits.data_as<float>() + t * 3000, visible, k);
+          for (int i = 0; i < k; ++i) {
+            int32_t slot = -1;
+            if (want[size_t(i)] >= 0) {
+              const int32_t blk =
+                  d.block_table.data_as<int32_t>()[r * d.block_table.tensor().stride(0) + want[size_t(i)] / c.block_size];
+              slot = blk * c.block_size + want[size_t(i)] % c.block_size;
+            }
+            ASSERT_EQ(out.data_as<int32_t>()[t * k + i], slot)
+                << "device arrays " << device_arrays << " k " << k << " token " << t << " rank " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(IndexerCuda, TopkPositionsEqualTheHostOnTiesOver128kPositions) {
+  LATTN_REQUIRE_GPU();
+  std::mt19937_64 rng(5);
+  const int n = 131072;
+  OwnedTensor logits = OwnedTensor::empty({4, n}, DType::f32), lengths = OwnedTensor::empty({4}, DType::i32);
+  std::uniform_int_distribution<int> few(-50, 50);
+  std::normal_distribution<float> normal;
+  for (int i = 0; i < n; ++i) {
+    logits.data_as<float>()[i] = float(few(rng)) * 0.25f;           // heavy ties
+    logits.data_as<float>()[n + i] = normal(rng);                    // distinct
+    logits.data_as<float>()[2 * n + i] = i % 5 ? (i % 2 ? -0.f : 0.f) : NAN;  // -0 = +0, NaN last
+    logits.data_as<float>()[3 * n + i] = -INFINITY;
+  }
+  const int32_t lens[] = {n, n - 17, 100000, 1000};
+  std::memcpy(lengths.data(), lens, sizeof(lens));
+  const OwnedTensor dl = test::to_device(logits), dlen = test::to_device(lengths);
+  for (int k : {1, 2048, 4096}) {
+    OwnedTensor want = OwnedTensor::empty({4, k}, DType::i32), dev = OwnedTensor::empty({4, k}, DType::i32, Device::cuda(0));
+    topk_positions(logits, lengths, want);
+    test::poison(dev);
+    topk_positions(dl, dlen, dev);
+    OwnedTensor got = OwnedTensor::empty({4, k}, DType::i32);
+    copy_tensor(dev, got);
+    for (int i = 0; i < 4 * k; ++i) ASSERT_EQ(got.data_as<int32_t>()[i], want.data_as<int32_t>()[i]) << "k " << k << " at " << i;
+  }
+}
+
+TEST(IndexerCuda, RefusesWhatItCannotDo) {
+  LATTN_REQUIRE_GPU();
+  const Data d = make(Case{});
+  const DeviceData g = to_gpu(d, true);
+  OwnedTensor big = OwnedTensor::empty({d.T, 4097}, DType::i32, Device::cuda(0));
+  EXPECT_NE(test::error_text<ValueError>([&] { indexer_topk(g.args, g.cache, big); }).find("up to 4096"), std::string::npos);
+  OwnedTensor out = OwnedTensor::empty({d.T, 8}, DType::i32, Device::cuda(0));
+  EXPECT_NE(test::error_text<ValueError>([&] { indexer_topk(g.args, g.cache, out, "reference"); }).find("host tensors only"),
+            std::string::npos);
+  IndexerArgs no_len = g.args;
+  no_len.max_seq_len = 0;
+  EXPECT_NE(test::error_text<ValueError>([&] { indexer_topk(no_len, g.cache, out); }).find("argument 'max_seq_len'"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -95,3 +95,72 @@ def test_bad_input_names_the_argument():
         lattn.sparse_mla(q, cache, np.array([[0, 1]], np.int64), 0.1)
     with pytest.raises(ValueError, match="topk >= 1"):
         lattn.sparse_mla(q, cache, np.zeros((1, 0), np.int32), 0.1)
+
+
+def test_sparse_layer_with_topk_covering_every_token_equals_the_dense_layer():
+    # MlaAttention(..., index_topk=k): the indexer and sparse attention inside the layer.
+    rng = np.random.default_rng(9)
+    N, L, P, R, V, H, D, bs = 4, 128, 16, 16, 24, 8, 32, 16
+    specs = [(1, 30), (1, 0), (12, 0), (7, 25)]  # (query_len, context): decodes first
+    num_blocks = 16
+    tables, nxt = [], 0
+    for q, c in specs:
+        blocks = -(-(q + c) // bs)
+        tables.append(list(range(nxt, nxt + blocks))[::-1])  # reversed: not contiguous in the cache
+        nxt += blocks
+    md = lattn.MlaMetadataBuilder(block_size=bs, context_chunk_workspace_size=64).build(
+        [(q, c, t) for (q, c), t in zip(specs, tables)])
+    T = sum(q for q, _ in specs)
+    w = rng.standard_normal((N * (P + V), L)).astype(np.float32) / np.sqrt(L)
+    q = rng.standard_normal((T, N, P + R)).astype(np.float32)
+    kv_c = rng.standard_normal((T, L)).astype(np.float32)
+    k_pe = rng.standard_normal((T, R)).astype(np.float32)
+    iq = rng.standard_normal((T, H, D)).astype(np.float32)
+    ik = rng.standard_normal((T, D)).astype(np.float32)
+    iw = (rng.standard_normal((T, H)) / 8).astype(np.float32)
+
+    def caches():
+        cache = lattn.LatentCache.empty(num_blocks, bs, L, R, dtype="f16")
+        keys = lattn.IndexerKeyCache.empty(num_blocks, bs, D)
+        # Context of every request, written as earlier steps would have.
+        for (qn, c), t in zip(specs, tables):
+            if c == 0:
+                continue
+            pos = np.arange(c)
+            slots = (np.array(t)[pos // bs] * bs + pos % bs).astype(np.int64)
+            r = np.random.default_rng(c)
+            lattn.concat_and_cache_mla(r.standard_normal((c, L), dtype=np.float32),
+                                       r.standard_normal((c, R), dtype=np.float32), cache, slots)
+            lattn.indexer_k_cache_write(r.standard_normal((c, D), dtype=np.float32), keys, slots)
+        return cache, keys
+
+    sparse = lattn.MlaAttention(N, L, P, R, V, dtype="f32", kv_cache_dtype="f16", index_topk=64,
+                                index_n_heads=H, index_head_dim=D)
+    assert sparse.sparse_backend == "cpu" and sparse.kernels == {"sparse": "cpu"}
+    sparse.process_weights_after_loading(w)
+    cache, keys = caches()
+    out = sparse.forward(q, kv_c, k_pe, cache, md, indexer_q=iq, indexer_k=ik, indexer_weights=iw,
+                         indexer_cache=keys)
+    dense = lattn.MlaAttention(N, L, P, R, V, dtype="f32", kv_cache_dtype="f16")
+    assert dense.sparse_backend is None
+    dense.process_weights_after_loading(w)
+    cache2, _ = caches()
+    want = dense.forward(q, kv_c, k_pe, cache2, md)
+    # The f16 cache bounds the difference (the dense prefill reads this step's unrounded latents).
+    assert np.linalg.norm(out - want) / np.linalg.norm(want) < 2e-3
+
+    # A smaller top-k changes the prefill rows (they see fewer tokens) but not a decode of one token.
+    small = lattn.MlaAttention(N, L, P, R, V, dtype="f32", kv_cache_dtype="f16", index_topk=1, index_n_heads=H,
+                               index_head_dim=D)
+    small.process_weights_after_loading(w)
+    cache3, keys3 = caches()
+    out1 = small.forward(q, kv_c, k_pe, cache3, md, indexer_q=iq, indexer_k=ik, indexer_weights=iw,
+                         indexer_cache=keys3)
+    np.testing.assert_allclose(out1[1], out[1], rtol=1e-5, atol=1e-6)  # decode with no context: one token either way
+    assert np.linalg.norm(out1[2:] - out[2:]) > 1e-2 * np.linalg.norm(out[2:])
+
+    with pytest.raises(ValueError, match="needs the indexer's inputs"):
+        sparse.forward(q, kv_c, k_pe, cache, md)
+    with pytest.raises(ValueError, match="indexer.q"):
+        sparse.forward(q, kv_c, k_pe, cache, md, indexer_q=iq[:, :, :5], indexer_k=ik, indexer_weights=iw,
+                       indexer_cache=keys)

@@ -52,6 +52,29 @@ void ActivationSource::fill_inputs(int layer, std::span<const TokenRef> tokens, 
   }
 }
 
+void ActivationSource::fill_indexer_inputs(int layer, std::span<const TokenRef> tokens, const Tensor& q, const Tensor& k,
+                                           const Tensor& weights) const {
+  const int64_t T = int64_t(tokens.size());
+  if (q.dim() != 3 || k.dim() != 2 || weights.dim() != 2 || weights.dtype() != DType::f32) {
+    throw std::invalid_argument("synthetic indexer inputs: need q [T, H, D], k [T, D] and f32 weights [T, H], got " +
+                                q.describe() + ", " + k.describe() + ", " + weights.describe());
+  }
+  const int64_t H = q.size(1), D = q.size(2);
+  check_host_rows("indexer q", q, T, H * D);
+  check_host_rows("indexer k", k, T, D);
+  check_host_rows("indexer weights", weights, T, H);
+  const float weight_scale = 1.0f / std::sqrt(float(H * D));
+  // A stream of its own per token, apart from fill_inputs' (the key's second bit).
+  const uint64_t layer_key = hash_combine(hash_combine(seed_, uint64_t(layer)), 1ull << 62);
+  for (int64_t t = 0; t < T; ++t) {
+    Rng rng(hash_combine(hash_combine(layer_key, uint64_t(tokens[size_t(t)].request_id)), uint64_t(tokens[size_t(t)].position)));
+    fill_run(rng, q.data(), q.dtype(), t * H * D, H * D);
+    fill_run(rng, k.data(), k.dtype(), t * D, D);
+    fill_run(rng, weights.data(), DType::f32, t * H, H);
+    for (int64_t h = 0; h < H; ++h) weights.data_as<float>()[t * H + h] *= weight_scale;
+  }
+}
+
 void ActivationSource::fill_kv_b_proj(int layer, const Tensor& weight) const {
   const int64_t rows = int64_t(dims_.num_heads) * (dims_.qk_nope_head_dim + dims_.v_head_dim);
   check_host_rows("kv_b_proj", weight, rows, dims_.kv_lora_rank);

@@ -40,6 +40,14 @@ class ActivationSource {
   void fill_inputs(int layer, std::span<const TokenRef> tokens, const Tensor& q, const Tensor& kv_c,
                    const Tensor& k_pe) const;
 
+  // Fills row i with token tokens[i]'s lightning-indexer inputs of `layer`
+  // (sparse layers, docs/sparse.md): unit-variance query and key, and head
+  // weights of scale 1/sqrt(H·D) (DeepSeek-V3.2 folds n_heads^-0.5 and the
+  // softmax scale D^-0.5 into them).
+  //   q [T, H, D], k [T, D]  host, contiguous, f32/f16/bf16;  weights [T, H] host f32
+  void fill_indexer_inputs(int layer, std::span<const TokenRef> tokens, const Tensor& q, const Tensor& k,
+                           const Tensor& weights) const;
+
   // Fills `layer`'s kv_b_proj weight, (out, in) = [N*(P+V), L] host f32.
   void fill_kv_b_proj(int layer, const Tensor& weight) const;
 

@@ -11,6 +11,7 @@
 #include "lattn/cache.h"
 #include "lattn/metadata.h"
 #include "lattn/selector.h"
+#include "lattn/sparse.h"
 #include "serving/activations.h"
 #include "serving/text.h"
 
@@ -55,6 +56,7 @@ struct ServingEngine::Impl {
   struct Layer {
     MlaAttention attention;
     OwnedLatentCache cache;
+    OwnedIndexerKeyCache indexer_cache;  // sparse models only
   };
 
   EngineConfig config;
@@ -65,6 +67,8 @@ struct ServingEngine::Impl {
   OwnedTensor q_host, kv_c_host, k_pe_host;
   OwnedTensor q_device, kv_c_device, k_pe_device, out;
   OwnedTensor fence_host;  // 1 element: a device->host copy that waits for the step
+  // A sparse model's indexer inputs: host (filled) and device (used).
+  OwnedTensor iq_host, ik_host, iw_host, iq_device, ik_device, iw_device;
 
   explicit Impl(const EngineConfig& c) : config(c), source(c.seed, c.dims) {
     const MlaDims& d = c.dims;
@@ -77,6 +81,11 @@ struct ServingEngine::Impl {
       ac.prefill_backend = c.prefill_backend;
       ac.decode_backend = c.decode_backend;
       ac.block_size = c.scheduler.block_size;
+      ac.index_topk = c.indexer.index_topk;
+      ac.index_n_heads = c.indexer.index_n_heads;
+      ac.index_head_dim = c.indexer.index_head_dim;
+      ac.sparse_backend = c.sparse_backend;
+      ac.indexer_backend = c.indexer_backend;
       MlaAttention attention(ac);
       OwnedTensor weight =
           OwnedTensor::empty({int64_t(d.num_heads) * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank}, DType::f32);
@@ -87,7 +96,13 @@ struct ServingEngine::Impl {
       // NaN in every slot no request has written: a kernel that reads past a
       // sequence, or from another request's block, poisons its output.
       fill_bytes(cache.cache().data, 0xff);
-      layers.push_back({std::move(attention), std::move(cache)});
+      OwnedIndexerKeyCache indexer_cache;
+      if (sparse()) {
+        indexer_cache = OwnedIndexerKeyCache(c.scheduler.num_blocks, c.scheduler.block_size, c.indexer.index_head_dim,
+                                             c.device);
+        fill_bytes(indexer_cache.cache().data, 0xff);
+      }
+      layers.push_back({std::move(attention), std::move(cache), std::move(indexer_cache)});
     }
 
     const int64_t T = c.scheduler.max_num_batched_tokens;
@@ -101,6 +116,25 @@ struct ServingEngine::Impl {
       k_pe_device = OwnedTensor::empty({T, d.qk_rope_head_dim}, c.dtype, c.device);
       fence_host = OwnedTensor::empty({1}, c.dtype);
     }
+    if (sparse()) {
+      const int64_t H = c.indexer.index_n_heads, D = c.indexer.index_head_dim;
+      iq_host = OwnedTensor::empty({T, H, D}, c.dtype);
+      ik_host = OwnedTensor::empty({T, D}, c.dtype);
+      iw_host = OwnedTensor::empty({T, H}, DType::f32);
+      if (c.device.is_cuda()) {
+        iq_device = OwnedTensor::empty({T, H, D}, c.dtype, c.device);
+        ik_device = OwnedTensor::empty({T, D}, c.dtype, c.device);
+        iw_device = OwnedTensor::empty({T, H}, DType::f32, c.device);
+      }
+      const std::string name = layers.front().attention.sparse_backend()->name();
+      const std::string why = "sparse model (top " + std::to_string(c.indexer.index_topk) + " of " +
+                              std::to_string(H) + "x" + std::to_string(D) + " indexer scores): " +
+                              (c.sparse_backend.empty() ? "the sparse selector's first valid backend for " + device_name(c.device)
+                                                        : std::string("requested by name"));
+      prefill_use = {name, why, 0};
+      decode_use = {name, why, 0};
+      return;
+    }
 
     const SelectorConfig selector = SelectorConfig::for_dims(d, c.dtype, c.kv_cache_dtype, c.device, c.scheduler.block_size);
     const auto capability = selector_device_capability(selector);
@@ -112,6 +146,8 @@ struct ServingEngine::Impl {
     decode_use.why = explain_choice(c.decode_backend, kDecodeBackendEnvVar, decode_use.name, priorities,
                                     explain_mla_decode_backends(capability, selector), c.device);
   }
+
+  bool sparse() const { return config.indexer.index_topk > 0; }
 
   // Waits for the device's work so far (copy_tensor is synchronous).
   void fence() {
@@ -161,6 +197,7 @@ RunReport ServingEngine::run(const std::vector<Request>& trace,
     vc.dtype = c.dtype;
     vc.kv_cache_dtype = c.kv_cache_dtype;
     vc.kv_cache_scale = c.kv_cache_scale;
+    vc.indexer = c.indexer;
     vc.block_size = c.scheduler.block_size;
     vc.context_chunk_workspace_size = builder_config.context_chunk_workspace_size;
     vc.seed = c.seed;
@@ -238,8 +275,27 @@ RunReport ServingEngine::run(const std::vector<Request>& trace,
         copy_tensor(kv_c_host, kv_c);
         copy_tensor(k_pe_host, k_pe);
       }
+      IndexerInputs indexer;
+      if (m.sparse()) {
+        const Tensor iq_host = m.iq_host.tensor().narrow(0, 0, T), ik_host = m.ik_host.tensor().narrow(0, 0, T),
+                     iw_host = m.iw_host.tensor().narrow(0, 0, T);
+        m.source.fill_indexer_inputs(l, tokens, iq_host, ik_host, iw_host);
+        indexer = {iq_host, ik_host, iw_host, &m.layers[size_t(l)].indexer_cache.cache()};
+        if (c.device.is_cuda()) {
+          indexer.q = m.iq_device.tensor().narrow(0, 0, T);
+          indexer.k = m.ik_device.tensor().narrow(0, 0, T);
+          indexer.weights = m.iw_device.tensor().narrow(0, 0, T);
+          copy_tensor(iq_host, indexer.q);
+          copy_tensor(ik_host, indexer.k);
+          copy_tensor(iw_host, indexer.weights);
+        }
+      }
       start = Clock::now();
-      m.layers[size_t(l)].attention.forward(q, kv_c, k_pe, m.layers[size_t(l)].cache, metadata, out);
+      if (m.sparse()) {
+        m.layers[size_t(l)].attention.forward(q, kv_c, k_pe, m.layers[size_t(l)].cache, metadata, indexer, out);
+      } else {
+        m.layers[size_t(l)].attention.forward(q, kv_c, k_pe, m.layers[size_t(l)].cache, metadata, out);
+      }
       m.fence();
       latency += seconds_since(start);
 

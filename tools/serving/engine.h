@@ -21,6 +21,7 @@
 #include "lattn/device.h"
 #include "lattn/dtype.h"
 #include "lattn/metadata.h"
+#include "serving/model.h"
 #include "serving/scheduler.h"
 #include "serving/trace.h"
 #include "serving/verify.h"
@@ -36,6 +37,11 @@ struct EngineConfig {
   Device device = Device::cpu();
   std::string prefill_backend;         // "" = the selector's choice
   std::string decode_backend;
+  // A sparse model (indexer.index_topk > 0): every layer runs its lightning
+  // indexer and sparse attention (docs/sparse.md); the two names below then
+  // replace the dense backends ("" = the selectors' choice).
+  IndexerShape indexer;
+  std::string sparse_backend, indexer_backend;
   SchedulerConfig scheduler;           // budget, max_num_seqs, block size, blocks
   uint64_t seed = 0;                   // weights and activations
   int verify_requests = 0;             // requests re-computed with `reference` (0: no --verify)

@@ -14,6 +14,10 @@ const std::vector<ModelPreset>& model_presets() {
   static const std::vector<ModelPreset> presets = {
       {"deepseek-v3", MlaDims::deepseek_v3(128), 8, "DeepSeek-V3: 128 heads, L=512 R=64, P=128 V=128"},
       {"deepseek-r1", MlaDims::deepseek_v3(128), 8, "DeepSeek-R1: the attention of DeepSeek-V3"},
+      // DeepSeek-V3.2's config.json: index_topk 2048, index_n_heads 64, index_head_dim 128.
+      {"deepseek-v3.2", MlaDims::deepseek_v3(128), 8,
+       "DeepSeek-V3.2: V3's MLA plus a lightning indexer (64 heads x 128), sparse attention over the top 2048 tokens",
+       2048, 64, 128},
       {"deepseek-v2-lite", MlaDims::deepseek_v2(16), 1, "DeepSeek-V2-Lite: 16 heads, L=512 R=64, P=128 V=128 (V2's YaRN scale)"},
       {"minicpm3", MlaDims::minicpm3(40), 1, "MiniCPM3-4B: 40 heads, L=256 R=32, P=64 V=64"},
   };
@@ -38,6 +42,22 @@ const ModelPreset& find_preset(const std::string& name) {
 }
 
 }  // namespace
+
+IndexerShape resolve_indexer(const ModelOptions& options) {
+  const ModelPreset& preset = find_preset(options.model);
+  IndexerShape shape{preset.index_topk, preset.index_n_heads, preset.index_head_dim};
+  if (options.index_topk) {
+    if (shape.index_topk == 0) {
+      throw std::invalid_argument("--index-topk applies to sparse models (deepseek-v3.2); " + options.model +
+                                  " attends densely");
+    }
+    if (*options.index_topk < 1) {
+      throw std::invalid_argument("--index-topk must be at least 1, got " + std::to_string(*options.index_topk));
+    }
+    shape.index_topk = *options.index_topk;
+  }
+  return shape;
+}
 
 int resolve_tensor_parallel_size(const ModelOptions& options) {
   return options.tensor_parallel_size.value_or(find_preset(options.model).default_tp);

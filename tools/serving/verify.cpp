@@ -11,6 +11,7 @@
 #include "lattn/attention.h"
 #include "lattn/cache.h"
 #include "lattn/metadata.h"
+#include "lattn/sparse.h"
 #include "serving/activations.h"
 #include "serving/block_allocator.h"
 
@@ -116,6 +117,15 @@ VerifiedRequest OutputRecorder::replay(const Recorded& rec) const {
     attention_config.prefill_backend = "reference";
     attention_config.decode_backend = "reference";
     attention_config.block_size = config_.block_size;
+    const IndexerShape& ix = config_.indexer;
+    const bool sparse = ix.index_topk > 0;
+    if (sparse) {
+      attention_config.index_topk = ix.index_topk;
+      attention_config.index_n_heads = ix.index_n_heads;
+      attention_config.index_head_dim = ix.index_head_dim;
+      attention_config.sparse_backend = "reference";
+      attention_config.indexer_backend = "reference";
+    }
     MlaAttention reference(attention_config);
     OwnedTensor weight = OwnedTensor::empty({int64_t(dims.num_heads) * (dims.qk_nope_head_dim + dims.v_head_dim),
                                              dims.kv_lora_rank}, DType::f32);
@@ -124,6 +134,11 @@ VerifiedRequest OutputRecorder::replay(const Recorded& rec) const {
     OwnedLatentCache cache(num_blocks, config_.block_size, dims, config_.kv_cache_dtype, Device::cpu(),
                            config_.kv_cache_scale);
     fill_bytes(cache.cache().data, 0xff);
+    OwnedIndexerKeyCache indexer_cache;
+    if (sparse) {
+      indexer_cache = OwnedIndexerKeyCache(num_blocks, config_.block_size, ix.index_head_dim);
+      fill_bytes(indexer_cache.cache().data, 0xff);
+    }
 
     double diff2 = 0, ref2 = 0;
     bool finite = true;
@@ -137,7 +152,17 @@ VerifiedRequest OutputRecorder::replay(const Recorded& rec) const {
       OwnedTensor kv_c = OwnedTensor::empty({s.query_len, dims.kv_lora_rank}, config_.dtype);
       OwnedTensor k_pe = OwnedTensor::empty({s.query_len, dims.qk_rope_head_dim}, config_.dtype);
       source.fill_inputs(layer, tokens, q, kv_c, k_pe);
-      const Tensor expected = reference.forward(q, kv_c, k_pe, cache, metadata);
+      Tensor expected;
+      if (sparse) {
+        OwnedTensor iq = OwnedTensor::empty({s.query_len, ix.index_n_heads, ix.index_head_dim}, config_.dtype);
+        OwnedTensor ik = OwnedTensor::empty({s.query_len, ix.index_head_dim}, config_.dtype);
+        OwnedTensor iw = OwnedTensor::empty({s.query_len, ix.index_n_heads}, DType::f32);
+        source.fill_indexer_inputs(layer, tokens, iq, ik, iw);
+        expected = reference.forward(q, kv_c, k_pe, cache, metadata,
+                                     IndexerInputs{iq.tensor(), ik.tensor(), iw.tensor(), &indexer_cache.cache()});
+      } else {
+        expected = reference.forward(q, kv_c, k_pe, cache, metadata);
+      }
       const Tensor got = rec.outputs.tensor().select(0, layer).narrow(0, s.num_computed_tokens, s.query_len);
       for (int64_t i = 0; i < int64_t(s.query_len) * out_row; ++i) {
         const double g = load_as_f32(got.data(), got.dtype(), i);

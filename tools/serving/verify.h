@@ -19,6 +19,7 @@
 #include "lattn/config.h"
 #include "lattn/dtype.h"
 #include "lattn/tensor.h"
+#include "serving/model.h"
 #include "serving/scheduler.h"
 #include "serving/trace.h"
 
@@ -33,6 +34,7 @@ struct VerifyConfig {
   int32_t block_size = 16;
   int64_t context_chunk_workspace_size = 0;  // the run's, so context is chunked the same way
   uint64_t seed = 0;                         // the run's (weights and activations)
+  IndexerShape indexer;                      // a sparse model's (replayed with the reference indexer)
 };
 
 // Relative L2 error bound of an output in `dtype` against the fp64 reference

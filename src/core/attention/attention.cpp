@@ -20,9 +20,23 @@ void validate_config(const MlaAttentionConfig& c) {
   c.dims.validate();
   const auto dtype_ok = c.dtype == DType::f16 || c.dtype == DType::bf16 || c.dtype == DType::f32;
   check_arg(dtype_ok, op, "config.dtype", "be f16, bf16 or f32", dtype_name(c.dtype));
-  const auto cache_ok =
-      c.kv_cache_dtype == DType::f16 || c.kv_cache_dtype == DType::bf16 || c.kv_cache_dtype == DType::fp8_e4m3;
-  check_arg(cache_ok, op, "config.kv_cache_dtype", "be f16, bf16 or fp8_e4m3", dtype_name(c.kv_cache_dtype));
+  check_arg(c.index_topk >= 0, op, "config.index_topk", "be >= 0 (0 = dense attention)", std::to_string(c.index_topk));
+  const bool sparse = c.index_topk > 0;
+  const auto cache_ok = c.kv_cache_dtype == DType::f16 || c.kv_cache_dtype == DType::bf16 ||
+                        c.kv_cache_dtype == DType::fp8_e4m3 || (sparse && c.kv_cache_dtype == kFp8DsMla);
+  check_arg(cache_ok, op, "config.kv_cache_dtype",
+            sparse ? "be f16, bf16, fp8_e4m3 or fp8_ds_mla (u8)" : "be f16, bf16 or fp8_e4m3 (fp8_ds_mla needs index_topk > 0)",
+            c.kv_cache_dtype == kFp8DsMla ? "fp8_ds_mla (u8)" : dtype_name(c.kv_cache_dtype));
+  if (sparse) {
+    check_arg(c.index_n_heads >= 1, op, "config.index_n_heads", "be >= 1", std::to_string(c.index_n_heads));
+    check_arg(c.index_head_dim >= 1, op, "config.index_head_dim", "be >= 1", std::to_string(c.index_head_dim));
+    const std::string own = c.device.is_cuda() ? "cuda" : "cpu";
+    const bool indexer_ok = c.indexer_backend.empty() || c.indexer_backend == own ||
+                            (c.indexer_backend == "reference" && c.device.is_cpu());
+    check_arg(indexer_ok, op, "config.indexer_backend",
+              "be empty, '" + own + "'" + (c.device.is_cpu() ? " or 'reference'" : " (reference runs on host tensors only)"),
+              "'" + c.indexer_backend + "'");
+  }
   check_arg(std::isfinite(c.scale) && c.scale >= 0.f, op, "config.scale", "be finite and >= 0 (0 = the dims' softmax_scale())",
             std::to_string(c.scale));
   check_arg(c.block_size >= 1, op, "config.block_size", "be >= 1", std::to_string(c.block_size));
@@ -33,6 +47,7 @@ void validate_config(const MlaAttentionConfig& c) {
 }  // namespace
 
 bool MlaAttention::Impl::supports_quant_output() const {
+  if (is_sparse()) return false;
   constexpr QuantKey key = QuantKey::fp8_e4m3_static_per_tensor;
   return prefill_class->supports_quant_output(key) && decode_class->supports_quant_output(key);
 }
@@ -47,6 +62,21 @@ MlaAttention::MlaAttention(const MlaAttentionConfig& config) : impl_(std::make_u
   const MlaDims& d = config.dims;
   if (im.config.scale == 0.f) im.config.scale = d.softmax_scale();
   im.workspace = detail::Workspace(config.device);
+
+  if (im.is_sparse()) {
+    // A sparse layer runs no dense backend: every row attends over its top-k slots.
+    SparseSelectorConfig sc;
+    sc.dtype = config.dtype;
+    sc.kv_cache_dtype = config.kv_cache_dtype;
+    sc.num_heads = d.num_heads;
+    sc.kv_lora_rank = d.kv_lora_rank;
+    sc.qk_rope_head_dim = d.qk_rope_head_dim;
+    sc.topk = config.index_topk;
+    sc.device = config.device;
+    sc.backend = config.sparse_backend;
+    im.sparse_class = get_sparse_mla_backend(sc);
+    return;
+  }
 
   // The selector validates an explicit choice ("" = environment, then automatic).
   SelectorConfig selector = SelectorConfig::for_dims(d, config.dtype, config.kv_cache_dtype, config.device,
@@ -87,12 +117,28 @@ ExclusiveUse::ExclusiveUse(std::atomic<bool>& in_use, const char* op) : in_use_(
 void MlaAttention::set_stream(Stream stream) {
   const detail::ExclusiveUse use(impl_->in_use, "MlaAttention::set_stream");
   impl_->config.stream = stream;
+  if (impl_->is_sparse()) return;  // the sparse ops take the stream per call
   impl_->prefill->set_stream(stream);
   impl_->decode->set_stream(stream);
 }
 size_t MlaAttention::workspace_bytes() const { return impl_->workspace.bytes_held(); }
-const PrefillBackend& MlaAttention::prefill_backend() const { return *impl_->prefill; }
-const DecodeBackend& MlaAttention::decode_backend() const { return *impl_->decode; }
+
+namespace {
+[[noreturn]] void no_dense_backend(const char* which) {
+  throw ValueError(std::string("MlaAttention::") + which +
+                   ": this layer is sparse (config.index_topk > 0) and runs no dense backend; see sparse_backend()");
+}
+}  // namespace
+
+const PrefillBackend& MlaAttention::prefill_backend() const {
+  if (!impl_->prefill) no_dense_backend("prefill_backend");
+  return *impl_->prefill;
+}
+const DecodeBackend& MlaAttention::decode_backend() const {
+  if (!impl_->decode) no_dense_backend("decode_backend");
+  return *impl_->decode;
+}
+const SparseMlaBackendClass* MlaAttention::sparse_backend() const { return impl_->sparse_class.get(); }
 
 const Tensor& MlaAttention::W_UK_T() const {
   if (!impl_->w_uk_t) throw ValueError("MlaAttention::W_UK_T: process_weights_after_loading was not called");
@@ -113,6 +159,11 @@ Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const T
                              const MlaMetadata& metadata, const Tensor& out, const Tensor& output_scale) {
   Impl& im = *impl_;
   const detail::ExclusiveUse use(im.in_use, "MlaAttention::forward");
+  if (im.is_sparse()) {
+    throw ValueError("MlaAttention.forward: this layer is sparse (config.index_topk = " +
+                     std::to_string(im.config.index_topk) +
+                     ") and needs the indexer's inputs: call forward(q, kv_c_normed, k_pe, cache, metadata, indexer, out)");
+  }
   // As the seed, refuse fused output quantization first when the backends cannot provide it.
   if (output_scale.defined() && !im.supports_quant_output()) {
     throw NotImplementedError("fused output quantization is not yet supported for MLAImplBase");
@@ -155,6 +206,28 @@ Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const T
   }
   // 4. Input rows past the metadata's tokens (padding) get output 0.
   const int64_t computed = Td + Tp;
+  if (computed < T) detail::zero_rows(result.narrow(0, computed, T - computed), stream);
+  return result;
+}
+
+Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe, const LatentCache& cache,
+                             const MlaMetadata& metadata, const IndexerInputs& indexer, const Tensor& out) {
+  Impl& im = *impl_;
+  const detail::ExclusiveUse use(im.in_use, "MlaAttention::forward");
+  if (!im.is_sparse()) {
+    throw ValueError("MlaAttention.forward: argument 'indexer' is for sparse layers (config.index_topk > 0); this "
+                     "layer is dense: call forward(q, kv_c_normed, k_pe, cache, metadata, out)");
+  }
+  const detail::ForwardArgs args = detail::validate_forward(im, q, kv_c_normed, k_pe, cache, metadata, out, Tensor());
+  detail::validate_indexer_inputs(im, args, cache, indexer);
+  const MlaDims& d = im.dims();
+  const int64_t T = args.num_tokens, width = int64_t(d.num_heads) * d.v_head_dim;
+  const Tensor result = out.defined() ? out : im.workspace.get(detail::WorkspaceSlot::output, {T, width}, im.config.dtype);
+  const Stream stream = im.config.stream;
+
+  if (args.write_cache) detail::concat_and_cache_mla_unchecked(args.kv_c, args.k_pe, cache, metadata.slot_mapping, stream);
+  const int64_t computed = int64_t(metadata.num_decode_tokens) + metadata.num_prefill_tokens;
+  if (computed > 0) detail::forward_sparse(im, args, cache, metadata, indexer, result.narrow(0, 0, computed));
   if (computed < T) detail::zero_rows(result.narrow(0, computed, T - computed), stream);
   return result;
 }

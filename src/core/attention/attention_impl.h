@@ -5,6 +5,7 @@
 //   attention_validate.cpp  every argument and metadata check, before any write
 //   attention_decode.cpp    decode rows: absorb W_UK_T, DecodeBackend, W_UV
 //   attention_prefill.cpp   prefill rows: up-project, causal + chunked context, merge
+//   attention_sparse.cpp    a sparse layer's rows: indexer top-k, sparse attention, W_UV
 #pragma once
 
 #include <atomic>
@@ -21,6 +22,8 @@ struct MlaAttention::Impl {
   std::shared_ptr<const DecodeBackendClass> decode_class;
   std::unique_ptr<PrefillBackend> prefill;
   std::unique_ptr<DecodeBackend> decode;
+  // A sparse layer (config.index_topk > 0) has this instead of the two above.
+  std::shared_ptr<const SparseMlaBackendClass> sparse_class;
   // Shared, so a view a caller took (W_UK_T() with weights_owner()) keeps
   // its memory when process_weights_after_loading replaces the weights.
   std::shared_ptr<const OwnedTensor> w_uk_t;  // [N, P, L] activation dtype, on config.device; null until loaded
@@ -33,6 +36,7 @@ struct MlaAttention::Impl {
   const MlaDims& dims() const { return config.dims; }
   RunContext run_context() const { return {config.device, config.stream, 0, config.batch_invariant}; }
   bool supports_quant_output() const;
+  bool is_sparse() const { return config.index_topk > 0; }
 };
 
 namespace detail {
@@ -81,6 +85,17 @@ void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
 bool forward_prefill(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
                      const MlaMetadata& metadata, const Tensor& out_rows, const Tensor& output_scale,
                      const Tensor& staging_rows);
+
+// Checks a sparse layer's indexer inputs against the checked forward
+// arguments and the latent cache (ValueError naming the argument).
+void validate_indexer_inputs(const MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
+                             const IndexerInputs& indexer);
+
+// Every computed row [0, Tc) of a sparse layer (Tc = num_decode_tokens +
+// num_prefill_tokens): indexer key write, top-k, absorbed sparse attention, W_UV.
+//   out_rows [Tc, N*V] activation dtype (rows may be strided)
+void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
+                    const MlaMetadata& metadata, const IndexerInputs& indexer, const Tensor& out_rows);
 
 // Up-projects latent rows to per-head keys and values (kv_b_proj):
 //   kv_c [X, L] (rows may be strided)   k_pe [X, R] (rows may be strided)

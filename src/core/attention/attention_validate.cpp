@@ -2,6 +2,7 @@
 // core/attention/attention_impl.h). Index arrays are read from the metadata's host
 // copies (X_cpu), so validating a CUDA step costs no device round trip.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "core/attention/attention_impl.h"
@@ -76,12 +77,13 @@ void check_decode_view(const MlaAttention::Impl& impl, const MlaMetadata& md, co
   check_index_array("metadata.decode.seq_lens", dm.seq_lens_cpu, {dm.num_decodes}, DType::i32);
   check_dim(kOp, "metadata.decode.block_table", dm.block_table_cpu, 2);
   check_index_array("metadata.decode.block_table", dm.block_table_cpu, {dm.num_decodes, kAnySize}, DType::i32);
-  const int64_t max_queries = impl.decode_class->max_query_tokens_per_request();
+  // A sparse layer's rows all take the same path: any query length.
+  const int64_t max_queries = impl.decode_class ? impl.decode_class->max_query_tokens_per_request() : INT64_MAX;
   for (int64_t r = 0; r < dm.num_decodes; ++r) {
     const int64_t num_queries = index_at(dm.query_start_loc_cpu, r + 1) - index_at(dm.query_start_loc_cpu, r);
     check_arg(num_queries <= max_queries, kOp, "metadata.decode.query_start_loc",
               "give decodes at most " + str(max_queries) + " query tokens (decode backend " +
-                  impl.decode_class->name() + ")",
+                  (impl.decode_class ? impl.decode_class->name() : std::string("sparse")) + ")",
               str(num_queries) + " for decode " + str(r));
     const int64_t seq_len = index_at(dm.seq_lens_cpu, r);
     check_arg(seq_len >= num_queries, kOp, "metadata.decode.seq_lens",

@@ -29,6 +29,8 @@ enum class WorkspaceSlot : int {
   context_lse,        // [N, Tp]
   context_lse_next,   // [N, Tp]       merge target (an LSE may not alias its inputs)
   prefill_out,        // [Tp, N, V']   padded-V or quantized prefill output before the final copy
+  sparse_q,           // [Tc, N, L+R]  a sparse layer's absorbed queries [q_nope·W_UK | q_pe]
+  sparse_indices,     // [Tc, topk]    int32 slots the indexer picked
   output,             // [T, N*V]      the layer output when the caller gives none
   output_staging,     // [T, N*V]      activation-dtype output before fp8 quantization
   count

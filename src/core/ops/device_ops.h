@@ -20,6 +20,12 @@
 #include "lattn/stream.h"
 #include "lattn/tensor.h"
 
+namespace lattn {
+struct SparseMlaArgs;     // lattn/sparse.h
+struct IndexerArgs;
+struct IndexerKeyCache;
+}  // namespace lattn
+
 namespace lattn::detail {
 
 struct GemmProblem;
@@ -79,6 +85,23 @@ struct DeviceOps {
   //   src [rows, cols] f16/bf16/f32, dst [rows, cols] fp8_e4m3 (last dims contiguous),
   //   scale [1] f32 on this device;  dst = fp8(src / scale[0])
   void (*quantize_fp8)(const Tensor& src, const Tensor& dst, const Tensor& scale, Stream stream) = nullptr;
+
+  // ---- sparse MLA and the lightning indexer (lattn/sparse.h) ----
+  // Sparse absorbed attention (the `cuda` sparse class; the host classes
+  // compute themselves): q [T, N, L+R] bf16, indices [T, topk] i32, out [T, N, L].
+  void (*sparse_mla)(const SparseMlaArgs& args, const LatentCache& cache, Stream stream) = nullptr;
+  // k [T, D], slot_mapping [T'] int64: the key of token t, quantized per token, to slot_mapping[t] (< 0 skipped).
+  void (*indexer_k_cache_write)(const Tensor& k, const IndexerKeyCache& cache, const Tensor& slot_mapping,
+                                Stream stream) = nullptr;
+  // logits [T, >= max_seq_len] f32: every visible position's logit, -inf past the token's own.
+  // reference: fp64 math (host tables only).
+  void (*indexer_logits)(const IndexerArgs& args, const IndexerKeyCache& cache, const Tensor& logits,
+                         bool reference) = nullptr;
+  // topk_indices [T, topk] i32 slots (-1 padded), order of lattn/sparse.h.
+  void (*indexer_topk)(const IndexerArgs& args, const IndexerKeyCache& cache, const Tensor& topk_indices,
+                       bool reference) = nullptr;
+  // logits [T, S] f32, lengths [T] i32 (<= S), out [T, topk] i32 positions.
+  void (*topk_positions)(const Tensor& logits, const Tensor& lengths, const Tensor& out, Stream stream) = nullptr;
 
   // ---- projections (core/ops/gemm.h) ----
   void (*gemm)(const GemmProblem& p, const RunContext& ctx) = nullptr;

@@ -1,5 +1,5 @@
 // Sparse MLA (lattn/sparse.h): the selector with its small registry, the
-// `cuda` class (its kernels live in src/cuda/smxx), and sparse_mla, which
+// `cuda` class (its kernel is the CUDA device-ops table's sparse_mla entry), and sparse_mla, which
 // checks every argument — for host indices every value — before any backend
 // writes anything.
 #include <algorithm>
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "core/sparse/sparse_cuda_hooks.h"
+#include "core/ops/device_ops.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
 #include "lattn/log.h"
@@ -81,7 +81,7 @@ class CudaSparseClass final : public SparseMlaBackendClass {
                                    : "compute capability none (cpu) not supported");
     }
     if (c.dtype != DType::bf16) reasons.push_back(std::string("dtype ") + dtype_torch_name(c.dtype) + " not supported");
-    if (!cuda_hooks::has_sparse_kernels()) reasons.push_back("required dependencies not available");
+    if (detail::cuda_device_ops().absent_reason) reasons.push_back("required dependencies not available");
     if (c.kv_cache_dtype != DType::bf16 && c.kv_cache_dtype != kFp8DsMla) {
       reasons.push_back("kv cache dtype " + cache_dtype_name(c.kv_cache_dtype) + " not supported");
     }
@@ -93,7 +93,7 @@ class CudaSparseClass final : public SparseMlaBackendClass {
     return reasons;
   }
   void run(const SparseMlaArgs& args, const LatentCache& cache, Stream stream) const override {
-    cuda_hooks::sparse_mla(args, cache, stream);
+    detail::device_ops(cache.device()).sparse_mla(args, cache, stream);
   }
 };
 

@@ -3,7 +3,6 @@
 // fails clearly instead of crashing, and the device query says why there is
 // no device.
 #include "core/ops/device_ops.h"
-#include "core/sparse/sparse_cuda_hooks.h"
 #include "lattn/errors.h"
 
 namespace lattn::detail {
@@ -42,9 +41,18 @@ const DeviceOps& cuda_device_ops() {
     t.advance_step = [](int, int, int, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                         const Tensor&, Stream) { no_cuda("advance_step"); };
     t.quantize_fp8 = [](const Tensor&, const Tensor&, const Tensor&, Stream) { no_cuda("quantize_fp8"); };
-    // Defined in cuda/smxx/fp8_ds_mla_cache.cu, or by core/sparse's stand-in without CUDA.
-    t.concat_and_cache_ds_mla = cuda_hooks::concat_and_cache_ds_mla;
-    t.gather_cache_ds_mla = cuda_hooks::gather_cache_ds_mla;
+    t.concat_and_cache_ds_mla = [](const Tensor&, const Tensor&, const LatentCache&, const Tensor&, Stream) {
+      no_cuda("concat_and_cache_mla (fp8_ds_mla)");
+    };
+    t.gather_cache_ds_mla = [](const LatentCache&, const Tensor&, const Tensor&, const Tensor&, int, const Tensor&,
+                               Stream) { no_cuda("gather_cache (fp8_ds_mla)"); };
+    t.sparse_mla = [](const SparseMlaArgs&, const LatentCache&, Stream) { no_cuda("sparse_mla"); };
+    t.indexer_k_cache_write = [](const Tensor&, const IndexerKeyCache&, const Tensor&, Stream) {
+      no_cuda("indexer_k_cache_write");
+    };
+    t.indexer_logits = [](const IndexerArgs&, const IndexerKeyCache&, const Tensor&, bool) { no_cuda("indexer_logits"); };
+    t.indexer_topk = [](const IndexerArgs&, const IndexerKeyCache&, const Tensor&, bool) { no_cuda("indexer_topk"); };
+    t.topk_positions = [](const Tensor&, const Tensor&, const Tensor&, Stream) { no_cuda("topk_positions"); };
     t.gemm = [](const GemmProblem&, const RunContext&) { no_cuda("gemm"); };
     return t;
   }();

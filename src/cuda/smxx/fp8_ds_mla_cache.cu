@@ -6,7 +6,8 @@
 
 #include <cfloat>
 
-#include "core/sparse/sparse_cuda_hooks.h"
+#include "cuda/device_ops.h"
+#include "lattn/sparse.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"
@@ -114,13 +115,9 @@ __global__ void __launch_bounds__(kWarps * 32) gather_ds_mla_kernel(DsGatherPara
 }
 
 }  // namespace
-}  // namespace lattn::cuda
-
-namespace lattn::cuda_hooks {
 
 void concat_and_cache_ds_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
                              const Tensor& slot_mapping, Stream stream) {
-  using namespace lattn::cuda;
   const int num_tokens = int(slot_mapping.size(0));
   if (num_tokens == 0 || cache.num_blocks() == 0) return;
   DeviceGuard guard(cache.device().index);
@@ -149,7 +146,6 @@ void concat_and_cache_ds_mla(const Tensor& kv_c, const Tensor& k_pe, const Laten
 
 void gather_cache_ds_mla(const LatentCache& cache, const Tensor& dst, const Tensor& block_table,
                          const Tensor& cu_seq_lens, int batch_size, const Tensor& seq_starts, Stream stream) {
-  using namespace lattn::cuda;
   if (batch_size == 0) return;
   DeviceGuard guard(cache.device().index);
   DsGatherParams p{};
@@ -174,4 +170,4 @@ void gather_cache_ds_mla(const LatentCache& cache, const Tensor& dst, const Tens
   LATTN_CUDA_CHECK_LAUNCH("gather_ds_mla_kernel");
 }
 
-}  // namespace lattn::cuda_hooks
+}  // namespace lattn::cuda

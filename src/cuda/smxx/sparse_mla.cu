@@ -9,7 +9,8 @@
 
 #include <cfloat>
 
-#include "core/sparse/sparse_cuda_hooks.h"
+#include "cuda/device_ops.h"
+#include "lattn/sparse.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dtype_device.cuh"
@@ -142,12 +143,9 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32) sparse_mla_kernel(SparseP
 }  // namespace
 }  // namespace lattn::cuda
 
-namespace lattn::cuda_hooks {
-
-bool has_sparse_kernels() { return true; }
+namespace lattn::cuda {
 
 void sparse_mla(const SparseMlaArgs& a, const LatentCache& cache, Stream stream) {
-  using namespace lattn::cuda;
   DeviceGuard guard(cache.device().index);
   SparseParams p{};
   p.q = a.q.data_as<const bf16_t>();
@@ -189,4 +187,4 @@ void sparse_mla(const SparseMlaArgs& a, const LatentCache& cache, Stream stream)
   LATTN_CUDA_CHECK_LAUNCH("sparse_mla_kernel");
 }
 
-}  // namespace lattn::cuda_hooks
+}  // namespace lattn::cuda

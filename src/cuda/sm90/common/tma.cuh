@@ -96,6 +96,17 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, u
                       "l"(uint64_t(hint)));
 }
 
+// 3D load with the destination and the barrier as 32-bit .shared::cta
+// addresses (for a producer running with few registers).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::
+          "r"(dst),
+      "l"(tmap_ptr(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
 #undef LATTN_TMA_LOAD
 #undef LATTN_TMA_LOAD_HINT
 

@@ -13,6 +13,7 @@
 
 #include "cuda/sm90/decode/decode_epilogue.cuh"
 #include "cuda/sm90/decode/decode_mainloop.cuh"
+#include "cuda/smxx/decode_pieces.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define LATTN_SM90_DECODE_BODY 1
@@ -20,37 +21,14 @@
 
 namespace lattn::cuda::sm90 {
 
-// Iterates the pieces of `part` (as the sm80 kernel does): fn(pv, tile_begin,
-// tile_end, slot) for every request the part's cost range meets.
+// Iterates the pieces of `part` (smxx/decode_pieces.cuh) that have rows of
+// this CTA's M tile: fn(pv, tile_begin, tile_end, slot).
 template <class K, class Fn>
 __device__ __forceinline__ void for_each_piece(const DecodeParams& p, int part, Fn&& fn) {
-  const DecodePlan& plan = p.plan;
-  const int w = plan.header[0], total = plan.header[1];
-  const int begin = part * w, end = min(begin + w, total);
-  if (begin >= end) return;
-  const int ovh = plan.overhead_tiles;
-  for (int r = plan.part_first_req[part]; r < p.batch; ++r) {
-    const int c0 = plan.cost_prefix[r];
-    if (c0 >= end) break;
-    const int c1 = plan.cost_prefix[r + 1];
-    if (c1 == c0) continue;  // no keys: decode_combine writes 0 / -inf
-    const int first_tile_pos = c0 + ovh;
-    const int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
-    const int tile_end = min(end, c1) - first_tile_pos;
-    if (tile_end <= tile_begin) continue;
-    PieceView pv;
-    pv.request = r;
-    pv.q0 = p.query_start_loc[r];
-    pv.s_q = p.query_start_loc[r + 1] - pv.q0;
-    pv.seq_len = p.seq_lens[r];
-    pv.rows = pv.s_q * p.num_heads;
-    pv.row0 = blockIdx.x * K::kBlockM;
-    pv.table = p.block_table + r * p.block_table_stride;
-    if (pv.row0 >= pv.rows) continue;
-    const int n_splits = plan.num_splits[r];
-    const int slot = n_splits >= 2 ? plan.split_offset[r] + (part - first_tile_pos / w) : -1;
-    fn(pv, tile_begin, tile_end, slot);
-  }
+  for_each_decode_piece(p, part, K::kBlockN, [&](int r, int tile_begin, int tile_end, int slot) {
+    const PieceView pv = make_piece_view<K>(p, r);
+    if (pv.row0 < pv.rows) fn(pv, tile_begin, tile_end, slot);
+  });
 }
 
 template <class K>

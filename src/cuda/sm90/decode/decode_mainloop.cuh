@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "cuda/common/index_check.cuh"
 #include "cuda/sm80/mma.cuh"  // pack2
 #include "cuda/sm90/common/mbarrier.cuh"
 #include "cuda/sm90/common/tma.cuh"
@@ -32,18 +33,36 @@ struct PieceView {
   const int32_t* table;  // the request's block-table row
 };
 
+// The view of request r for the CTA's M tile (blockIdx.x); the CTA has no
+// rows in it when row0 >= rows.
+template <class K>
+__device__ __forceinline__ PieceView make_piece_view(const DecodeParams& p, int r) {
+  PieceView pv;
+  pv.request = r;
+  pv.q0 = p.query_start_loc[r];
+  pv.s_q = p.query_start_loc[r + 1] - pv.q0;
+  pv.seq_len = p.seq_lens[r];
+  pv.rows = pv.s_q * p.num_heads;
+  pv.row0 = blockIdx.x * K::kBlockM;
+  pv.table = p.block_table + r * p.block_table_stride;
+  return pv;
+}
+
 // Producer (one thread): copies KV tile `tile` of the request (keys
 // [64 tile, +64), inside one page because the page size is a multiple of 64)
 // into `dst` as 9 boxes of [64 keys][64 columns], completing on `full`.
 // Keys past seq_len come from the same page (garbage or poison there: the
 // consumers mask their scores and zero their V rows). `hint`: the L2 policy
-// of the copies (decode_launch.cu chooses it).
+// of the copies (decode_host.cu chooses it).
 template <class K>
 __device__ __forceinline__ void producer_load_tile(const CUtensorMap* cache_map, const DecodeParams& p,
                                                    const PieceView& pv, int tile, uint8_t* dst, uint64_t* full,
                                                    CacheHint hint) {
   const int key0 = tile * K::kBlockN;
-  const int page = pv.table[key0 / p.block_size];
+  // A bad block id (index_check.cuh) is recorded and the copy aimed at page
+  // -1, outside the tensor map: the copy engine fills the box with zeros.
+  const int page =
+      int(checked_block_id(pv.table, key0 / p.block_size, p.table_width, p.num_blocks, p.index_violations));
   const int row = key0 % p.block_size;
   mbarrier_arrive_expect_tx(full, K::kKVTileTxBytes);
 #pragma unroll

@@ -25,6 +25,8 @@ struct HopperPrefillConfig {
   // matrix products (FlashAttention-3's ping-pong, two named barriers), so
   // one's softmax runs while the other's products occupy the tensor cores.
   bool pingpong;
+  // Producer warps that clean V tiles (1..3; PrefillMainloop::fix_v).
+  int fix_warps;
   bool candidate;   // true: kept for benchmarks and tests, never the default
   const char* name;
 };
@@ -34,10 +36,10 @@ struct HopperPrefillConfig {
 // consumer warpgroup holds S (64x128 f32, 64 registers/thread) and O (64x128
 // f32, 64) plus P (32), well inside the 240 registers setmaxnreg gives it.
 inline constexpr HopperPrefillConfig kHopperPrefillConfigs[] = {
-    // qk   v   bm   bn  stages overlap pingpong candidate
-    {192, 128, 128, 128, 2, true, true, false, "qk192_v128_m128_n128_s2_pingpong"},
-    {192, 128, 128, 128, 2, true, false, true, "qk192_v128_m128_n128_s2_overlap"},
-    {192, 128, 128, 128, 2, false, false, true, "qk192_v128_m128_n128_s2_serial"},
+    // qk   v   bm   bn  stages overlap pingpong fixers candidate
+    {192, 128, 128, 128, 2, true, true, 3, false, "qk192_v128_m128_n128_s2_pingpong"},
+    {192, 128, 128, 128, 2, true, false, 3, true, "qk192_v128_m128_n128_s2_overlap"},
+    {192, 128, 128, 128, 2, false, false, 3, true, "qk192_v128_m128_n128_s2_serial"},
 };
 inline constexpr int kNumHopperPrefillConfigs = int(sizeof(kHopperPrefillConfigs) / sizeof(kHopperPrefillConfigs[0]));
 

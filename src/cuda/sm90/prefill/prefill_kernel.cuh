@@ -17,7 +17,10 @@
 // CUDA cores while the tensor cores finish P V, then rescales O and packs P[n].
 // A warpgroup whose rows see none of a block's keys skips its math but still
 // waits for the block's copies before releasing the stage, so no warpgroup
-// runs ahead of the barrier phases.
+// runs ahead of the barrier phases. The V tiles of the diagonal block and of
+// the block crossing the keys' end are cleaned by producer warps 1..3 before
+// any P V reads them (PrefillMainloop::fix_v; the consumers wait on v_ready
+// for those blocks).
 //
 // The body is compiled for sm_90a only (wgmma, setmaxnreg); other targets
 // get an empty kernel that the launcher never starts.
@@ -27,6 +30,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/sm90/common/mbarrier.cuh"
 #include "cuda/sm90/common/tma.cuh"
@@ -52,6 +56,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   auto* bars = reinterpret_cast<PrefillBarriers*>(smem + Traits::kSmemBarriers);
+  const uint32_t order = smem_u32(smem + Traits::kSmemOrder);  // the longest-first table
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&tmap_q);
@@ -62,17 +67,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int s = 0; s < Traits::kStages; ++s) {
       mbarrier_init(&bars->k_full[s], 1);
       mbarrier_init(&bars->v_full[s], 1);
+      mbarrier_init(&bars->v_ready[s], Traits::kFixThreads);
       mbarrier_init(&bars->k_empty[s], Traits::kConsumerWarps);
-      mbarrier_init(&bars->v_empty[s], Traits::kConsumerWarps);
+      mbarrier_init(&bars->v_empty[s], Traits::kConsumerWarps + Traits::kFixThreads);
     }
     fence_barrier_init();
   }
+  Scheduler::build_order(params, *reinterpret_cast<PrefillRequestOrder*>(smem + Traits::kSmemOrder), int(threadIdx.x),
+                         Traits::kThreads);
   __syncthreads();
 
   const int wg = warpgroup_index();
   if (wg == 0) {
     setmaxnreg_dec<Traits::kProducerRegs>();
-    if (threadIdx.x == 0) Mainloop::produce(params, &tmap_q, &tmap_k, &tmap_v, smem, bars);
+    if (threadIdx.x == 0) {
+      Mainloop::produce(params, &tmap_q, &tmap_k, &tmap_v, smem_u32(smem), smem_u32(bars), order);
+    } else if (threadIdx.x >= 32 && threadIdx.x < 32 + Traits::kFixThreads) {
+      Mainloop::fix_v(smem_u32(smem), smem_u32(bars), int(threadIdx.x) - 32);
+    }
   } else {
     setmaxnreg_inc<Traits::kConsumerRegs>();
     const int cwg = wg - 1;  // consumer warpgroup: rows [64 cwg, 64 cwg + 64) of the tile
@@ -80,10 +92,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int warp = warp_in_warpgroup();
     const int lane = int(threadIdx.x % 32);
     const float scale_log2 = params.scale * 1.4426950408889634f;  // softmax in base 2
-    const int num_units = int(Scheduler::num_units(params));
+    const int num_units = Scheduler::num_units(params, order);
     const uint8_t* q_rows = smem + Traits::kSmemQ + cwg * Traits::kRowsPerWarpgroup * 128;
     uint32_t kv_iter = 0;
     uint32_t q_iter = 0;
+    uint32_t v_ready_phase = 0;  // bit s: the parity of v_ready[s] waited for next
     // Ping-pong: a warpgroup issues its products only in its turn (a
     // "section"), and hands the turn to the other after issuing. Every
     // warpgroup runs n_blocks + 1 sections per tile (dummy ones for blocks it
@@ -96,10 +109,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     };
     if (cwg == 1) section_end();
 
+    const int thread_row = 16 * warp + lane / 4;  // this thread's first row within the warpgroup's 64
+    const auto release = [&](uint64_t* bar) {
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(bar);
+    };
+
     // The walk of PrefillMainloop::produce: units c, c + grid, ..., two halves each.
     for (int work = 2 * blockIdx.x; work < 2 * num_units; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
       PrefillTile t;
-      if (!Scheduler::get_tile(params, work / 2, work & 1, t)) continue;
+      if (!Scheduler::get_tile(params, order, work / 2, work & 1, t)) continue;
       const int wg_row0 = t.row0 + cwg * Traits::kRowsPerWarpgroup;  // request-relative
       const int wg_rows = min(Traits::kRowsPerWarpgroup, t.seqlen_q - wg_row0);  // may be <= 0
       Element* out_rows = static_cast<Element*>(params.out) + int64_t(t.q_start + wg_row0) * params.out_row_stride +
@@ -112,34 +131,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
       // This warpgroup's rows see keys below wg_key_end.
       int wg_key_end = t.seqlen_k;
-      if constexpr (kCausal) wg_key_end = min(wg_key_end, min(wg_row0 + Traits::kRowsPerWarpgroup, t.seqlen_q) + t.diag);
+      if constexpr (kCausal) {
+        wg_key_end = min(wg_key_end, min(wg_row0 + Traits::kRowsPerWarpgroup, t.seqlen_q) + t.diag);
+      }
       if (wg_rows <= 0) wg_key_end = 0;
-      const int row = wg_row0 + 16 * warp + lane / 4;  // this thread's first row (request-relative)
+      const int row = wg_row0 + thread_row;  // this thread's first row (request-relative)
 
-      float o[Mainloop::kNRegO];
+      float o[Mainloop::kNRegO];  // this tile's O (f32 accumulators, wgmma layout)
 #pragma unroll
       for (int i = 0; i < Mainloop::kNRegO; ++i) o[i] = 0.f;
+      uint32_t pf[Mainloop::kPVSteps][4];  // P of the block whose P V is next
       float m[2] = {-INFINITY, -INFINITY};
       float l[2] = {0.f, 0.f};
-      uint32_t pf[Mainloop::kPVSteps][4];
 
       mbarrier_wait(&bars->q_full, q_iter & 1);
       ++q_iter;
-      const auto release_q = [&] {
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(&bars->q_empty);
-      };
-      const auto release = [&](uint64_t* bar) {
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(bar);
-      };
+      const auto k_tile_of = [&](int stage) { return smem + Traits::kSmemK + stage * Traits::kKBytes; };
       const auto v_tile_of = [&](int stage) { return smem + Traits::kSmemV + stage * Traits::kVBytes; };
-      // The tile's keys some of its rows must not see (causal diagonal): their
-      // V may hold non-finite values that 0 · inf would spread (sanitize_v).
-      // The tile's first row, so that both warpgroups decide alike.
-      const auto crosses_diagonal = [&](int key0) {
-        if constexpr (kCausal) return key0 + kBlockN - 1 > t.row0 + t.diag;
-        return false;
+      // V of a block is usable once it landed, or, for a block the fixer
+      // warps clean (PrefillMainloop::v_fix_rows), once they are done.
+      const auto wait_v = [&](int stage, uint32_t phase, int key0) {
+        int sanitize_from, zero_from;
+        if (Mainloop::v_fix_rows(t, key0, sanitize_from, zero_from)) {
+          mbarrier_wait(&bars->v_ready[stage], (v_ready_phase >> stage) & 1u);
+          v_ready_phase ^= 1u << stage;
+        } else {
+          mbarrier_wait(&bars->v_full[stage], phase);
+        }
       };
       const auto needs_mask = [&](int key0) {
         bool need = key0 + kBlockN > t.seqlen_k;
@@ -154,109 +172,91 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         const int stage = int(kv_iter % 2);
         const uint32_t phase = (kv_iter / 2) & 1;
         mbarrier_wait(&bars->k_full[stage], phase);
-        mbarrier_wait(&bars->v_full[stage], phase);
-        if (nb == 0) release_q();
+        wait_v(stage, phase, nb * kBlockN);
+        if (nb == 0) release(&bars->q_empty);
         release(&bars->k_empty[stage]);
         release(&bars->v_empty[stage]);
         section_begin();
         section_end();
       }
+      if (nb < 0 && Traits::kOverlap) {
+        section_begin();  // no block to compute: the tile's last section
+        section_end();
+      }
+
+      // The steps of one key block, shared by both variants. qk_softmax:
+      // S = Q K[stage]ᵀ (with kWithPV, block prev's O += P V issued behind it
+      // in the same turn), K released (and Q after the tile's last block),
+      // mask, online softmax -> s holds P (f32), corr the rescale of O.
+      int prev_stage = 0, prev_key0 = 0;
+      uint32_t prev_phase = 0;
+      const auto qk_softmax = [&](auto with_pv, int stage, uint32_t phase, int key0, bool last_block,
+                                  float(&s)[Mainloop::kNRegS], float(&corr)[2]) {
+        constexpr bool kWithPV = decltype(with_pv)::value;
+        mbarrier_wait(&bars->k_full[stage], phase);
+        if constexpr (kWithPV) wait_v(prev_stage, prev_phase, prev_key0);
+        section_begin();
+        Mainloop::issue_qk(s, q_rows, k_tile_of(stage));
+        if constexpr (kWithPV) Mainloop::issue_pv(o, pf, v_tile_of(prev_stage));
+        section_end();
+        wgmma_wait_group<kWithPV ? 1 : 0>();  // Q Kᵀ done (groups complete in order)
+        fence_operands(s);
+        if (last_block) release(&bars->q_empty);
+        release(&bars->k_empty[stage]);
+        if (needs_mask(key0)) Mainloop::mask(s, key0, row, t.seqlen_k, t.diag, lane);
+        Mainloop::softmax_exp(s, m, l, corr, scale_log2);
+      };
+      // pv: O += P V[stage] alone in a turn, waited for, V released.
+      const auto pv = [&](int stage, uint32_t phase, int key0) {
+        wait_v(stage, phase, key0);
+        section_begin();
+        Mainloop::issue_pv(o, pf, v_tile_of(stage));
+        section_end();
+        wgmma_wait_group<0>();
+        Mainloop::pv_done(o, pf);
+        release(&bars->v_empty[stage]);
+      };
+      using NoPV = std::integral_constant<bool, false>;
+      using WithPV = std::integral_constant<bool, true>;
 
       if constexpr (!Traits::kOverlap) {
         for (; nb >= 0; --nb, ++kv_iter) {
           const int stage = int(kv_iter % 2);
           const uint32_t phase = (kv_iter / 2) & 1;
-          const int key0 = nb * kBlockN;
-          float s[Mainloop::kNRegS];
-          mbarrier_wait(&bars->k_full[stage], phase);
-          Mainloop::issue_qk(s, q_rows, smem + Traits::kSmemK + stage * Traits::kKBytes);
-          wgmma_wait_group<0>();
-          fence_operands(s);
-          if (nb == 0) release_q();
-          release(&bars->k_empty[stage]);
-          if (needs_mask(key0)) Mainloop::mask(s, key0, row, t.seqlen_k, t.diag, lane);
-          float corr[2];
-          Mainloop::softmax_exp(s, m, l, corr, scale_log2);
+          float s[Mainloop::kNRegS], corr[2];
+          qk_softmax(NoPV{}, stage, phase, nb * kBlockN, nb == 0, s, corr);
           Mainloop::rescale_and_pack(s, o, corr, pf);
-          mbarrier_wait(&bars->v_full[stage], phase);
-          if (crosses_diagonal(key0)) Mainloop::sanitize_v(v_tile_of(stage), wg_thread, cwg);
-          if (key0 + kBlockN > t.seqlen_k) Mainloop::zero_v_tail(v_tile_of(stage), t.seqlen_k - key0, wg_thread, cwg);
-          Mainloop::issue_pv(o, pf, v_tile_of(stage));
-          wgmma_wait_group<0>();
-          Mainloop::pv_done(o, pf);
-          release(&bars->v_empty[stage]);
+          pv(stage, phase, nb * kBlockN);
         }
-      } else if (nb < 0) {
-        section_begin();  // no block to compute: the tile's last section
-        section_end();
-      } else {
+      } else if (nb >= 0) {
         // Block n's Q Kᵀ runs on the tensor cores together with block n+1's
         // P V, and block n's softmax overlaps that P V.
-        int prev_stage = int(kv_iter % 2);
-        uint32_t prev_phase = (kv_iter / 2) & 1;
-        int prev_key0 = nb * kBlockN;
         {
-          float s[Mainloop::kNRegS];
-          mbarrier_wait(&bars->k_full[prev_stage], prev_phase);
-          section_begin();
-          Mainloop::issue_qk(s, q_rows, smem + Traits::kSmemK + prev_stage * Traits::kKBytes);
-          section_end();
-          wgmma_wait_group<0>();
-          fence_operands(s);
-          if (nb == 0) release_q();
-          release(&bars->k_empty[prev_stage]);
-          if (needs_mask(prev_key0)) Mainloop::mask(s, prev_key0, row, t.seqlen_k, t.diag, lane);
-          float corr[2];
-          Mainloop::softmax_exp(s, m, l, corr, scale_log2);
+          float s[Mainloop::kNRegS], corr[2];
+          prev_stage = int(kv_iter % 2);
+          prev_phase = (kv_iter / 2) & 1;
+          prev_key0 = nb * kBlockN;
+          qk_softmax(NoPV{}, prev_stage, prev_phase, prev_key0, nb == 0, s, corr);
           Mainloop::rescale_and_pack(s, o, corr, pf);
         }
-        --nb;
-        ++kv_iter;
-        for (; nb >= 0; --nb, ++kv_iter) {
+        for (--nb, ++kv_iter; nb >= 0; --nb, ++kv_iter) {
           const int stage = int(kv_iter % 2);
           const uint32_t phase = (kv_iter / 2) & 1;
-          const int key0 = nb * kBlockN;
-          float s[Mainloop::kNRegS];
-          mbarrier_wait(&bars->k_full[stage], phase);
-          mbarrier_wait(&bars->v_full[prev_stage], prev_phase);
-          if (crosses_diagonal(prev_key0)) Mainloop::sanitize_v(v_tile_of(prev_stage), wg_thread, cwg);
-          if (prev_key0 + kBlockN > t.seqlen_k) {
-            Mainloop::zero_v_tail(v_tile_of(prev_stage), t.seqlen_k - prev_key0, wg_thread, cwg);
-          }
-          section_begin();
-          Mainloop::issue_qk(s, q_rows, smem + Traits::kSmemK + stage * Traits::kKBytes);
-          Mainloop::issue_pv(o, pf, v_tile_of(prev_stage));
-          section_end();
-          wgmma_wait_group<1>();  // Q Kᵀ done (groups complete in order)
-          fence_operands(s);
-          if (nb == 0) release_q();
-          release(&bars->k_empty[stage]);
-          if (needs_mask(key0)) Mainloop::mask(s, key0, row, t.seqlen_k, t.diag, lane);
-          float corr[2];
-          Mainloop::softmax_exp(s, m, l, corr, scale_log2);
+          float s[Mainloop::kNRegS], corr[2];
+          qk_softmax(WithPV{}, stage, phase, nb * kBlockN, nb == 0, s, corr);
           wgmma_wait_group<0>();  // P V done
           Mainloop::pv_done(o, pf);
           release(&bars->v_empty[prev_stage]);
           Mainloop::rescale_and_pack(s, o, corr, pf);
           prev_stage = stage;
           prev_phase = phase;
-          prev_key0 = key0;
+          prev_key0 = nb * kBlockN;
         }
-        mbarrier_wait(&bars->v_full[prev_stage], prev_phase);
-        if (crosses_diagonal(prev_key0)) Mainloop::sanitize_v(v_tile_of(prev_stage), wg_thread, cwg);
-        if (prev_key0 + kBlockN > t.seqlen_k) {
-          Mainloop::zero_v_tail(v_tile_of(prev_stage), t.seqlen_k - prev_key0, wg_thread, cwg);
-        }
-        section_begin();
-        Mainloop::issue_pv(o, pf, v_tile_of(prev_stage));
-        section_end();
-        wgmma_wait_group<0>();
-        Mainloop::pv_done(o, pf);
-        release(&bars->v_empty[prev_stage]);
+        pv(prev_stage, prev_phase, prev_key0);
       }
 
       if (wg_rows > 0) {
-        const int r = 16 * warp + lane / 4;  // row within the warpgroup's 64
+        const int r = thread_row;
         Epilogue::store(o, m, l, out_rows + int64_t(r) * params.out_row_stride, params.out_row_stride,
                         lse_rows == nullptr ? nullptr : lse_rows + r, r < wg_rows, r + 8 < wg_rows, lane);
       }

@@ -24,7 +24,7 @@ void launch_hopper_prefill_kernel(const sm80::PrefillParams& params, const CUten
   using Scheduler = PrefillTileScheduler<Traits::kBlockM, Traits::kBlockN, kCausal>;
   auto* kernel = &hopper_prefill_kernel<Traits, kCausal>;
 
-  const long long units = Scheduler::num_units(params);
+  const long long units = Scheduler::max_units(params);
   if (units == 0) return;
   if (units > 0x3fffffffLL) {
     throw ValueError("hopper prefill attention: " + std::to_string(units) + " work units exceed 2^30 - 1");

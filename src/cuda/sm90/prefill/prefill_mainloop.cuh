@@ -14,9 +14,11 @@
 #include <cuda.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/sm90/common/mbarrier.cuh"
+#include "cuda/sm90/common/smem.cuh"
 #include "cuda/sm90/common/tma.cuh"
 #include "cuda/sm90/common/warpgroup.cuh"
 #include "cuda/sm90/common/wgmma.cuh"
@@ -66,43 +68,58 @@ struct PrefillMainloop {
   // released separately: with the overlapped consumer, K[n] is done long
   // before V[n], and the next K can land meanwhile. Boxes past the end of the
   // tensors are zero-filled by the copy engine; rows past a request's end
-  // (the next request's) are masked or never written by the consumers.
+  // (the next request's) are masked or never written by the consumers, and
+  // their V rows zeroed by the fixer warps (v_fix tells them, per block, what
+  // to clean; after the last block a kFixStop phase with no copy ends them).
+  // Shared memory by 32-bit address: 24 registers after setmaxnreg.
+  static constexpr int32_t kFixNone = -1;
+  static constexpr int32_t kFixStop = -2;
   __device__ static void produce(const PrefillParams& p, const CUtensorMap* tmap_q, const CUtensorMap* tmap_k,
-                                 const CUtensorMap* tmap_v, uint8_t* smem, PrefillBarriers* bars) {
-    const int num_units = int(Scheduler::num_units(p));
+                                 const CUtensorMap* tmap_v, uint32_t smem, uint32_t bars, uint32_t order) {
+    const auto bar = [&](size_t offset, uint32_t stage) { return bars + uint32_t(offset) + 8u * stage; };
+    const int num_units = Scheduler::num_units(p, order);
     uint32_t kv_iter = 0;  // key blocks loaded so far (stage = iter % 2, phase = iter / 2 % 2)
     uint32_t q_iter = 0;   // Q tiles loaded so far
     for (int work = 2 * blockIdx.x; work < 2 * num_units; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
       PrefillTile t;
-      if (!Scheduler::get_tile(p, work / 2, work & 1, t) || t.n_blocks == 0) continue;
-      mbarrier_wait(&bars->q_empty, (q_iter & 1) ^ 1);
-      mbarrier_arrive_expect_tx(&bars->q_full, Traits::kQBytes);
+      if (!Scheduler::get_tile(p, order, work / 2, work & 1, t) || t.n_blocks == 0) continue;
+      mbarrier_wait(bar(offsetof(PrefillBarriers, q_empty), 0), (q_iter & 1) ^ 1);
+      mbarrier_arrive_expect_tx(bar(offsetof(PrefillBarriers, q_full), 0), Traits::kQBytes);
 #pragma unroll
       for (int c = 0; c < Traits::kQBoxes; ++c) {
-        tma_load_3d(smem + Traits::kSmemQ + c * Traits::kQBoxBytes, tmap_q, &bars->q_full, c * Traits::kBoxCols,
-                    t.head, t.q_start + t.row0);
+        tma_load_3d(smem + uint32_t(Traits::kSmemQ + c * Traits::kQBoxBytes), tmap_q,
+                    bar(offsetof(PrefillBarriers, q_full), 0), c * Traits::kBoxCols, t.head, t.q_start + t.row0);
       }
       ++q_iter;
       for (int nb = t.n_blocks - 1; nb >= 0; --nb, ++kv_iter) {
-        const int stage = int(kv_iter % 2);
+        const uint32_t stage = kv_iter % 2;
         const uint32_t phase = (kv_iter / 2) & 1;
         const int key_row = t.k_start + nb * kBlockN;
-        mbarrier_wait(&bars->k_empty[stage], phase ^ 1);
-        mbarrier_arrive_expect_tx(&bars->k_full[stage], Traits::kKBytes);
+        mbarrier_wait(bar(offsetof(PrefillBarriers, k_empty), stage), phase ^ 1);
+        mbarrier_arrive_expect_tx(bar(offsetof(PrefillBarriers, k_full), stage), Traits::kKBytes);
 #pragma unroll
         for (int c = 0; c < Traits::kQBoxes; ++c) {
-          tma_load_3d(smem + Traits::kSmemK + stage * Traits::kKBytes + c * Traits::kKVBoxBytes, tmap_k,
-                      &bars->k_full[stage], c * Traits::kBoxCols, t.head, key_row);
+          tma_load_3d(smem + uint32_t(Traits::kSmemK + c * Traits::kKVBoxBytes) + stage * uint32_t(Traits::kKBytes),
+                      tmap_k, bar(offsetof(PrefillBarriers, k_full), stage), c * Traits::kBoxCols, t.head, key_row);
         }
-        mbarrier_wait(&bars->v_empty[stage], phase ^ 1);
-        mbarrier_arrive_expect_tx(&bars->v_full[stage], Traits::kVBytes);
+        mbarrier_wait(bar(offsetof(PrefillBarriers, v_empty), stage), phase ^ 1);
+        int sanitize_from, zero_from;
+        const bool fix = v_fix_rows(t, nb * kBlockN, sanitize_from, zero_from);
+        st_shared_s32(bar(offsetof(PrefillBarriers, v_fix), 0) + 4u * stage,
+                      fix ? sanitize_from | zero_from << 16 : kFixNone);
+        mbarrier_arrive_expect_tx(bar(offsetof(PrefillBarriers, v_full), stage), Traits::kVBytes);
 #pragma unroll
         for (int c = 0; c < Traits::kVBoxes; ++c) {
-          tma_load_3d(smem + Traits::kSmemV + stage * Traits::kVBytes + c * Traits::kKVBoxBytes, tmap_v,
-                      &bars->v_full[stage], c * Traits::kBoxCols, t.head, key_row);
+          tma_load_3d(smem + uint32_t(Traits::kSmemV + c * Traits::kKVBoxBytes) + stage * uint32_t(Traits::kVBytes),
+                      tmap_v, bar(offsetof(PrefillBarriers, v_full), stage), c * Traits::kBoxCols, t.head, key_row);
         }
       }
     }
+    // The fixer warps' last phase: no copy, kFixStop.
+    const uint32_t stage = kv_iter % 2;
+    mbarrier_wait(bar(offsetof(PrefillBarriers, v_empty), stage), ((kv_iter / 2) & 1) ^ 1);
+    st_shared_s32(bar(offsetof(PrefillBarriers, v_fix), 0) + 4u * stage, kFixStop);
+    mbarrier_arrive(bar(offsetof(PrefillBarriers, v_full), stage));
   }
 
   // ---- consumer warpgroup ---------------------------------------------------------
@@ -215,49 +232,99 @@ struct PrefillMainloop {
     }
   }
 
-  // Replaces every non-finite value of a stage's V tile by 0 (a tile on the
-  // causal diagonal: some of its keys are masked for some rows, and 0 · NaN
-  // would reach rows that must not see those keys). A row that does see such a
-  // key still becomes NaN: K and V are projections of the same latent entry,
-  // so its score is NaN too (docs/mla.md, "NaN and inf"). Both consumer
-  // warpgroups run it under the same condition and write the same zeros.
-  __device__ static void sanitize_v(uint8_t* v_tile, int wg_thread, int wg) {
-    constexpr uint32_t kExp = std::is_same_v<Element, __nv_bfloat16> ? 0x7f80u : 0x7c00u;  // all-ones exponent
-    constexpr int kChunks = Traits::kVBytes / 16;
-    for (int i = wg_thread; i < kChunks; i += 128) {
-      uint4* chunk = reinterpret_cast<uint4*>(v_tile + i * 16);
-      uint4 v = *chunk;
-      uint32_t* w = reinterpret_cast<uint32_t*>(&v);
-      bool changed = false;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        uint32_t x = w[k];
-        if ((x & kExp) == kExp) x &= 0xffff0000u;
-        if (((x >> 16) & kExp) == kExp) x &= 0x0000ffffu;
-        changed |= x != w[k];
-        w[k] = x;
-      }
-      if (changed) *chunk = v;
-    }
-    fence_proxy_async_shared();
-    named_barrier_sync(1 + wg, 128);
+  // ---- V rows that must not reach a row through 0 · NaN -------------------------
+  // P is exactly 0 for a key a row may not see, but the tensor cores compute
+  // 0 · NaN = NaN, so a V tile's rows are cleaned before any P · V reads them
+  // where they can hold a non-finite value that some row must not see:
+  //   - rows past the request's keys (the next request's rows, unused
+  //     workspace rows — NaN allowed there — or the copy engine's zeros):
+  //     rows [zero_from, kBlockN) are zeroed;
+  //   - causal: keys past the diagonal of the tile's first row (the request's
+  //     own later tokens): rows [sanitize_from, zero_from) get their
+  //     non-finite values replaced by 0. A row that does see such a key is
+  //     NaN through its score (K and V are projections of the same latent
+  //     entry; docs/mla.md, "NaN and inf").
+  // Returns false when the block needs neither (every block but the one on
+  // the diagonal and the one crossing the keys' end). Depends only on the
+  // tile, so the fixer warps and both consumer warpgroups decide alike.
+  __device__ static bool v_fix_rows(const PrefillTile& t, int key0, int& sanitize_from, int& zero_from) {
+    zero_from = min(kBlockN, t.seqlen_k - key0);
+    sanitize_from = zero_from;
+    if constexpr (kCausal) sanitize_from = max(0, min(zero_from, t.row0 + t.diag + 1 - key0));
+    return sanitize_from < kBlockN;
   }
 
-  // Zeroes V rows [first_row, kBlockN) of a stage: they belong to the next
-  // request or to unused workspace (NaN allowed there), and 0 · NaN would
-  // poison O even though P is 0. Each consumer warpgroup zeroes them before
-  // its own P · V (the two write the same zeros); the async-proxy fence and
-  // the warpgroup barrier order the stores before the tensor cores read.
-  __device__ static void zero_v_tail(uint8_t* v_tile, int first_row, int wg_thread, int wg) {
-    constexpr int kChunksPerRow = 128 / 16;
-    const int chunks = (kBlockN - first_row) * kChunksPerRow;
-    for (int i = wg_thread; i < chunks * Traits::kVBoxes; i += 128) {
-      const int box = i / chunks, rest = i % chunks;
-      const int row = first_row + rest / kChunksPerRow, chunk = rest % kChunksPerRow;
-      *reinterpret_cast<uint4*>(v_tile + box * Traits::kKVBoxBytes + row * 128 + chunk * 16) = make_uint4(0, 0, 0, 0);
+  // Cleans rows [sanitize_from, kBlockN) of the V tile at shared address
+  // v_tile as v_fix_rows says, with `threads` threads (thread = 0..threads-1).
+  // Whole rows are contiguous 128 bytes in every [kBlockN][64] box (the
+  // swizzle permutes 16-byte chunks inside a row only). 32-bit shared
+  // addresses: the fixer warps run with the producer's 24 registers.
+  __device__ static void clean_v(uint32_t v_tile, int sanitize_from, int zero_from, int thread, int threads) {
+    constexpr uint32_t kExp = std::is_same_v<Element, __nv_bfloat16> ? 0x7f80u : 0x7c00u;  // all-ones exponent
+#pragma unroll 1
+    for (int box = 0; box < Traits::kVBoxes; ++box) {
+      const uint32_t base = v_tile + uint32_t(box * Traits::kKVBoxBytes);
+      const uint32_t zero_end = base + uint32_t(kBlockN * 128);
+#pragma unroll 1
+      for (uint32_t a = base + uint32_t(zero_from * 128 + thread * 16); a < zero_end; a += uint32_t(threads * 16)) {
+        st_shared_v4(a, make_uint4(0, 0, 0, 0));
+      }
+      // Four independent 16-byte loads in flight per thread: the scan is
+      // bound by shared-memory latency, not by its few integer operations.
+      const uint32_t sanitize_end = base + uint32_t(zero_from * 128);
+      const uint32_t stride = uint32_t(threads * 16);
+#pragma unroll 1
+      for (uint32_t a = base + uint32_t(sanitize_from * 128 + thread * 16); a < sanitize_end; a += 4 * stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          if (a + u * stride < sanitize_end) v[u] = ld_shared_v4(a + u * stride);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          if (a + u * stride >= sanitize_end) continue;
+          uint32_t* w = reinterpret_cast<uint32_t*>(&v[u]);
+          bool changed = false;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            uint32_t x = w[k];
+            if ((x & kExp) == kExp) x &= 0xffff0000u;
+            if (((x >> 16) & kExp) == kExp) x &= 0x0000ffffu;
+            changed |= x != w[k];
+            w[k] = x;
+          }
+          if (changed) st_shared_v4(a + u * stride, v[u]);
+        }
+      }
     }
-    fence_proxy_async_shared();
-    named_barrier_sync(1 + wg, 128);
+  }
+
+  // The fixer warps (producer warps 1..kFixWarps; fix_thread in [0, 32
+  // kFixWarps)): for every key block the producer loads, in order, wait for
+  // its V, read what v_fix says and, for a block that v_fix_rows selects,
+  // clean it and arrive on the stage's v_ready barrier (the consumers wait on
+  // v_ready instead of v_full for exactly those blocks); then release the
+  // stage (v_empty counts the fixer warps too, so neither the V tile nor
+  // v_fix is overwritten before the fixers are done). Off the consumers'
+  // path: a block's V is needed only after its Q Kᵀ and softmax. smem, bars:
+  // 32-bit shared addresses (24 registers after setmaxnreg).
+  __device__ static void fix_v(uint32_t smem, uint32_t bars, int fix_thread) {
+    for (uint32_t kv_iter = 0;; ++kv_iter) {
+      const uint32_t stage = kv_iter % 2;
+      mbarrier_wait(bars + uint32_t(offsetof(PrefillBarriers, v_full)) + 8u * stage, (kv_iter / 2) & 1);
+      const int32_t fix = ld_shared_s32(bars + uint32_t(offsetof(PrefillBarriers, v_fix)) + 4u * stage);
+      if (fix == kFixStop) break;
+      if (fix != kFixNone) {
+        clean_v(smem + uint32_t(Traits::kSmemV) + stage * uint32_t(Traits::kVBytes), fix & 0xffff, fix >> 16,
+                fix_thread, Traits::kFixThreads);
+        fence_proxy_async_shared();  // the stores before the tensor cores' reads (async proxy)
+        mbarrier_arrive(bars + uint32_t(offsetof(PrefillBarriers, v_ready)) + 8u * stage);
+      }
+      // Every fixer thread arrives (not one per warp after __syncwarp): each
+      // thread's own accesses are then ordered by the barrier it arrives on,
+      // as compute-sanitizer's racecheck models it.
+      mbarrier_arrive(bars + uint32_t(offsetof(PrefillBarriers, v_empty)) + 8u * stage);
+    }
   }
 };
 

@@ -1,6 +1,6 @@
-// Instantiation: Hopper decode kernel, 64 rows x 64 keys, 2 TMA stages, bf16 activations and cache.
+// Instantiation: the Hopper decode kernels (serial, seesaw, seesaw-gated), 64 rows x 64 keys, 2 TMA stages, bf16 activations and cache.
 #include <cuda_bf16.h>
 
-#include "cuda/sm90/decode/decode_launch_template.cuh"
+#include "cuda/sm90/decode/decode_kernel_instance.cuh"
 
-LATTN_INSTANTIATE_DECODE_SM90(__nv_bfloat16)
+LATTN_INSTANTIATE_DECODE_KERNEL_INSTANCE(__nv_bfloat16)

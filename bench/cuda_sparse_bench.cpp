@@ -1,0 +1,188 @@
+// CUDA benchmarks of sparse MLA (docs/sparse.md): the `cuda` sparse kernel
+// on the issue's shape (H128, 128 requests × s_q 2 = 256 tokens, top-2048
+// random slots of a 65536-token cache, bf16 and fp8_ds_mla caches) and the
+// cuda indexer (64 heads × 128 over 131072 positions, top-2048: one decode
+// token, a batch of 128 decode tokens, and the top-k step alone), against
+// the same run's ceilings (cuBLAS bf16 8192^3 GEMM, 2 GiB device copy).
+// Every number is a median of CUDA-event timings after warm-up, each sample
+// after a 256 MiB L2 flush. FLOPs: sparse 2·N·topk·(2L + R) per token;
+// indexer 2·H·D·S per token. Output: one table (plain text).
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/ops/device_ops.h"
+#include "core/ops/gemm.h"
+#include "cuda/common/runtime_utils.h"
+#include "lattn/cache.h"
+#include "lattn/device.h"
+#include "lattn/ops.h"
+#include "lattn/sparse.h"
+#include "lattn/tensor.h"
+
+namespace lattn {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+double median_us(Stream stream, int warmup, int samples, const std::function<void()>& issue) {
+  static OwnedTensor flush = OwnedTensor::empty({int64_t(256) << 20}, DType::u8, kGpu);
+  for (int i = 0; i < warmup; ++i) issue();
+  cuda::EventTimer timer;
+  std::vector<double> us;
+  for (int i = 0; i < samples; ++i) {
+    detail::cuda_device_ops().memset(flush.data(), i & 0xff, flush.tensor().nbytes(), kGpu.index, stream);
+    timer.start(stream);
+    issue();
+    timer.stop(stream);
+    us.push_back(double(timer.elapsed_ms()) * 1e3);
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+double gemm_ceiling_tflops(Stream stream) {
+  const int64_t n = 8192;
+  OwnedTensor a = OwnedTensor::empty({n, n}, DType::bf16, kGpu), b = OwnedTensor::empty({n, n}, DType::bf16, kGpu);
+  OwnedTensor c = OwnedTensor::empty({n, n}, DType::bf16, kGpu);
+  cuda::fill_random_device(a.data(), DType::bf16, n * n, 11, 1.f, stream);
+  cuda::fill_random_device(b.data(), DType::bf16, n * n, 12, 1.f, stream);
+  detail::GemmProblem p;
+  p.m = p.n = p.k = n;
+  p.a = a.data(), p.a_dtype = DType::bf16, p.lda = n;
+  p.b = b.data(), p.b_dtype = DType::bf16, p.ldb = n;
+  p.c = c.data(), p.c_dtype = DType::bf16, p.ldc = n;
+  const RunContext ctx{kGpu, stream, 0};
+  const double us = median_us(stream, 3, 15, [&] { detail::gemm(p, ctx); });
+  return 2.0 * double(n) * n * n / (us * 1e-6) / 1e12;
+}
+
+double copy_ceiling_gbps(Stream stream) {
+  const int64_t bytes = int64_t(2) << 30;
+  OwnedTensor src = OwnedTensor::empty({bytes}, DType::u8, kGpu), dst = OwnedTensor::empty({bytes}, DType::u8, kGpu);
+  detail::cuda_device_ops().memset(src.data(), 0x5a, size_t(bytes), kGpu.index, stream);
+  const double us = median_us(stream, 3, 15, [&] {
+    detail::cuda_device_ops().memcpy(dst.data(), kGpu, src.data(), kGpu, size_t(bytes), stream);
+  });
+  return 2.0 * double(bytes) / (us * 1e-6) / 1e9;
+}
+
+struct Row {
+  std::string name;
+  double us = 0, tflops = 0, gbps = 0;
+};
+
+// Sparse decode: T tokens × N heads over topk random distinct slots each.
+Row sparse_case(Stream stream, DType cache_dtype, int N, int T, int topk) {
+  const int L = 512, R = 64, block = 64, positions = 65536;
+  const MlaDims dims{N, L, 128, R, 128};
+  OwnedLatentCache cache(positions / block, block, dims, cache_dtype, kGpu);
+  {
+    OwnedTensor kv = OwnedTensor::empty({positions, L}, DType::bf16, kGpu), pe = OwnedTensor::empty({positions, R}, DType::bf16, kGpu);
+    cuda::fill_random_device(kv.data(), DType::bf16, int64_t(positions) * L, 1, 1.f, stream);
+    cuda::fill_random_device(pe.data(), DType::bf16, int64_t(positions) * R, 2, 1.f, stream);
+    OwnedTensor slots = OwnedTensor::empty({positions}, DType::i64);
+    for (int i = 0; i < positions; ++i) slots.data_as<int64_t>()[i] = i;
+    const OwnedTensor dslots = OwnedTensor::empty({positions}, DType::i64, kGpu);
+    copy_tensor(slots, dslots);
+    concat_and_cache_mla(kv.tensor(), pe.tensor(), cache, dslots.tensor(), stream);
+  }
+  OwnedTensor idx = OwnedTensor::empty({T, topk}, DType::i32);
+  std::mt19937 rng(7);
+  std::vector<int32_t> all(static_cast<size_t>(positions));
+  for (int i = 0; i < positions; ++i) all[size_t(i)] = i;
+  for (int t = 0; t < T; ++t) {
+    for (int j = 0; j < topk; ++j) std::swap(all[size_t(j)], all[size_t(j) + rng() % size_t(positions - j)]);
+    std::copy(all.begin(), all.begin() + topk, idx.data_as<int32_t>() + int64_t(t) * topk);
+  }
+  const OwnedTensor didx = OwnedTensor::empty({T, topk}, DType::i32, kGpu);
+  copy_tensor(idx, didx);
+  OwnedTensor q = OwnedTensor::empty({T, N, L + R}, DType::bf16, kGpu), out = OwnedTensor::empty({T, N, L}, DType::bf16, kGpu);
+  OwnedTensor lse = OwnedTensor::empty({N, T}, DType::f32, kGpu);
+  cuda::fill_random_device(q.data(), DType::bf16, q.tensor().numel(), 3, 0.1f, stream);
+  SparseMlaArgs a;
+  a.q = q.tensor(), a.indices = didx.tensor(), a.out = out.tensor(), a.lse = lse.tensor(), a.scale = 0.1352f;
+  Row r;
+  r.name = std::string("sparse decode H") + std::to_string(N) + " T" + std::to_string(T) + " topk" + std::to_string(topk) +
+           (cache_dtype == kFp8DsMla ? " fp8_ds_mla" : " bf16");
+  r.us = median_us(stream, 3, 15, [&] { sparse_mla(a, cache, "cuda", stream); });
+  const double flops = 2.0 * N * topk * (2.0 * L + R) * T;
+  const double bytes = double(T) * topk * (cache_dtype == kFp8DsMla ? 656 : 1152);
+  r.tflops = flops / (r.us * 1e-6) / 1e12;
+  r.gbps = bytes / (r.us * 1e-6) / 1e9;
+  return r;
+}
+
+// Indexer: T decode tokens, each over S positions of its own request.
+Row indexer_case(Stream stream, int T, int S, int topk, Row* topk_only) {
+  const int H = 64, D = 128, block = 64;
+  const int blocks_per_req = S / block;
+  OwnedIndexerKeyCache cache(int64_t(blocks_per_req), block, D, kGpu);  // every request shares one cache of S keys
+  {
+    OwnedTensor k = OwnedTensor::empty({S, D}, DType::bf16, kGpu);
+    cuda::fill_random_device(k.data(), DType::bf16, int64_t(S) * D, 4, 1.f, stream);
+    OwnedTensor slots = OwnedTensor::empty({S}, DType::i64);
+    for (int i = 0; i < S; ++i) slots.data_as<int64_t>()[i] = i;
+    const OwnedTensor dslots = OwnedTensor::empty({S}, DType::i64, kGpu);
+    copy_tensor(slots, dslots);
+    indexer_k_cache_write(k.tensor(), cache, dslots.tensor(), stream);
+  }
+  OwnedTensor bt = OwnedTensor::empty({T, blocks_per_req}, DType::i32), qsl = OwnedTensor::empty({T + 1}, DType::i32),
+              lens = OwnedTensor::empty({T}, DType::i32);
+  for (int t = 0; t <= T; ++t) qsl.data_as<int32_t>()[t] = t;
+  for (int t = 0; t < T; ++t) {
+    lens.data_as<int32_t>()[t] = S;
+    for (int b = 0; b < blocks_per_req; ++b) bt.data_as<int32_t>()[t * blocks_per_req + b] = b;
+  }
+  const OwnedTensor dbt = OwnedTensor::empty({T, blocks_per_req}, DType::i32, kGpu),
+                    dqsl = OwnedTensor::empty({T + 1}, DType::i32, kGpu), dlens = OwnedTensor::empty({T}, DType::i32, kGpu);
+  copy_tensor(bt, dbt);
+  copy_tensor(qsl, dqsl);
+  copy_tensor(lens, dlens);
+  OwnedTensor q = OwnedTensor::empty({T, H, D}, DType::bf16, kGpu), w = OwnedTensor::empty({T, H}, DType::f32, kGpu);
+  cuda::fill_random_device(q.data(), DType::bf16, q.tensor().numel(), 5, 1.f, stream);
+  cuda::fill_random_device(w.data(), DType::f32, w.tensor().numel(), 6, 0.01f, stream);
+  OwnedTensor out = OwnedTensor::empty({T, topk}, DType::i32, kGpu);
+  IndexerArgs a{q.tensor(), w.tensor(), dbt.tensor(), dqsl.tensor(), dlens.tensor(), S, stream};
+  Row r;
+  r.name = "indexer logits+top" + std::to_string(topk) + " T" + std::to_string(T) + " S" + std::to_string(S);
+  r.us = median_us(stream, 2, 9, [&] { indexer_topk(a, cache, out.tensor()); });
+  r.tflops = 2.0 * H * D * double(S) * T / (r.us * 1e-6) / 1e12;
+  r.gbps = double(S) * (D + 4) * T / (r.us * 1e-6) / 1e9;
+  if (topk_only) {
+    OwnedTensor logits = OwnedTensor::empty({T, S}, DType::f32, kGpu);
+    indexer_logits(a, cache, logits.tensor());
+    topk_only->name = "top" + std::to_string(topk) + " alone T" + std::to_string(T) + " S" + std::to_string(S);
+    topk_only->us = median_us(stream, 2, 9, [&] { detail::cuda_device_ops().topk_positions(logits.tensor(), dlens.tensor(), out.tensor(), stream); });
+    topk_only->gbps = double(S) * 4 * T / (topk_only->us * 1e-6) / 1e9;
+  }
+  return r;
+}
+
+}  // namespace
+}  // namespace lattn
+
+int main() {
+  using namespace lattn;
+  cuda::StreamHandle stream(0);
+  const double gemm = gemm_ceiling_tflops(stream.get()), copy = copy_ceiling_gbps(stream.get());
+  std::printf("ceilings: cuBLAS bf16 8192^3 %.1f TFLOP/s, device copy %.0f GB/s\n", gemm, copy);
+  std::vector<Row> rows;
+  rows.push_back(sparse_case(stream.get(), DType::bf16, 128, 256, 2048));
+  rows.push_back(sparse_case(stream.get(), kFp8DsMla, 128, 256, 2048));
+  rows.push_back(sparse_case(stream.get(), kFp8DsMla, 16, 8, 2048));
+  Row topk1, topk128;
+  rows.push_back(indexer_case(stream.get(), 1, 131072, 2048, &topk1));
+  rows.push_back(topk1);
+  rows.push_back(indexer_case(stream.get(), 128, 131072, 2048, &topk128));
+  rows.push_back(topk128);
+  std::printf("%-48s %12s %10s %8s %10s %8s\n", "case", "us", "TFLOP/s", "frac_gemm", "GB/s", "frac_copy");
+  for (const Row& r : rows) {
+    std::printf("%-48s %12.1f %10.2f %8.3f %10.0f %8.3f\n", r.name.c_str(), r.us, r.tflops, r.tflops / gemm, r.gbps,
+                r.gbps / copy);
+  }
+  return 0;
+}

@@ -1,0 +1,40 @@
+// src/cuda/sm90/decode/decode_host.h — the host side of the Hopper decode
+// kernels (plain C++: no device code): whether a cache can take the wgmma
+// path, which schedule runs, and the launch (tensor map, dtype dispatch).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/smxx/decode_params.h"
+#include "lattn/dtype.h"
+
+namespace lattn::cuda::sm90 {
+
+// The kernel's tile: 64 packed rows x 64 keys; page sizes must be multiples of 64.
+constexpr int kDecodeBlockM = 64, kDecodeBlockN = 64;
+
+// Empty when the Hopper kernel can read this cache with the bulk tensor copy
+// engine (16-bit cache of the activation dtype, (L, R) = (512, 64), page size a
+// multiple of 64, 16-byte aligned base and page stride), else why not.
+std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
+                                           const void* cache, int64_t block_stride_elems);
+
+// The two kernels (docs/hopper.md): kSerial computes S, softmax and P V of
+// each 64-key tile in turn, S split by keys between the warpgroups; kSeesaw
+// gives each warpgroup a whole tile of a pair and overlaps one warpgroup's
+// softmax with the other's products; kSeesawGated is kSeesaw with warpgroup
+// 1's S issued only after warpgroup 0's (seesaw_kernel.cuh, kGateSB).
+// LATTN_HOPPER_DECODE=serial|seesaw|seesaw-gated forces one (benchmarks);
+// decode_sm90_schedule() reads it.
+enum class DecodeSm90Schedule { kSerial, kSeesaw, kSeesawGated };
+DecodeSm90Schedule decode_sm90_schedule();
+const char* decode_sm90_schedule_name(DecodeSm90Schedule s);
+
+// Launches the kernel of decode_sm90_schedule(): grid (m_tiles, p.plan.num_parts), 384 threads.
+// num_blocks = the cache's page count (the tensor map's outer extent).
+void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream);
+
+}  // namespace lattn::cuda::sm90
