@@ -13,6 +13,7 @@ packages=(
   libdlpack-dev                    # zero-copy tensor exchange
   pybind11-dev python3-dev         # Python bindings (Debian's interpreter)
   python3-numpy python3-pytest     # Python tests
+  python3-torch                    # PyTorch 1.13 (CPU): torch custom-op and DLPack tests (docs/python.md)
   python3-pip python3-setuptools python3-wheel python3-venv  # `pip install .` offline (docs/python.md)
   python3-matplotlib               # lattn bench --plot
   clang-format-14                  # scripts/check-format.sh (CI)

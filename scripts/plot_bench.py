@@ -89,7 +89,8 @@ def main():
     hatch = ["//" if m else "" for m in memory_bound]
     colours_of_rows = [colour_of[group_of(r)] for r in rows]
     top.bar(x, gflops, color=colours_of_rows, hatch=hatch, edgecolor="white")
-    top.errorbar(x, gflops, yerr=[[0] * len(rows), [b - g for b, g in zip(best, gflops)]], fmt="none",
+    # max(0, ...): with one repeat min == median, and rounding can leave -1e-15 (errorbar refuses negatives).
+    top.errorbar(x, gflops, yerr=[[0] * len(rows), [max(0.0, b - g) for b, g in zip(best, gflops)]], fmt="none",
                  ecolor="dimgrey", capsize=3, linewidth=1)
     top.set_ylabel("GFLOP/s (bars)")
     top.set_ylim(bottom=0)

@@ -5,7 +5,9 @@
 #include <cstdlib>
 
 #include "exit_codes.h"
+#include "lattn/backend.h"
 #include "lattn/errors.h"
+#include "lattn/kernel_label.h"
 #include "lattn/sparse.h"
 #include "serving/text.h"
 
@@ -149,6 +151,45 @@ BackendListing list_backends(BackendKind kind, const LayerSetup& setup) {
     listing.selection_error = e.what();
   }
   return listing;
+}
+
+}  // namespace lattn::cli
+
+namespace lattn::cli {
+
+std::string selected_kernel_label(BackendKind kind, const std::string& name, const LayerSetup& setup) {
+  if (name.empty()) return "";
+  const MlaDims& d = setup.dims;
+  RunContext context;
+  context.device = setup.device;
+  try {
+    if (kind == BackendKind::prefill) {
+      PrefillBackendParams p;
+      p.num_heads = d.num_heads;
+      p.scale = d.softmax_scale();
+      p.kv_lora_rank = d.kv_lora_rank;
+      p.qk_nope_head_dim = d.qk_nope_head_dim;
+      p.qk_rope_head_dim = d.qk_rope_head_dim;
+      p.v_head_dim = d.v_head_dim;
+      p.dtype = setup.dtype;
+      p.context = context;
+      return mla_prefill_backend_registry().get_class(name)->create(p)->kernel_label();
+    }
+    DecodeBackendParams p;
+    p.num_heads = d.num_heads;
+    p.scale = d.softmax_scale();
+    p.kv_lora_rank = d.kv_lora_rank;
+    p.qk_rope_head_dim = d.qk_rope_head_dim;
+    p.dtype = setup.dtype;
+    p.kv_cache_dtype = setup.kv_cache_dtype;
+    p.context = context;
+    return mla_decode_backend_registry().get_class(name)->create(p)->kernel_label();
+  } catch (const ValueError&) {
+    // An instance cannot be made here (e.g. no such device): the label without one.
+    return backend_kernel_label(name, setup.device, setup.dtype);
+  } catch (const BackendUnavailableError&) {
+    return backend_kernel_label(name, setup.device, setup.dtype);
+  }
 }
 
 }  // namespace lattn::cli

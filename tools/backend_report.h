@@ -47,6 +47,13 @@ struct BackendListing {
 };
 BackendListing list_backends(BackendKind kind, const LayerSetup& setup);
 
+// What backend `name` runs for `setup`, in words: a new instance's
+// kernel_label() (a CUDA decode instance names its kernel family, since its
+// tiles and split-KV parts are chosen per step), or backend_kernel_label()
+// when no instance can be made here. "" for name "". Throws ValueError for a
+// bad LATTN_CPU_ISA (the cpu label).
+std::string selected_kernel_label(BackendKind kind, const std::string& name, const LayerSetup& setup);
+
 // The selector's view of the layer (dims, dtypes, device, block size, names).
 SelectorConfig selector_config(const LayerSetup& setup);
 

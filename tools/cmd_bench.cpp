@@ -277,7 +277,12 @@ int bench_command(const BenchOptions& o) {
     run.repeats = o.repeats;
     run.pair_ceilings = o.pair_ceilings;
     run.seed = o.seed;
-    rows.push_back(bench::make_row(cases[i], bench::time_case(*runner, cases[i], run), ceilings));
+    const bench::Measurement measured = bench::time_case(*runner, cases[i], run);
+    // The row names what ran: the backend instance's label after the timed
+    // runs (a CUDA case's tiles and split-KV parts), not the one guessed before.
+    bench::BenchCase ran = cases[i];
+    if (!measured.kernel_label.empty()) ran.label = measured.kernel_label;
+    rows.push_back(bench::make_row(ran, measured, ceilings));
     if (check) {
       const bench::Ceilings after = runner->measure_ceilings(probe);
       bench::check_ceiling_drift(rows.back(), ceilings, {before, after});

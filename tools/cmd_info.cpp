@@ -92,8 +92,15 @@ nlohmann::ordered_json info_json(const LayerSetup& setup, const CpuInfo& cpu, co
                  {"kv_cache_dtype", dtype_flag_name(setup.kv_cache_dtype)},
                  {"block_size", setup.block_size},
                  {"device", device_name(setup.device)}};
-  j["backends"] = {{"prefill", listing_json(list_backends(BackendKind::prefill, setup))},
-                   {"decode", listing_json(list_backends(BackendKind::decode, setup))}};
+  j["backends"] = nlohmann::ordered_json::object();
+  for (const BackendKind kind : {BackendKind::prefill, BackendKind::decode}) {
+    const BackendListing listing = list_backends(kind, setup);
+    nlohmann::ordered_json b = listing_json(listing);
+    // What the selected backend runs, in words (null when none is selected).
+    const std::string kernel = selected_kernel_label(kind, listing.selected, setup);
+    b["kernel"] = kernel.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(kernel);
+    j["backends"][kind == BackendKind::prefill ? "prefill" : "decode"] = b;
+  }
   return j;
 }
 
@@ -114,8 +121,12 @@ void print_info(const LayerSetup& setup, const CpuInfo& cpu, const CudaDeviceQue
               setup.model.c_str(), setup.tp, setup.dims.str().c_str(), double(setup.dims.softmax_scale()),
               dtype_flag_name(setup.dtype), dtype_flag_name(setup.kv_cache_dtype), setup.block_size,
               device_name(setup.device).c_str());
-  print_listing(list_backends(BackendKind::prefill, setup));
-  print_listing(list_backends(BackendKind::decode, setup));
+  for (const BackendKind kind : {BackendKind::prefill, BackendKind::decode}) {
+    const BackendListing listing = list_backends(kind, setup);
+    print_listing(listing);
+    const std::string kernel = selected_kernel_label(kind, listing.selected, setup);
+    if (!kernel.empty()) std::printf("  kernels: %s\n", kernel.c_str());
+  }
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 
 #include <cmath>
 
-#include "lattn/kernel_label.h"
 #include "serving/stats.h"
 
 namespace lattn::cli {
@@ -80,11 +79,21 @@ void print_run_summary(std::FILE* out, const RunDescription& run, const RunRepor
                (long long)r.prefill_backend.steps, r.prefill_backend.why.c_str());
   std::fprintf(out, "           decode %s, ran in %lld steps: %s\n", r.decode_backend.name.c_str(),
                (long long)r.decode_backend.steps, r.decode_backend.why.c_str());
-  // What ran inside those backends (machine-dependent: the CPU's ISA path, the GEMM).
-  const LayerSetup& l = run.layer;
-  std::fprintf(out, "kernels    prefill %s\n           decode %s\n",
-               backend_kernel_label(r.prefill_backend.name, l.device, l.dtype).c_str(),
-               backend_kernel_label(r.decode_backend.name, l.device, l.dtype).c_str());
+  // What ran inside those backends (machine-dependent: the CPU's ISA path and
+  // GEMM, a CUDA kernel's tiles and split-KV parts); steps are named when a
+  // backend ran more than one (a CUDA decode plan follows the batch).
+  const char* lead = "kernels    ";
+  for (const auto* use : {&r.prefill_backend, &r.decode_backend}) {
+    const char* kind = use == &r.prefill_backend ? "prefill" : "decode";
+    for (const auto& [label, steps] : use->kernels) {
+      if (use->kernels.size() == 1) {
+        std::fprintf(out, "%s%s %s\n", lead, kind, label.c_str());
+      } else {
+        std::fprintf(out, "%s%s %s (%lld steps)\n", lead, kind, label.c_str(), (long long)steps);
+      }
+      lead = "           ";
+    }
+  }
   if (r.verify) {
     const serving::VerifyReport& v = *r.verify;
     std::fprintf(out,
@@ -151,11 +160,11 @@ nlohmann::ordered_json run_report_json(const RunDescription& run, const RunRepor
                 {"mean_token_utilisation", rounded(r.mean_token_utilisation, 4)},
                 {"preemptions", r.preemptions},
                 {"steps_with_blocked_requests", r.blocked_steps}};
-  auto backend_json = [&l](const serving::BackendUse& b) {
-    return nlohmann::ordered_json{{"name", b.name},
-                                  {"why", b.why},
-                                  {"steps", b.steps},
-                                  {"kernel", backend_kernel_label(b.name, l.device, l.dtype)}};
+  auto backend_json = [](const serving::BackendUse& b) {
+    nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
+    for (const auto& [label, steps] : b.kernels) kernels.push_back({{"label", label}, {"steps", steps}});
+    return nlohmann::ordered_json{
+        {"name", b.name}, {"why", b.why}, {"steps", b.steps}, {"kernel", b.main_kernel()}, {"kernels", kernels}};
   };
   j["backends"] = {{"prefill", backend_json(r.prefill_backend)}, {"decode", backend_json(r.decode_backend)}};
   if (r.verify) {

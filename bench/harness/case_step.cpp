@@ -63,7 +63,7 @@ struct PrefillInputs {
   std::unique_ptr<PrefillBackend> backend;
 };
 
-std::function<void()> prefill_step(const BenchCase& c, std::mt19937_64& rng) {
+CaseStep prefill_step(const BenchCase& c, std::mt19937_64& rng) {
   auto in = std::make_shared<PrefillInputs>();
   const MlaDims& d = c.dims;
   const int64_t t = int64_t(c.batch) * c.query_len, n = d.num_heads, dqk = d.qk_head_dim(), dv = d.v_head_dim;
@@ -145,7 +145,10 @@ std::function<void()> prefill_step(const BenchCase& c, std::mt19937_64& rng) {
   // each later chunk is merged into it, and the prefix is merged with the
   // new tokens' attention at the end (the gathers and up-projections that
   // fill the workspace are not part of the attention and not timed).
-  return [in]() {
+  CaseStep step;
+  step.kernel_label = [in]() { return in->backend->kernel_label(); };
+  step.output = [in]() { return in->md.chunks.num_chunks > 0 ? in->merged_out.tensor() : in->out.tensor(); };
+  step.run = [in]() {
     PrefillBackend& b = *in->backend;
     b.prepare_metadata(in->md);
     b.run_prefill_new_tokens(in->q, in->k, in->v, true, in->out, in->lse);
@@ -165,6 +168,7 @@ std::function<void()> prefill_step(const BenchCase& c, std::mt19937_64& rng) {
       merge_attn_states(in->merged_out, Tensor(), in->prefix_out, in->prefix_lse[(chunks - 1) % 2], in->out, in->lse);
     }
   };
+  return step;
 }
 
 struct DecodeInputs {
@@ -175,7 +179,7 @@ struct DecodeInputs {
   std::unique_ptr<DecodeBackend> backend;
 };
 
-std::function<void()> decode_step(const BenchCase& c, std::mt19937_64& rng) {
+CaseStep decode_step(const BenchCase& c, std::mt19937_64& rng) {
   auto in = std::make_shared<DecodeInputs>();
   const MlaDims& d = c.dims;
   const int blocks_per_request = (c.seq_len + c.block_size - 1) / c.block_size;
@@ -229,18 +233,24 @@ std::function<void()> decode_step(const BenchCase& c, std::mt19937_64& rng) {
   params.context.batch_invariant = c.batch_invariant;
   in->backend = mla_decode_backend_registry().get_class(c.backend)->create(params);
 
-  return [in]() {
+  CaseStep step;
+  step.kernel_label = [in]() { return in->backend->kernel_label(); };
+  step.output = [in]() { return in->out.tensor(); };
+  step.run = [in]() {
     in->backend->prepare_metadata(in->md);
     in->backend->run(in->ql_nope, in->q_pe, in->cache.cache(), in->md, in->out, in->lse);
   };
+  return step;
 }
 
 }  // namespace
 
-std::function<void()> build_case_step(const BenchCase& c, uint64_t seed) {
+CaseStep build_case(const BenchCase& c, uint64_t seed) {
   c.validate();
   std::mt19937_64 rng(seed);
   return c.phase == Phase::prefill ? prefill_step(c, rng) : decode_step(c, rng);
 }
+
+std::function<void()> build_case_step(const BenchCase& c, uint64_t seed) { return build_case(c, seed).run; }
 
 }  // namespace lattn::bench

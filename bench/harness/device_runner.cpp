@@ -53,13 +53,14 @@ Measurement time_case(DeviceRunner& runner, const BenchCase& c, const RunOptions
     throw ValueError("time_case: need repeats >= 1 and warmup >= 0, got " + std::to_string(options.repeats) + " and " +
                      std::to_string(options.warmup));
   }
-  const std::function<void()> step = build_case_step(c, options.seed);
-  for (int i = 0; i < options.warmup; ++i) runner.time_us(step);
+  const CaseStep step = build_case(c, options.seed);
+  for (int i = 0; i < options.warmup; ++i) runner.time_us(step.run);
   Measurement m;
   for (int i = 0; i < options.repeats; ++i) {
     if (options.pair_ceilings) m.paired_ceilings.push_back(runner.measure_ceilings(options.pair_options));
-    m.samples_us.push_back(runner.time_us(step));
+    m.samples_us.push_back(runner.time_us(step.run));
   }
+  m.kernel_label = step.kernel_label();
   std::vector<double> sorted = m.samples_us;
   std::sort(sorted.begin(), sorted.end());
   const size_t n = sorted.size();

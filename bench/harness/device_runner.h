@@ -65,6 +65,7 @@ struct Measurement {
   double median_us = 0;
   double min_us = 0;
   double max_us = 0;  // with min_us: the spread of the repeats
+  std::string kernel_label;  // what the backend ran, after the timed runs (its kernel_label())
 };
 
 // Times `c` on `runner` (c.device must be runner.device()). Throws what the

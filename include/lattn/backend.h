@@ -150,6 +150,11 @@ class PrefillBackend {
   // keeps only the first V columns; merges run on the padded width.
   virtual bool pads_v() const { return false; }
 
+  // What runs inside this instance, in words, for logs and reports
+  // (lattn/kernel_label.h): the kernels, their tile configuration and the
+  // projection GEMM. Default: backend_kernel_label(name(), device, dtype).
+  virtual std::string kernel_label() const;
+
  protected:
   PrefillBackendParams params_;
   const PrefillMetadata* prefill_metadata_ = nullptr;
@@ -237,6 +242,12 @@ class DecodeBackend {
   //   lse      [N, T] f32 natural log, written when defined (may be undefined)
   virtual void run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& metadata,
                    const Tensor& out, const Tensor& lse) = 0;
+
+  // What runs inside this instance, in words (lattn/kernel_label.h): the
+  // kernel, its tile configuration and the split-KV plan that the last
+  // prepare_metadata chose (CUDA plans depend on the step's batch shape).
+  // Default: backend_kernel_label(name(), device, dtype).
+  virtual std::string kernel_label() const;
 
  protected:
   DecodeBackendParams params_;

@@ -11,7 +11,6 @@
 #include "lattn/attention.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
-#include "lattn/kernel_label.h"
 #include "mla_metadata.h"
 
 namespace lattn::python {
@@ -90,22 +89,25 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
            "scale 0 = 1/sqrt(P+R) (pass MlaDims.deepseek_v3(n).softmax_scale or from_dims for a model's own scale); "
            "backends '' = the selector's choice; batch_invariant: a request's output bits do not depend on its "
            "batch (docs/mla.md; build the metadata with batch_invariant=True too).")
-      .def("process_weights_after_loading",
-           [](PyMlaAttention& a, py::object weight) {
-             ArrayArgs args("process_weights_after_loading", py::none());
-             const Tensor w = args.get(weight, "kv_b_proj_weight");
-             py::gil_scoped_release release;
-             a.layer->process_weights_after_loading(w);
-           },
-           py::arg("kv_b_proj_weight"),
-           "Loads kv_b_proj's weight (out, in) = [N*(P+V), L] and splits it into W_UK_T [N, P, L], W_UV [N, L, V].")
-      .def("load_kv_b_proj", [](PyMlaAttention& a, py::object weight) {
-             ArrayArgs args("load_kv_b_proj", py::none());
-             const Tensor w = args.get(weight, "kv_b_proj_weight");
-             py::gil_scoped_release release;
-             a.layer->process_weights_after_loading(w);
-           },
-           py::arg("kv_b_proj_weight"), "The same as process_weights_after_loading.")
+      .def(
+          "process_weights_after_loading",
+          [](PyMlaAttention& a, py::object weight) {
+            ArrayArgs args("process_weights_after_loading", py::none());
+            const Tensor w = args.get(weight, "kv_b_proj_weight");
+            py::gil_scoped_release release;
+            a.layer->process_weights_after_loading(w);
+          },
+          py::arg("kv_b_proj_weight"),
+          "Loads kv_b_proj's weight (out, in) = [N*(P+V), L] and splits it into W_UK_T [N, P, L], W_UV [N, L, V].")
+      .def(
+          "load_kv_b_proj",
+          [](PyMlaAttention& a, py::object weight) {
+            ArrayArgs args("load_kv_b_proj", py::none());
+            const Tensor w = args.get(weight, "kv_b_proj_weight");
+            py::gil_scoped_release release;
+            a.layer->process_weights_after_loading(w);
+          },
+          py::arg("kv_b_proj_weight"), "The same as process_weights_after_loading.")
       // Views own the weights they show: a later process_weights_after_loading
       // allocates new storage and leaves these valid.
       .def_property_readonly("W_UK_T", [](const PyMlaAttention& a) {
@@ -129,17 +131,18 @@ Rows: decodes first, then prefills (the metadata's order).)doc")
       .def_property_readonly("dims", [](const PyMlaAttention& a) { return a.layer->config().dims; })
       .def_property_readonly("kernels",
                              [](const PyMlaAttention& a) {
-                               const MlaAttentionConfig& c = a.layer->config();
                                py::dict d;
                                if (const SparseMlaBackendClass* s = a.layer->sparse_backend()) {
                                  d["sparse"] = s->name();
                                  return d;
                                }
-                               d["prefill"] = backend_kernel_label(a.layer->prefill_backend().name(), c.device, c.dtype);
-                               d["decode"] = backend_kernel_label(a.layer->decode_backend().name(), c.device, c.dtype);
+                               d["prefill"] = a.layer->prefill_backend().kernel_label();
+                               d["decode"] = a.layer->decode_backend().kernel_label();
                                return d;
                              },
-                             "What runs, in words: {'prefill': ..., 'decode': ...} (CPU ISA path, GEMM).")
+                             "What runs, in words: {'prefill': ..., 'decode': ...}: the cpu backend's ISA path and "
+                             "GEMM; a CUDA backend's kernel, tiles and (decode, after a forward) split-KV parts; "
+                             "{'sparse': name} for a sparse layer.")
       .def_property_readonly("workspace_bytes", [](const PyMlaAttention& a) { return a.layer->workspace_bytes(); })
       .def("forward",
            [](PyMlaAttention& a, py::object q, py::object kv_c_normed, py::object k_pe, py::handle cache_obj,

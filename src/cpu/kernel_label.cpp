@@ -1,10 +1,12 @@
-// Which CPU kernels run (lattn/kernel_label.h): the ISA path in effect and
-// the projection GEMM the same rules pick as detail::cpu_gemm (gemm_cpu.cpp).
+// Which kernels run, in words (lattn/kernel_label.h): the CPU ISA path in
+// effect and the projection GEMM the same rules pick as detail::cpu_gemm
+// (gemm_cpu.cpp), the labels without an instance, and the backends' default.
 #include "lattn/kernel_label.h"
 
 #include <cstdlib>
 
 #include "cpu/gemm_paths.h"
+#include "lattn/backend.h"
 #include "lattn/cpu.h"
 
 namespace lattn {
@@ -31,7 +33,21 @@ std::string cpu_kernel_label(DType dtype) {
 std::string backend_kernel_label(const std::string& backend, Device device, DType dtype) {
   if (backend == "cpu" && device.is_cpu()) return "cpu: " + cpu_kernel_label(dtype);
   if (backend == "reference") return "reference: plain loops, fp64 accumulation";
-  return backend + ": kernel configuration chosen per launch (not reported)";
+  if (backend == "cuda" || backend == "hopper") {
+    return backend + ": " + (backend == "hopper" ? "sm90a wgmma or sm80 mma.sync" : "sm80 mma.sync") +
+           " kernels; tile configuration and split-KV parts chosen per layer and step (an instance's "
+           "kernel_label says which)";
+  }
+  return backend + ": a plug-in backend (it reports no kernel details)";
+}
+
+// The backends' default (lattn/backend.h): the label without an instance.
+std::string PrefillBackend::kernel_label() const {
+  return backend_kernel_label(name(), params_.context.device, params_.dtype);
+}
+
+std::string DecodeBackend::kernel_label() const {
+  return backend_kernel_label(name(), params_.context.device, params_.dtype);
 }
 
 }  // namespace lattn

@@ -383,16 +383,6 @@ int64_t decode_plans_launched(const DecodeBackend& backend) {
   return cuda_backend ? cuda_backend->plans_launched() : -1;
 }
 
-std::string CudaDecodeBackend::kernel_label() const {
-  const std::string parts = " parts " + std::to_string(plan_.num_parts);
-  if (sm90_) {
-    return std::string("sm90 wgmma ") + sm90::decode_sm90_schedule_name(sm90::decode_sm90_schedule()) + " " +
-           std::to_string(sm90::kDecodeBlockM) + "x" + std::to_string(sm90::kDecodeBlockN) + parts;
-  }
-  if (fast_) return "sm80 tensor cores " + config_.str() + parts;
-  return "generic";
-}
-
 std::unique_ptr<DecodeBackend> CudaDecodeBackendClass::create(const DecodeBackendParams& params) const {
   return std::make_unique<CudaDecodeBackend>(params);
 }

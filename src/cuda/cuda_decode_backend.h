@@ -44,6 +44,8 @@ class CudaDecodeBackend final : public DecodeBackend {
   explicit CudaDecodeBackend(const DecodeBackendParams& params, bool hopper = false);
 
   std::string name() const override { return hopper_ ? "hopper" : "cuda"; }
+  // The kernel, tile configuration and split-KV parts of the last plan (kernel_labels.cpp).
+  std::string kernel_label() const override;
   void prepare_metadata(const DecodeMetadata& metadata) override;
   void run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& metadata,
            const Tensor& out, const Tensor& lse) override;
@@ -51,10 +53,6 @@ class CudaDecodeBackend final : public DecodeBackend {
   // What the last plan chose (benchmarks and tests report it).
   bool uses_tensor_cores() const { return fast_; }
   bool uses_sm90_kernel() const { return sm90_; }
-  // The kernel of the last plan, in words: "sm90 wgmma seesaw 64x64 ...",
-  // "sm90 wgmma serial 64x64 ...", "sm80 tensor cores <tiles> ..." or
-  // "generic" (tests assert which one runs; benchmarks print it).
-  std::string kernel_label() const;
   sm80::DecodeTileConfig tile_config() const { return config_; }
   int num_parts() const { return plan_.num_parts; }
   // Planning kernels this instance launched (tests count them).

@@ -35,6 +35,8 @@ class CudaPrefillBackend : public PrefillBackend {
   explicit CudaPrefillBackend(const PrefillBackendParams& params) : PrefillBackend(params) {}
 
   std::string name() const override;
+  // The kernel and tile configuration for this layer's head dims (kernel_labels.cpp).
+  std::string kernel_label() const override;
   void run_prefill_new_tokens(const Tensor& q, const Tensor& k, const Tensor& v, bool return_softmax_lse,
                               const Tensor& out, const Tensor& lse, const Tensor& output_scale) override;
   void run_prefill_context_chunk(int chunk_idx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

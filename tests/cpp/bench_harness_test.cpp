@@ -5,8 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/case_step.h"
 #include "harness/harness.h"
 #include "lattn/errors.h"
+#include "lattn/kernel_label.h"
+#include "lattn/tensor.h"
 
 namespace lattn::bench {
 namespace {
@@ -149,6 +152,55 @@ TEST(BenchHarness, TimesTinyCasesOfBothPhasesAndWritesJson) {
   EXPECT_EQ(j["rows"][1]["kv_cache_dtype"], "fp8_e4m3");
   EXPECT_EQ(j["rows"][2]["backend"], "reference");
   EXPECT_NE(format_table(ceilings, rows).find("decode H2 B2 S37 sq2 bs5 bf16/fp8_e4m3 cpu"), std::string::npos);
+}
+
+// A tiny CPU case of each phase (bf16, three context chunks for prefill).
+std::vector<BenchCase> tiny_cases(const std::string& backend) {
+  BenchCase prefill;
+  prefill.phase = Phase::prefill;
+  prefill.backend = backend;
+  prefill.dims = {2, 32, 16, 8, 24};
+  prefill.query_len = 9;
+  prefill.context_len = 20;
+  prefill.context_chunks = 3;
+  prefill.batch = 2;
+  prefill.num_threads = 1;
+  BenchCase decode = prefill;
+  decode.phase = Phase::decode;
+  decode.query_len = 1;
+  decode.seq_len = 37;
+  decode.block_size = 5;
+  return {prefill, decode};
+}
+
+// A host tensor's values as f32 (the CPU cases' outputs are contiguous).
+std::vector<float> host_floats(const Tensor& t) {
+  OwnedTensor f32 = OwnedTensor::empty({t.numel()}, DType::f32);
+  copy_host(t.view({t.numel()}), f32.tensor());
+  const float* p = f32.tensor().data_as<const float>();
+  return {p, p + t.numel()};
+}
+
+TEST(BenchHarness, TheSeedFixesTheInputs) {
+  for (const BenchCase& c : tiny_cases("cpu")) {
+    CaseStep a = build_case(c, 7), b = build_case(c, 7), other = build_case(c, 8);
+    for (CaseStep* s : {&a, &b, &other}) s->run();
+    EXPECT_EQ(host_floats(a.output()), host_floats(b.output())) << c.name();
+    EXPECT_NE(host_floats(a.output()), host_floats(other.output())) << c.name();
+  }
+}
+
+TEST(BenchHarness, RowsNameTheBackendInstancesKernels) {
+  for (const std::string backend : {"cpu", "reference"}) {
+    for (const BenchCase& c : tiny_cases(backend)) {
+      CaseStep step = build_case(c, 1);
+      step.run();
+      EXPECT_EQ(step.kernel_label(), backend_kernel_label(backend, c.device, c.dtype)) << c.name();
+    }
+  }
+  auto runner = make_cpu_runner(1);
+  const Measurement m = time_case(*runner, tiny_cases("cpu")[1], {0, 1, 1});
+  EXPECT_EQ(m.kernel_label, "cpu: " + cpu_kernel_label(DType::bf16));
 }
 
 TEST(BenchHarness, RunnerAndCaseDevicesMustAgree) {

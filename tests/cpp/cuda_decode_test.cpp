@@ -313,8 +313,11 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
   const bool generic = c.L != 512 || c.R != 64 || (c.cache_dtype != c.dtype && c.cache_dtype != DType::fp8_e4m3);
   const char* forced = std::getenv("LATTN_HOPPER_DECODE");  // the default schedule is serial
   const std::string schedule = forced && *forced ? forced : "serial";
-  EXPECT_EQ(label.rfind(wgmma ? "sm90 wgmma " + schedule + " " : generic ? "generic" : "sm80 tensor cores", 0), 0u)
-      << c.name << " on " << name << " ran " << label;
+  const std::string expected = name + ": " +
+                               (wgmma     ? "sm90a wgmma + TMA decode (" + schedule + " schedule)"
+                                : generic ? std::string("generic SIMT decode kernel")
+                                          : std::string("sm80 mma.sync decode"));
+  EXPECT_EQ(label.rfind(expected, 0), 0u) << c.name << " on " << name << " ran " << label;
   // Fresh values in the same shape, second plan on the same instance.
   randomize(*b, c.seq_lens, c.s_q, rng);
   run_and_check(*backend, *b, out, lse, c.name);
@@ -327,7 +330,7 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
     randomize(*b, c.seq_lens, c.s_q, rng);
     run_and_check(*backend, *b, out, lse, c.name);
     EXPECT_EQ(dynamic_cast<const cuda::CudaDecodeBackend&>(*backend).kernel_label().rfind(
-                  std::string("sm90 wgmma ") + other + " ", 0),
+                  name + ": sm90a wgmma + TMA decode (" + other + " schedule)", 0),
               0u);
   }
   if (forced && *forced) {

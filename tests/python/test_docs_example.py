@@ -43,3 +43,29 @@ def test_section_example_prints_what_the_page_shows(section):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout == shown
+
+
+def run_block(code):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_backend_listing_example_names_every_backend():
+    # Its verdicts depend on the build (CUDA or not): the names and their order are compared.
+    text = DOC.read_text()
+    body = text[text.index("Listing backends and why they refuse:"):]
+    code = re.search(r"```python\n(.*?)```", body, re.S).group(1)
+    shown = re.search(r"Output[^\n]*:\n\n```text\n(.*?)```", body, re.S).group(1)
+    got = run_block(code)
+    assert [line.split(" ")[0] for line in got.splitlines()] == [line.split(" ")[0] for line in shown.splitlines()]
+
+
+def test_vllm_registry_example_registers_the_backend():
+    # With the tests' stand-in vLLM (conftest.py puts it on sys.path).
+    text = DOC.read_text()
+    body = text[text.index("## vLLM: `lattn.vllm.LattnPrefillBackend`"):]
+    code = re.search(r"```python\n(.*?)```", body, re.S).group(1)
+    run_block(code + "\nfrom vllm.v1.attention.backends.mla.prefill import registry\n"
+                     "assert registry.MLAPrefillBackendEnum.CUSTOM.get_path() == 'lattn.vllm.LattnPrefillBackend'\n")

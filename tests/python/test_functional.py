@@ -190,3 +190,66 @@ def test_prefill_selector_and_errors():
         lattn.mla_prefill(q, k, v, cu_q[::-1].copy(), cu_k, False, 0.1)
     with pytest.raises(ValueError, match="'v'"):
         lattn.mla_prefill(q, k, v[:, :1], cu_q, cu_k, False, 0.1)
+
+
+# ---------------------------------------------------------------------------
+# The CUDA backends (the GPU machine; skipped with the reason elsewhere)
+
+BF16_BOUND = 1e-2  # relative L2 error of bf16 activations
+
+
+def cuda_backend_or_skip(backend):
+    from conftest import cuda_torch_or_skip
+
+    torch = cuda_torch_or_skip()
+    major, minor = torch.cuda.get_device_capability()
+    if backend == "hopper" and (major, minor) != (9, 0):
+        pytest.skip(f"hopper needs compute capability 9.0, this GPU has {major}.{minor}")
+    return torch
+
+
+@pytest.mark.parametrize("backend", ["cuda", "hopper"])
+@pytest.mark.parametrize("n,lora,rope,block_size,seq_lens", [
+    (16, 512, 64, 64, [130, 1, 47, 64]),   # DeepSeek dims: the tensor-core kernels, a 1-token context
+    (128, 512, 64, 64, [300, 9]),          # 128 rows per request: hopper's wgmma kernel
+    (5, 256, 32, 16, [70, 3]),             # MiniCPM3's dims: the generic kernel
+])
+def test_cuda_decode_matches_the_reference(backend, n, lora, rope, block_size, seq_lens):
+    torch = cuda_backend_or_skip(backend)
+    rng = np.random.default_rng(11)
+    q, cache, table, lens = make_decode_case(rng, n, lora, rope, block_size, seq_lens)  # NaN in unowned slots
+    q16 = torch.from_numpy(q).to("cuda", torch.bfloat16)
+    cache16 = torch.from_numpy(cache.astype(np.float32)).to("cuda", torch.bfloat16)
+    scale = lattn.mla_softmax_scale(192, 40, 1.0)
+    plan = lattn.mla_decode_plan(torch.from_numpy(table).cuda(), torch.from_numpy(lens).cuda(), block_size, n,
+                                 kv_lora_rank=lora, qk_rope_head_dim=rope, dtype="bf16", kv_cache_dtype="bf16",
+                                 backend=backend)
+    assert plan.backend == backend
+    out = torch.full((len(seq_lens), n, lora), float("nan"), device="cuda", dtype=torch.bfloat16)
+    got, lse = lattn.mla_decode(q16, lattn.LatentCache(cache16, lora, rope), plan, scale, out=out)
+    torch.cuda.synchronize()
+    assert got.data_ptr() == out.data_ptr() and lse.is_cuda
+    # The reference on the bf16-rounded inputs the kernel read.
+    ref, ref_lse = decode_reference(q16.float().cpu().numpy(), cache16.float().cpu().numpy(), table, lens, lora,
+                                    block_size, scale)
+    assert rel_err(got.float().cpu().numpy(), ref) < BF16_BOUND
+    assert rel_err(lse.cpu().numpy(), ref_lse) < BF16_BOUND
+
+
+@pytest.mark.parametrize("backend", ["cuda", "hopper"])
+@pytest.mark.parametrize("n,dqk,dv", [(4, 192, 128), (3, 96, 64)])
+def test_cuda_prefill_matches_the_reference(backend, n, dqk, dv):
+    torch = cuda_backend_or_skip(backend)
+    rng = np.random.default_rng(12)
+    for causal, k_lens in ((True, [5, 1, 130]), (False, [7, 0, 200])):
+        q, k, v, cu_q, cu_k = prefill_case(rng, n, dqk, dv, [5, 1, 130], k_lens)
+        q16, k16, v16 = (torch.from_numpy(x).to("cuda", torch.bfloat16) for x in (q, k, v))
+        got, lse = lattn.mla_prefill(q16, k16, v16, torch.from_numpy(cu_q).cuda(), torch.from_numpy(cu_k).cuda(),
+                                     causal, dqk ** -0.5, backend=backend)
+        torch.cuda.synchronize()
+        ref, ref_lse = varlen_attention(*(x.float().cpu().numpy() for x in (q16, k16, v16)), cu_q, cu_k,
+                                        dqk ** -0.5, causal=causal)
+        finite = np.isfinite(ref_lse)
+        assert rel_err(got.float().cpu().numpy(), ref) < BF16_BOUND
+        assert rel_err(lse.cpu().numpy()[finite], ref_lse[finite]) < BF16_BOUND
+        assert np.isneginf(lse.cpu().numpy()[~finite]).all()

@@ -50,7 +50,29 @@ std::string explain_choice(const std::string& requested, const char* env_var, co
   return why;
 }
 
+// One more step of `label` in use.kernels; the unplanned label given before
+// the run (0 steps) goes once a step has run.
+void count_kernel(BackendUse& use, const std::string& label) {
+  std::erase_if(use.kernels, [&label](const auto& k) { return k.second == 0 && k.first != label; });
+  for (auto& k : use.kernels) {
+    if (k.first == label) {
+      ++k.second;
+      return;
+    }
+  }
+  use.kernels.emplace_back(label, 1);
+}
+
 }  // namespace
+
+const std::string& BackendUse::main_kernel() const {
+  static const std::string kNone;
+  const std::pair<std::string, int64_t>* best = nullptr;
+  for (const auto& k : kernels) {
+    if (best == nullptr || k.second > best->second) best = &k;
+  }
+  return best ? best->first : kNone;
+}
 
 struct ServingEngine::Impl {
   struct Layer {
@@ -145,6 +167,8 @@ struct ServingEngine::Impl {
     decode_use.name = layers.front().attention.decode_backend().name();
     decode_use.why = explain_choice(c.decode_backend, kDecodeBackendEnvVar, decode_use.name, priorities,
                                     explain_mla_decode_backends(capability, selector), c.device);
+    prefill_use.kernels = {{layers.front().attention.prefill_backend().kernel_label(), 0}};
+    decode_use.kernels = {{layers.front().attention.decode_backend().kernel_label(), 0}};
   }
 
   bool sparse() const { return config.indexer.index_topk > 0; }
@@ -328,6 +352,18 @@ RunReport ServingEngine::run(const std::vector<Request>& trace,
     report.prefill_with_context_rows += step.prefills_with_context;
     report.prefill_backend.steps += step.prefill_tokens > 0;
     report.decode_backend.steps += step.decodes > 0;
+    const MlaAttention& first = m.layers.front().attention;
+    // A sparse layer has no dense backends (asking for them throws): its one
+    // sparse backend runs both kinds of rows.
+    const SparseMlaBackendClass* sparse_backend = first.sparse_backend();
+    if (step.prefill_tokens > 0) {
+      count_kernel(report.prefill_backend,
+                   sparse_backend ? sparse_backend->name() : first.prefill_backend().kernel_label());
+    }
+    if (step.decodes > 0) {
+      count_kernel(report.decode_backend,
+                   sparse_backend ? sparse_backend->name() : first.decode_backend().kernel_label());
+    }
     report.blocked_steps += step.blocked > 0;
     report.steps.push_back(step);
     if (on_step) on_step(step, scheduler);

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lattn/config.h"
@@ -80,6 +81,13 @@ struct BackendUse {
   std::string name;
   std::string why;
   int64_t steps = 0;  // steps in which it ran (had rows of its kind)
+  // What ran inside it (the first layer's kernel_label() after each step it
+  // ran in: a CUDA decode plan can change with the batch) and in how many
+  // steps, in order of first use. Before the run: the label the layer gives
+  // unplanned, with 0 steps.
+  std::vector<std::pair<std::string, int64_t>> kernels;
+  // The label that ran in the most steps (the first on a tie).
+  const std::string& main_kernel() const;
 };
 
 struct RunReport {
