@@ -5,7 +5,8 @@
 // serves the case). Every number is a median of CUDA-event timings after warm-up, each
 // sample after an L2 flush (256 MiB written), so no input is served from L2.
 // Decode rows report eager runs (attention + combine launches) and CUDA-graph
-// replays of the same step, and the plan kernel on its own.
+// replays of the same step, the plan kernel on its own (a new step each time),
+// and one layer's whole step (plan + attention + combine), eager and as a graph.
 //
 // Vocabulary (shared with bench/harness): us = median microseconds; TFLOP/s and
 // GB/s from the counts of docs/bench-method.md; frac_copy / frac_gemm = fraction of the
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -38,14 +40,34 @@ namespace {
 const Device kGpu = Device::cuda(0);
 
 // Median device time (µs) of `issue` on `stream`, each sample preceded by an
-// L2 flush outside the timed region.
+// L2 flush outside the timed region: a 256 MiB memset. That leaves the L2
+// full of dirty lines, which the timed kernels then write back to memory as
+// their reads evict them (up to the L2's size of extra write traffic: a
+// visible share of a small step). LATTN_BENCH_FLUSH=read follows the memset
+// with a GEMM that reads the 256 MiB (writing 256 KiB), so the timed region
+// starts with a clean L2 of unrelated data, as after a decode step's
+// weight-reading GEMM. The default stays the memset (the recorded numbers).
 double median_us(Stream stream, int warmup, int samples, const std::function<void()>& issue) {
   static OwnedTensor flush = OwnedTensor::empty({int64_t(256) << 20}, DType::u8, kGpu);
+  static OwnedTensor flush_b = OwnedTensor::empty({8192, 8}, DType::bf16, kGpu);
+  static OwnedTensor flush_c = OwnedTensor::empty({16384, 8}, DType::bf16, kGpu);
+  static const bool read_flush = [] {
+    const char* v = std::getenv("LATTN_BENCH_FLUSH");
+    return v && std::string(v) == "read";
+  }();
   for (int i = 0; i < warmup; ++i) issue();
   cuda::EventTimer timer;
   std::vector<double> us;
   for (int i = 0; i < samples; ++i) {
-    detail::cuda_device_ops().memset(flush.data(), i & 0xff, flush.tensor().nbytes(), kGpu.index, stream);
+    detail::cuda_device_ops().memset(flush.data(), i & 0x3f, flush.tensor().nbytes(), kGpu.index, stream);
+    if (read_flush) {
+      detail::GemmProblem g;  // C [16384, 8] = A [16384, 8192] (the flush buffer as bf16) . B [8192, 8]
+      g.m = 16384, g.n = 8, g.k = 8192;
+      g.a = flush.data(), g.a_dtype = DType::bf16, g.lda = 8192;
+      g.b = flush_b.data(), g.b_dtype = DType::bf16, g.ldb = 8;
+      g.c = flush_c.data(), g.c_dtype = DType::bf16, g.ldc = 8;
+      detail::gemm(g, RunContext{kGpu, stream, 0});
+    }
     timer.start(stream);
     issue();
     timer.stop(stream);
@@ -103,11 +125,15 @@ struct DecodeShape {
   DType cache_dtype;
   const char* judged_by;  // "copy" or "gemm"
   double target;          // issue 7's goal for the portable backend (0: none)
+  int layers = 1;         // > 1: also time a step of this many layers (one instance each)
 };
 
 struct Row {
   std::string name;
-  double us, graph_us, plan_us, tflops, gbps, frac, target;
+  double us, graph_us, plan_us, step_us, step_graph_us, tflops, gbps, frac, target;
+  int layers = 1;
+  double layers_us = 0, layers_graph_us = 0;  // a step of `layers` layers (plans included)
+  int64_t layers_plans = 0;                   // planning kernels that step launched
   const char* judged_by;
   std::string config;
 };
@@ -182,13 +208,60 @@ void bench_decode(benchmark::State& state, const DecodeShape& shape) {
   auto run = [&] { backend.run(q_nope.tensor(), q_pe.tensor(), cache, md, out.tensor(), lse.tensor()); };
   const int samples = 30;
   Row row;
-  row.plan_us = median_us(stream.get(), 3, samples, [&] { backend.prepare_metadata(md); });
+  // A new step each time (fresh StepPlans): prepare_metadata launches the
+  // plan kernel, as the first layer of a step does.
+  auto new_step = [&] {
+    md.plans = std::make_shared<StepPlans>();
+    backend.prepare_metadata(md);
+  };
+  row.plan_us = median_us(stream.get(), 3, samples, new_step);
   row.us = median_us(stream.get(), 3, samples, run);
+  // One layer's whole step: plan + attention + combine.
+  row.step_us = median_us(stream.get(), 3, samples, [&] {
+    new_step();
+    run();
+  });
+  cuda::CapturedGraph step_graph;
+  step_graph.begin(stream.get());
+  new_step();
+  run();
+  step_graph.end();
+  row.step_graph_us = median_us(stream.get(), 3, samples, [&] { step_graph.replay(stream.get()); });
+  new_step();
   cuda::CapturedGraph graph;
   graph.begin(stream.get());
   run();
   graph.end();
   row.graph_us = median_us(stream.get(), 3, samples, [&] { graph.replay(stream.get()); });
+  if (shape.layers > 1) {
+    // A step of many layers, as MlaAttention::forward runs it: every layer's
+    // own backend instance prepares the step's metadata and runs (the layers
+    // share inputs here: only the time matters). With one plan per step the
+    // first layer plans; LATTN_DECODE_PLAN_PER_LAYER=1 gives the old way.
+    std::vector<std::unique_ptr<cuda::CudaDecodeBackend>> layers;
+    for (int k = 0; k < shape.layers; ++k)
+      layers.push_back(std::make_unique<cuda::CudaDecodeBackend>(params, shape.hopper));
+    auto layer_step = [&] {
+      md.plans = std::make_shared<StepPlans>();
+      for (auto& l : layers) {
+        l->prepare_metadata(md);
+        l->run(q_nope.tensor(), q_pe.tensor(), cache, md, out.tensor(), lse.tensor());
+      }
+    };
+    layer_step();  // sizes every workspace before capture
+    int64_t before = 0;
+    for (auto& l : layers) before += l->plans_launched();
+    layer_step();
+    for (auto& l : layers) row.layers_plans += l->plans_launched();
+    row.layers_plans -= before;
+    row.layers = shape.layers;
+    row.layers_us = median_us(stream.get(), 2, 15, layer_step);
+    cuda::CapturedGraph layers_graph;
+    layers_graph.begin(stream.get());
+    layer_step();
+    layers_graph.end();
+    row.layers_graph_us = median_us(stream.get(), 2, 15, [&] { layers_graph.replay(stream.get()); });
+  }
   stream.synchronize();
 
   double keys = 0;
@@ -208,6 +281,8 @@ void bench_decode(benchmark::State& state, const DecodeShape& shape) {
   state.counters["us_eager"] = row.us;
   state.counters["us_graph"] = row.graph_us;
   state.counters["us_plan"] = row.plan_us;
+  state.counters["us_step"] = row.step_us;
+  state.counters["us_step_graph"] = row.step_graph_us;
   state.counters["TFLOPs"] = row.tflops;
   state.counters["GBps"] = row.gbps;
   state.counters["frac_copy"] = row.gbps / ceil.copy_gbps;
@@ -279,18 +354,45 @@ void register_all() {
           ->Unit(benchmark::kMicrosecond);
     }
   }
+  // DeepSeek-V3's 61 layers per step: what one plan per step saves (rows
+  // "layers61/..."; compare with LATTN_DECODE_PLAN_PER_LAYER=1).
+  for (const Base& b : shapes) {
+    if (b.name != "decode/H16_B32_S4096_p64_bf16" && b.name != "decode/H16_B1_S16384_p64_bf16") continue;
+    const bool hopper = sm90;
+    DecodeShape s{std::string("layers61/") + (hopper ? "hopper/" : "cuda/") + b.name,
+                  hopper,
+                  b.heads,
+                  b.seq_lens,
+                  b.s_q,
+                  b.cache_dtype,
+                  b.judged_by,
+                  0};
+    s.layers = 61;
+    benchmark::RegisterBenchmark(s.name.c_str(), [s](benchmark::State& st) { bench_decode(st, s); })
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
 }
 
 void print_summary() {
   const Ceilings& c = ceilings();
   std::printf("\nceilings (this run): copy %.0f GB/s (%.0f us for 2 GiB), bf16 GEMM %.0f TFLOP/s (%.0f us)\n",
               c.copy_gbps, c.copy_us, c.gemm_tflops, c.gemm_us);
-  std::printf("%-47s %9s %9s %7s %8s %8s %6s %6s %s\n", "case", "eager_us", "graph_us", "plan_us", "TFLOP/s", "GB/s",
-              "frac", "target", "config");
+  std::printf("%-47s %9s %9s %7s %8s %8s %8s %8s %6s %6s %s\n", "case", "eager_us", "graph_us", "plan_us", "step_us",
+              "stepg_us", "TFLOP/s", "GB/s", "frac", "target", "config");
   for (const Row& r : rows()) {
-    std::printf("%-47s %9.1f %9.1f %7.1f %8.1f %8.0f %6.3f %6s %s (%s)%s\n", r.name.c_str(), r.us, r.graph_us,
-                r.plan_us, r.tflops, r.gbps, r.frac, r.target > 0 ? std::to_string(r.target).substr(0, 4).c_str() : "-",
-                r.config.c_str(), r.judged_by, r.target > 0 ? (r.frac >= r.target ? "  MEETS" : "  MISSES") : "");
+    if (r.layers > 1) {
+      std::printf(
+          "%-47s %d layers per step: eager %.1f us, graph %.1f us (%.2f us per layer), %lld plan kernels per "
+          "step\n",
+          r.name.c_str(), r.layers, r.layers_us, r.layers_graph_us, r.layers_graph_us / r.layers,
+          (long long)r.layers_plans);
+    }
+    std::printf("%-47s %9.1f %9.1f %7.1f %8.1f %8.1f %8.1f %8.0f %6.3f %6s %s (%s)%s\n", r.name.c_str(), r.us,
+                r.graph_us, r.plan_us, r.step_us, r.step_graph_us, r.tflops, r.gbps, r.frac,
+                r.target > 0 ? std::to_string(r.target).substr(0, 4).c_str() : "-", r.config.c_str(), r.judged_by,
+                r.target > 0 ? (r.frac >= r.target ? "  MEETS" : "  MISSES") : "");
   }
 }
 

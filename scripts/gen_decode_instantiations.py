@@ -35,7 +35,7 @@ def expected():
                     f"// Generated instantiation: decode kernel, {m}-row x {n}-key tiles, {w} warps, {s} stages, "
                     f"{act} activations, {cache} cache.\n"
                     f"// Written by scripts/gen_decode_instantiations.py from decode_config.h; do not edit.\n"
-                    f'#include "cuda/sm80/decode/decode_launch_template.cuh"\n\n'
+                    f'#include "cuda/sm80/decode/decode_kernel_launcher_impl.cuh"\n\n'
                     f"LATTN_INSTANTIATE_DECODE({m}, {n}, {w}, {s}, {act_type}, {cache_type})\n")
     return files
 

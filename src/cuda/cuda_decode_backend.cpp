@@ -6,19 +6,24 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "cuda/common/context.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/index_check.h"
-#include "cuda/sm80/decode/decode_launch.h"
+#include "cuda/sm80/decode/decode_dispatch.h"
 #include "cuda/sm90/decode/decode_host.h"
 #include "cuda/smxx/decode_combine.h"
 #include "cuda/smxx/decode_generic.h"
 #include "cuda/smxx/decode_scheduler.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
+#include "lattn/step_plans.h"
 
 namespace lattn::cuda {
 namespace {
@@ -44,6 +49,54 @@ void check_index(const char* op, const char* arg, const Tensor& t, Device device
   check_dim(op, arg, t, dims);
 }
 
+// Switches for measurements (read once; docs/cuda.md, "One plan per step"):
+//   LATTN_DECODE_PLAN_PER_LAYER=1  every layer plans its own step (the old way)
+//   LATTN_DECODE_PARTS=N           N parts instead of one wave (balanced plans)
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+bool plan_per_layer() {
+  static const bool v = env_int("LATTN_DECODE_PLAN_PER_LAYER", 0) != 0;
+  return v;
+}
+int parts_override() {
+  static const int v = env_int("LATTN_DECODE_PARTS", 0);
+  return v;
+}
+
+// The capture sequence `stream` is in (0: not capturing). A capture always
+// plans again: kernels launched before it are not part of the graph.
+unsigned long long capture_id(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  LATTN_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id));
+  return status == cudaStreamCaptureStatusActive ? id : 0;
+}
+
+// One step's device plan of one shape, shared by its layers (the value a
+// StepPlans key holds). The first layer writes it; it stays valid while the
+// store was not overwritten since (generation), the capture sequence is the
+// same, and the host seq_lens are those it was planned from (metadata edited
+// in place is planned afresh).
+struct SharedPlanState {
+  std::mutex mutex;
+  std::shared_ptr<CudaDecodeBackend::PlanStore> store;
+  uint64_t generation = 0;
+  unsigned long long capture = 0;
+  std::vector<int32_t> seq_lens;
+  DecodePlan plan;
+};
+struct SharedPlanSlot {
+  std::shared_ptr<SharedPlanState> state = std::make_shared<SharedPlanState>();
+};
+
+bool same_lens(const std::vector<int32_t>& have, const DecodeMetadata& md) {
+  const Tensor& s = md.seq_lens_cpu;
+  if (have.size() != size_t(md.num_decodes) || s.stride(0) != 1) return false;
+  return std::memcmp(have.data(), s.data(), have.size() * sizeof(int32_t)) == 0;
+}
+
 bool is_aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes) == 0; }
 
 // Rows of a [T, H, D] tensor start on 16-byte boundaries (cp.async-able).
@@ -55,7 +108,7 @@ bool rows_are_16_byte(const Tensor& t) {
 }  // namespace
 
 CudaDecodeBackend::CudaDecodeBackend(const DecodeBackendParams& params, bool hopper)
-    : DecodeBackend(params), hopper_(hopper), workspace_(params.context.device.index) {
+    : DecodeBackend(params), hopper_(hopper), own_store_(std::make_shared<PlanStore>(params.context.device.index)) {
   const char* op = hopper ? "hopper decode backend" : "cuda decode backend";
   check_arg(params.context.device.is_cuda(), op, "context.device", "a CUDA device",
             device_name(params.context.device));
@@ -170,16 +223,63 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
     }
     parts = std::max(parts, splits);
   }
-  const int rows_capacity = m_tiles_ * config_.block_m;
-  const size_t bytes = decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank);
-  workspace_.reserve(bytes, params_.context.stream, plan_op(hopper_));
-  carve_decode_plan(workspace_.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_);
+  if (!invariant && parts_override() > 0) parts = std::min(parts_override(), 1024);
   plan_.tile_keys = config_.block_n;
   plan_.overhead_tiles = invariant ? 0 : kOverheadTiles;
   plan_.fixed_split_tiles = invariant ? split_tiles : 0;
+
+  // One plan per step: reuse the step's plan of this shape when a layer
+  // already made it (same stream, device, kernel, tiles, rows and parts).
+  const bool can_share = !plan_per_layer() && md.plans && md.seq_lens_cpu.defined() &&
+                         md.seq_lens_cpu.device().is_cpu() && md.seq_lens_cpu.size(0) >= md.num_decodes;
+  if (!can_share) {
+    launch_plan(md, parts);
+    planned_batch_ = md.num_decodes;
+    return;
+  }
+  const std::string key = std::string("cuda decode plan: device ") + std::to_string(params_.context.device.index) +
+                          ", stream " + std::to_string(reinterpret_cast<uintptr_t>(params_.context.stream)) +
+                          (sm90_ ? ", sm90" : ", sm80") + ", tiles " + config_.str() + ", rows " +
+                          std::to_string(m_tiles_ * config_.block_m) + ", L " + std::to_string(params_.kv_lora_rank) +
+                          ", parts " + std::to_string(parts) + ", overhead " + std::to_string(plan_.overhead_tiles) +
+                          ", split " + std::to_string(plan_.fixed_split_tiles);
+  const auto slot = md.plans->get_or_make<SharedPlanSlot>(key, [] { return SharedPlanSlot{}; });
+  SharedPlanState& shared = *slot->state;
+  std::lock_guard lock(shared.mutex);
+  const unsigned long long capture = capture_id(reinterpret_cast<cudaStream_t>(params_.context.stream));
+  if (shared.store && shared.store->generation.load() == shared.generation && shared.capture == capture &&
+      same_lens(shared.seq_lens, md)) {
+    plan_ = shared.plan;
+    plan_store_ = shared.store;
+    plan_generation_ = shared.generation;
+    planned_batch_ = md.num_decodes;
+    return;
+  }
+  launch_plan(md, parts);
+  shared.store = plan_store_;
+  shared.generation = plan_generation_;
+  shared.capture = capture;
+  const int32_t* lens = md.seq_lens_cpu.data_as<const int32_t>();
+  shared.seq_lens.assign(lens, lens + md.num_decodes);
+  shared.plan = plan_;
+  planned_batch_ = md.num_decodes;
+}
+
+void CudaDecodeBackend::launch_plan(const DecodeMetadata& md, int parts) {
+  const int rows_capacity = m_tiles_ * config_.block_m;
+  const size_t bytes = decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank);
+  Workspace& ws = own_store_->workspace;
+  ws.reserve(bytes, params_.context.stream, plan_op(hopper_));
+  carve_decode_plan(ws.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_);
   launch_decode_plan(md.seq_lens.data_as<const int32_t>(), md.num_decodes, plan_,
                      reinterpret_cast<cudaStream_t>(params_.context.stream));
-  planned_batch_ = md.num_decodes;
+  plan_store_ = own_store_;
+  plan_generation_ = ++own_store_->generation;
+  ++plans_launched_;
+}
+
+bool CudaDecodeBackend::plan_overwritten() const {
+  return fast_ && plan_store_ && plan_store_->generation.load() != plan_generation_;
 }
 
 void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache,
@@ -213,7 +313,10 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
     check_shape(kRun, "lse", lse, {H, T});
   }
   if (md.num_decodes == 0 || T == 0) return;
-  if (decode_metadata_ != &md || planned_batch_ != md.num_decodes) prepare_metadata(md);
+  // Plan again when run() is handed other metadata than prepared, or when the
+  // plan shared with other layers was overwritten since (another step planned
+  // into its store).
+  if (decode_metadata_ != &md || planned_batch_ != md.num_decodes || plan_overwritten()) prepare_metadata(md);
   // A cache the bulk tensor copy engine cannot address (unaligned base or
   // page stride: views only) falls back to the sm80 kernel with its own plan.
   if (sm90_ && !sm90::decode_sm90_unsupported_reason(params_.dtype, cache.dtype(), L, R, int(cache.block_size()),
@@ -273,6 +376,11 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
                        "hold block ids in [0, num_blocks = " + std::to_string(p.num_blocks) +
                            ") for every key of its sequence, within its " + std::to_string(p.table_width) +
                            " columns");
+}
+
+int64_t decode_plans_launched(const DecodeBackend& backend) {
+  const auto* cuda_backend = dynamic_cast<const CudaDecodeBackend*>(&backend);
+  return cuda_backend ? cuda_backend->plans_launched() : -1;
 }
 
 std::unique_ptr<DecodeBackend> CudaDecodeBackendClass::create(const DecodeBackendParams& params) const {

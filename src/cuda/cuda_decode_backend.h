@@ -1,10 +1,17 @@
 // src/cuda/cuda_decode_backend.h — the `cuda` decode backend (sm80+):
 // absorbed MLA attention over the paged latent cache with a split-KV plan.
 //
-//   prepare_metadata (the plan): picks the kernel and tile configuration,
-//     sizes the instance's workspace (pointer-stable once grown) and launches
-//     the planning kernel on the instance's stream; it reads seq_lens on the
-//     device, so a CUDA graph that captured it re-plans on replay.
+//   prepare_metadata (the plan): picks the kernel and tile configuration and
+//     makes the step's device plan, once per step for all layers: the first
+//     layer that prepares a step's metadata launches the planning kernel into
+//     its plan store (a pointer-stable workspace: plan arrays and split-KV
+//     partials) and records it in the metadata's StepPlans
+//     (lattn/step_plans.h); every other layer with the same plan shape on the
+//     same stream reuses that plan and store, launching nothing. The kernel
+//     reads seq_lens on the device, so a CUDA graph that captured it re-plans
+//     on replay; a capture always plans again (its first layer), since kernels
+//     launched before the capture are not part of the graph. docs/cuda.md,
+//     "One plan per step".
 //   run: the attention kernel, then the combine kernel. Both have a grid that
 //     depends only on the batch shape (num_decodes, heads, max query tokens),
 //     so a captured step replays with new seq_lens / block tables / queries.
@@ -19,8 +26,11 @@
 // same plan and combine), and every other case the kernels above (docs/hopper.md).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda/common/workspace.h"
 #include "cuda/sm80/decode/decode_config.h"
@@ -45,12 +55,27 @@ class CudaDecodeBackend final : public DecodeBackend {
   bool uses_sm90_kernel() const { return sm90_; }
   sm80::DecodeTileConfig tile_config() const { return config_; }
   int num_parts() const { return plan_.num_parts; }
-  const Workspace& workspace() const { return workspace_; }
+  // Planning kernels this instance launched (tests count them).
+  int64_t plans_launched() const { return plans_launched_; }
+
+  // Device memory of plans: the plan arrays and split-KV partials that one
+  // instance's planning kernel writes, shared with every layer that reuses
+  // the plan. generation counts the plans written into it, so a layer can
+  // tell that its step's plan was overwritten (another step planned here).
+  struct PlanStore {
+    explicit PlanStore(int device) : workspace(device) {}
+    Workspace workspace;
+    std::atomic<uint64_t> generation{0};
+  };
 
  private:
   void check_metadata(const DecodeMetadata& md, const char* op) const;
   // The plan; allow_sm90 = false keeps a hopper instance on the sm80 kernel.
   void plan(const DecodeMetadata& md, bool allow_sm90);
+  // Launches the planning kernel into this instance's store (plan_ set).
+  void launch_plan(const DecodeMetadata& md, int parts);
+  // Whether the plan in use was overwritten since (plan store generation).
+  bool plan_overwritten() const;
 
   bool hopper_ = false;  // the `hopper` backend (may choose the sm90 kernel)
   bool fast_ = false;    // tensor-core kernel (else generic)
@@ -59,8 +84,16 @@ class CudaDecodeBackend final : public DecodeBackend {
   int m_tiles_ = 0;
   int planned_batch_ = -1;
   DecodePlan plan_{};
-  Workspace workspace_;
+  std::shared_ptr<PlanStore> own_store_;   // where this instance's plans go
+  std::shared_ptr<PlanStore> plan_store_;  // the store plan_ points into (own or a shared step's)
+  uint64_t plan_generation_ = 0;           // plan_store_'s generation when plan_ was written
+  int64_t plans_launched_ = 0;
 };
+
+// Planning kernels a `cuda` or `hopper` decode backend instance has launched
+// (tests count them: one per step, not one per layer); -1 for any other
+// backend. Builds without CUDA link src/cuda/absent/ (always -1).
+int64_t decode_plans_launched(const DecodeBackend& backend);
 
 class CudaDecodeBackendClass final : public DecodeBackendClass {
  public:

@@ -30,9 +30,9 @@
 #include "cuda/cuda_decode_backend.h"
 #include "lattn/backend.h"
 #include "lattn/cache.h"
+#include "lattn/device.h"
 #include "lattn/errors.h"
 #include "lattn/registry.h"
-#include "lattn/device.h"
 #include "support/gpu.h"
 #include "support/test_data.h"
 
@@ -540,6 +540,78 @@ TEST(CudaDecodeGraph, CapturedRunReplaysWithPlanOutside) {
     backend->prepare_metadata(b->md);
     run_and_check(*backend, *b, out, lse, "replay", false, &graph, stream.get());
   }
+  }
+}
+
+// One plan per step for all layers (docs/cuda.md, "One plan per step"): the
+// layers (backend instances) of a step share the first layer's device plan;
+// a new step, metadata edited in place and a capture plan again; two steps
+// interleaved over the layers (the first layer's plan store overwritten by
+// the other step) make the next layer plan again; a captured step of several
+// layers holds one planning kernel and replays correctly with new lengths.
+TEST(CudaDecodePlan, OncePerStepForAllLayers) {
+  LATTN_REQUIRE_GPU();
+  constexpr int kLayers = 4;
+  for (const std::string& name : backends_here()) {
+    SCOPED_TRACE(name);
+    cuda::StreamHandle stream(0);
+    const DecodeCase c{"layers", 16, 512, 64, 16, DType::bf16, DType::bf16, random_lens(5, 1, 700, 31), ones(5)};
+    const DecodeCase c2{"layers-2", 16, 512, 64, 16, DType::bf16, DType::bf16, random_lens(5, 1, 900, 32), ones(5)};
+    std::mt19937_64 rng(79);
+    auto b = make_batch(c, rng, /*capacity_blocks=*/60);
+    auto b2 = make_batch(c2, rng);
+    std::vector<std::unique_ptr<DecodeBackend>> layers;
+    std::vector<OwnedTensor> outs, lses;
+    for (int k = 0; k < kLayers; ++k) {
+      layers.push_back(make_backend(*b, stream.get(), name));
+      outs.push_back(OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu));
+      lses.push_back(OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu));
+    }
+    auto launched = [&](int k) { return cuda::decode_plans_launched(*layers[size_t(k)]); };
+    auto expect_launched = [&](std::vector<int64_t> want, const char* what) {
+      for (int k = 0; k < kLayers; ++k) EXPECT_EQ(launched(k), want[size_t(k)]) << what << ", layer " << k;
+    };
+    auto step = [&](DecodeBatch& batch, const char* what) {
+      for (int k = 0; k < kLayers; ++k)
+        run_and_check(*layers[size_t(k)], batch, outs[size_t(k)], lses[size_t(k)], what, true, nullptr, stream.get());
+    };
+    step(*b, "step 1");
+    expect_launched({1, 0, 0, 0}, "step 1");
+    b->md.plans = std::make_shared<StepPlans>();  // a new step
+    step(*b, "step 2");
+    expect_launched({2, 0, 0, 0}, "step 2");
+    randomize(*b, random_lens(5, 1, 950, 33), ones(5), rng);  // lengths edited in place
+    step(*b, "edited in place");
+    expect_launched({3, 0, 0, 0}, "edited in place");
+    // Two steps interleaved layer by layer: b2's first layer overwrites the
+    // store b's plan lives in, so b's second layer plans (into its own store).
+    for (int k = 0; k < kLayers; ++k) {
+      run_and_check(*layers[size_t(k)], *b, outs[size_t(k)], lses[size_t(k)], "interleaved b", true, nullptr,
+                    stream.get());
+      run_and_check(*layers[size_t(k)], *b2, outs[size_t(k)], lses[size_t(k)], "interleaved b2", true, nullptr,
+                    stream.get());
+    }
+    expect_launched({4, 1, 0, 0}, "interleaved");
+
+    // A captured step of all layers: one planning kernel, then attention +
+    // combine per layer; replayed with new lengths written in place.
+    b->md.plans = std::make_shared<StepPlans>();
+    step(*b, "warm-up");
+    cuda::CapturedGraph graph;
+    graph.begin(stream.get());
+    for (int k = 0; k < kLayers; ++k) {
+      layers[size_t(k)]->prepare_metadata(b->md);
+      layers[size_t(k)]->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, outs[size_t(k)].tensor(),
+                             lses[size_t(k)].tensor());
+    }
+    graph.end();
+    EXPECT_EQ(graph.num_kernel_nodes(), 1 + 2 * kLayers);
+    for (int replay = 0; replay < 2; ++replay) {
+      randomize(*b, random_lens(5, 1, 950, 40 + uint64_t(replay)), ones(5), rng);
+      for (int k = 0; k < kLayers; ++k) {
+        run_and_check(*layers[size_t(k)], *b, outs[size_t(k)], lses[size_t(k)], "replay", false, &graph, stream.get());
+      }
+    }
   }
 }
 

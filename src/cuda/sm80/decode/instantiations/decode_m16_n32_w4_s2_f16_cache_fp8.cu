@@ -1,5 +1,5 @@
 // Generated instantiation: decode kernel, 16-row x 32-key tiles, 4 warps, 2 stages, f16 activations, fp8 cache.
 // Written by scripts/gen_decode_instantiations.py from decode_config.h; do not edit.
-#include "cuda/sm80/decode/decode_launch_template.cuh"
+#include "cuda/sm80/decode/decode_kernel_launcher_impl.cuh"
 
 LATTN_INSTANTIATE_DECODE(16, 32, 4, 2, __half, __nv_fp8_e4m3)

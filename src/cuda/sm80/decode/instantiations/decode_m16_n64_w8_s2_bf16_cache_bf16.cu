@@ -1,5 +1,5 @@
 // Generated instantiation: decode kernel, 16-row x 64-key tiles, 8 warps, 2 stages, bf16 activations, bf16 cache.
 // Written by scripts/gen_decode_instantiations.py from decode_config.h; do not edit.
-#include "cuda/sm80/decode/decode_launch_template.cuh"
+#include "cuda/sm80/decode/decode_kernel_launcher_impl.cuh"
 
 LATTN_INSTANTIATE_DECODE(16, 64, 8, 2, __nv_bfloat16, __nv_bfloat16)

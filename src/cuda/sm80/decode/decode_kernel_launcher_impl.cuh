@@ -1,4 +1,4 @@
-// src/cuda/sm80/decode/decode_launch_template.cuh — the definition of
+// src/cuda/sm80/decode/decode_kernel_launcher_impl.cuh — the definition of
 // DecodeKernelLauncher, explicitly instantiated once per configuration in
 // instantiations/*.cu (so the heavy kernels compile in parallel,
 // FlashAttention-3 style).
@@ -10,7 +10,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/sm80/decode/decode_kernel.cuh"
-#include "cuda/sm80/decode/decode_launcher.h"
+#include "cuda/sm80/decode/decode_kernel_launcher.h"
 
 namespace lattn::cuda::sm80 {
 
@@ -24,8 +24,8 @@ void set_decode_kernel_attributes() {
   int device = 0;
   LATTN_CUDA_CHECK(cudaGetDevice(&device));
   std::call_once(once[device % kMaxDevices], [] {
-    LATTN_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(K::kSmemBytes)));
+    LATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(mla_decode_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(K::kSmemBytes)));
   });
 }
 

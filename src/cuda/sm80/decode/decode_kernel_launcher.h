@@ -1,6 +1,6 @@
-// src/cuda/sm80/decode/decode_launcher.h — the per-configuration launcher's
-// declaration; its definition (decode_launch_template.cuh) is compiled only in
-// the instantiation files.
+// src/cuda/sm80/decode/decode_kernel_launcher.h — the per-configuration
+// launcher's declaration; its definition (decode_kernel_launcher_impl.cuh) is
+// compiled only in the instantiation files.
 #pragma once
 
 #include <cuda_runtime.h>

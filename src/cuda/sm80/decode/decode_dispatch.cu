@@ -1,7 +1,7 @@
 // Runtime -> compile-time dispatch of the tensor-core decode kernel: tile
 // configuration x activation dtype x cache dtype, each paired with one
 // instantiation file (instantiations/decode_m{M}_n{N}_w{W}_s{S}_{dtype}_cache_{cache}.cu).
-#include "cuda/sm80/decode/decode_launch.h"
+#include "cuda/sm80/decode/decode_dispatch.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "cuda/sm80/decode/decode_launcher.h"
+#include "cuda/sm80/decode/decode_kernel_launcher.h"
 #include "cuda/sm80/decode/decode_traits.h"
 #include "lattn/errors.h"
 
@@ -33,20 +33,21 @@ auto with_traits(DecodeTileConfig c, DType dtype, DType cache_dtype, Fn&& fn) {
   auto by_types = [&](auto t_tag, auto c_tag) {
     using T = decltype(t_tag);
     using C = decltype(c_tag);
-#define LATTN_CONFIG_CASE(M, N, W, S)                                      \
-  if (c == DecodeTileConfig{M, N, W, S}) {                                 \
-    return fn.template operator()<DecodeTraits<M, N, W, S, T, C>>();       \
+#define LATTN_CONFIG_CASE(M, N, W, S)                                \
+  if (c == DecodeTileConfig{M, N, W, S}) {                           \
+    return fn.template operator()<DecodeTraits<M, N, W, S, T, C>>(); \
   }
     LATTN_DECODE_CONFIGS(LATTN_CONFIG_CASE)
 #undef LATTN_CONFIG_CASE
-    throw NotImplementedError("decode: tile configuration " + c.str() + " is not instantiated (instantiated: " +
-                              instantiated_list() + ")");
+    throw NotImplementedError("decode: tile configuration " + c.str() +
+                              " is not instantiated (instantiated: " + instantiated_list() + ")");
   };
   const bool fp8 = cache_dtype == DType::fp8_e4m3;
   if (cache_dtype != dtype && !fp8) {
-    throw NotImplementedError(std::string("decode: the tensor-core kernel needs the cache dtype to equal the activation "
-                                          "dtype or be fp8_e4m3, got cache ") +
-                              dtype_name(cache_dtype) + " with activations " + dtype_name(dtype));
+    throw NotImplementedError(
+        std::string("decode: the tensor-core kernel needs the cache dtype to equal the activation "
+                    "dtype or be fp8_e4m3, got cache ") +
+        dtype_name(cache_dtype) + " with activations " + dtype_name(dtype));
   }
   switch (dtype) {
     case DType::bf16:
@@ -96,8 +97,8 @@ bool parse_override(DecodeTileConfig& c) {
       return true;
     }
   }
-  throw ValueError(std::string("LATTN_DECODE_TILES: ") + env + " is not instantiated (instantiated: " +
-                   instantiated_list() + ")");
+  throw ValueError(std::string("LATTN_DECODE_TILES: ") + env +
+                   " is not instantiated (instantiated: " + instantiated_list() + ")");
 }
 
 }  // namespace

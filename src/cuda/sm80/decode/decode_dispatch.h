@@ -1,6 +1,7 @@
-// src/cuda/sm80/decode/decode_launch.h — tile configurations of the tensor-core
-// decode kernel and its launcher (runtime -> compile-time dispatch in
-// decode_launch.cu; one instantiation file per configuration).
+// src/cuda/sm80/decode/decode_dispatch.h — tile configurations of the
+// tensor-core decode kernel: which one a step gets, what it costs in shared
+// memory and occupancy, and the launch (runtime -> compile-time dispatch in
+// decode_dispatch.cu to one instantiation file per configuration).
 #pragma once
 
 #include <cuda_runtime.h>
