@@ -34,9 +34,11 @@ __device__ __forceinline__ void write_o(const DecodeParams& p, const PieceView& 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float total = l[i] + row_sum[(1 - g) * K::kBlockM + r0 + 8 * i];
-    // A row that saw no key: output 0, LSE -inf.
-    inv[i] = total > 0.f ? p.out_scale / total : 0.f;
-    lse[i] = total > 0.f ? (st.m[i] + log2f(total)) * 0.69314718055994531f : -INFINITY;
+    // A row that saw no key: output 0, LSE -inf. A NaN sum (the row saw a
+    // non-finite value, sanitize_masked_keys) passes through: NaN O and LSE.
+    const bool seen = !(total <= 0.f);
+    inv[i] = seen ? p.out_scale / total : 0.f;
+    lse[i] = seen ? (st.m[i] + log2f(total)) * 0.69314718055994531f : -INFINITY;
   }
   const int col0 = g * K::kColsPerWarpgroup + 2 * (lane % 4);
 #pragma unroll

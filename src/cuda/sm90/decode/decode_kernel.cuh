@@ -11,6 +11,8 @@
 // list also builds sm_80, where this kernel is never launched).
 #pragma once
 
+#include <climits>
+
 #include "cuda/sm90/decode/decode_epilogue.cuh"
 #include "cuda/sm90/decode/decode_mainloop.cuh"
 #include "cuda/smxx/decode_pieces.cuh"
@@ -45,6 +47,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   float* row_sum = reinterpret_cast<float*>(smem + K::kRowSumOffset);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + K::kBarrierOffset);
   uint64_t* empty = full + K::kStages;
+  int* bad_key = reinterpret_cast<int*>(smem + K::kBadKeyOffset);  // [2], by tile parity
   const int part = blockIdx.y;
 
   if (threadIdx.x == 0) {
@@ -104,12 +107,29 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       const int key0 = tile * K::kBlockN;
       if (key0 + K::kBlockN > pv.seq_len) zero_tail_rows<K>(kv, pv.seq_len - key0, g);
 
+      // Keys only some rows may see (the request's last s_q - 1) lie in this
+      // tile: their non-finite V values are zeroed below. The flag of this
+      // tile's parity was last read two tiles ago, before the row-max barrier
+      // of the previous tile, so resetting it here races with nobody.
+      const bool sanitize = mask_from < pv.seq_len && key0 + K::kBlockN > mask_from;
+      if (sanitize && threadIdx.x == 0) bad_key[it & 1] = INT_MAX;
+
       float sc[K::kKeysPerWarpgroup / 2];
       compute_qk<K>(q_smem, kv, g, sc);
       float alpha[2];
       softmax_tile<K>(sc, st, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, g, row_max, p_smem,
                       alpha);
+      if (sanitize) {
+        sanitize_masked_keys<K>(kv, key0, max(key0, mask_from), min(key0 + K::kBlockN, pv.seq_len), &bad_key[it & 1]);
+      }
       named_barrier_sync(kBarP, K::kConsumerThreads);  // both halves of P written (and fenced)
+      if (sanitize) {
+        const int first_bad = bad_key[it & 1];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          if (first_bad < key_limit[i]) st.l[i] = NAN;  // this row sees a non-finite value: NaN, as the math
+        }
+      }
       compute_pv<K>(p_smem, kv, g, o, alpha);
       mbarrier_arrive(&empty[s]);  // this thread's wgmmas have read the stage
     }

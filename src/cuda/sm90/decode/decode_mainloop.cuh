@@ -146,6 +146,31 @@ __device__ __forceinline__ void zero_tail_rows(uint8_t* kv, int valid, int g) {
   fence_proxy_async_shared();
 }
 
+// Keys [k_lo, k_hi) of the tile (key0 = its first key) are masked for some
+// row of the CTA (s_q > 1: a query token does not see the tokens after it).
+// A masked key must contribute nothing (docs/mla.md, "NaN and inf"), but
+// P = 0 times a NaN or inf value is NaN in P V, so their non-finite V
+// elements (columns 0..511) are zeroed in the tile after S = Q K^T has read
+// it; the first key that had one is recorded in *bad_key (atomicMin; the
+// caller resets it to INT_MAX and reads it after a barrier) so that a row
+// which may see that key is made NaN, as the math makes it. Every consumer
+// thread calls it after the row-max barrier (both warpgroups' Q K^T done) and
+// before the P barrier (P V not started).
+template <class K>
+__device__ __forceinline__ void sanitize_masked_keys(uint8_t* kv, int key0, int k_lo, int k_hi, int* bad_key) {
+  using T = typename K::T;
+  for (int idx = threadIdx.x; idx < (k_hi - k_lo) * K::kL; idx += K::kConsumerThreads) {
+    const int key = k_lo + idx / K::kL, col = idx % K::kL;
+    T* x = reinterpret_cast<T*>(kv + (col / K::kBoxCols) * K::kBlockN * 128 +
+                                swizzle128_offset(key - key0, col % K::kBoxCols));
+    if (!isfinite(static_cast<float>(*x))) {
+      *x = T(0.f);
+      atomicMin(bad_key, key);
+    }
+  }
+  fence_proxy_async_shared();
+}
+
 // Online softmax state of this thread's two rows (r0 = 16 w + l/4, r0 + 8).
 struct SoftmaxState {
   float m[2];  // running max, log2 units (scores * scale * log2 e)

@@ -58,7 +58,8 @@ struct DecodeTraits {
   static constexpr size_t kRowMaxOffset = kPOffset + kBoxBytes;             // [2][64] f32
   static constexpr size_t kRowSumOffset = kRowMaxOffset + 2 * kBlockM * 4;  // [2][64] f32
   static constexpr size_t kBarrierOffset = kRowSumOffset + 2 * kBlockM * 4; // full[kStages], empty[kStages]
-  static constexpr size_t kUsedBytes = kBarrierOffset + 2 * kStages * 8;
+  static constexpr size_t kBadKeyOffset = kBarrierOffset + 2 * kStages * 8;  // int[2]: sanitize_masked_keys' flag
+  static constexpr size_t kUsedBytes = kBadKeyOffset + 2 * 4;
   // + 1024: the dynamic window is only guaranteed 16-byte aligned; the kernel
   // rounds its base up to 1024 (the 128-byte swizzle's repeat).
   static constexpr size_t kSmemBytes = kUsedBytes + 1024;
