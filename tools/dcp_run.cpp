@@ -288,7 +288,7 @@ void print_dcp_report(const LayerSetup& layer, const DcpRunOptions& o, const Dcp
               o.steps, r.median_step_ms);
   if (r.verified) {
     std::printf("verify: worst rel l2 %.3e against one rank (step %d, rank %d), bound %.0e: %s\n", r.worst_rel_l2,
-                r.worst_step, r.worst_rank, r.bound, r.passed ? "passed" : "FAILED");
+                r.worst_step, r.worst_rank, r.bound, r.passed ? "PASS" : "FAIL");
   }
 }
 

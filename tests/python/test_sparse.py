@@ -111,7 +111,8 @@ def test_sparse_layer_with_topk_covering_every_token_equals_the_dense_layer():
     md = lattn.MlaMetadataBuilder(block_size=bs, context_chunk_workspace_size=64).build(
         [(q, c, t) for (q, c), t in zip(specs, tables)])
     T = sum(q for q, _ in specs)
-    w = rng.standard_normal((N * (P + V), L)).astype(np.float32) / np.sqrt(L)
+    # float32 throughout: NumPy 2 promotes float32 / np.float64 to float64.
+    w = (rng.standard_normal((N * (P + V), L)) / np.sqrt(L)).astype(np.float32)
     q = rng.standard_normal((T, N, P + R)).astype(np.float32)
     kv_c = rng.standard_normal((T, L)).astype(np.float32)
     k_pe = rng.standard_normal((T, R)).astype(np.float32)
