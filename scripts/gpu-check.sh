@@ -142,7 +142,12 @@ if command -v compute-sanitizer >/dev/null; then
   san memcheck cuda_ops_test '*'
   san memcheck cuda_decode_test 'CudaDecodeSmall.*:CudaDecodeGraph.CapturedRunReplaysWithPlanOutside'
   san memcheck cuda_gemm_test '*'
-  san memcheck cuda_backend_test '*tiny_mixed:*deepseek_mixed:*tiny_fp8_cache'
+  # The shared backend driver (every registered GPU backend, paired with the
+  # reference) on three small cases, and hopper's wgmma decode on the case that
+  # plants non-finite values in keys only some rows may see (its V cleaning).
+  san memcheck backend_driver_test '*_cuda_tiny_mixed:*_hopper_tiny_mixed:*_cuda_deepseek_mixed:*_hopper_deepseek_mixed:*_cuda_tiny_fp8_cache:*_hopper_tiny_fp8_cache'
+  san racecheck backend_driver_test '*decode_hopper_deepseek_nonfinite_h32_wgmma'
+  san synccheck backend_driver_test '*decode_hopper_deepseek_nonfinite_h32_wgmma'
   san racecheck cuda_decode_test 'CudaDecodeSmall.SanitizerCase:CudaDecodeSmall.LseIsOptional'
   san racecheck cuda_ops_test '*Merge*:*Gather*'
   # The hopper backend (sm90): its wrapper unit test and the small decode case
