@@ -306,7 +306,7 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
   // Which kernel ran: hopper's wgmma kernel exactly where it serves the case
   // (16-bit cache of the activation dtype, DeepSeek dims, pages of a multiple
   // of 64 keys, more than 16 rows per request), else the cuda kernels.
-  const std::string label = dynamic_cast<const cuda::CudaDecodeBackend&>(*backend).kernel_label();
+  const std::string label = backend->kernel_label();
   const int max_s_q = *std::max_element(c.s_q.begin(), c.s_q.end());
   const bool wgmma = name == "hopper" && c.cache_dtype == c.dtype && c.L == 512 && c.R == 64 &&
                      c.block_size % 64 == 0 && c.heads * max_s_q > 16;
@@ -329,9 +329,7 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
     setenv("LATTN_HOPPER_DECODE", other, 1);
     randomize(*b, c.seq_lens, c.s_q, rng);
     run_and_check(*backend, *b, out, lse, c.name);
-    EXPECT_EQ(dynamic_cast<const cuda::CudaDecodeBackend&>(*backend).kernel_label().rfind(
-                  name + ": sm90a wgmma + TMA decode (" + other + " schedule)", 0),
-              0u);
+    EXPECT_EQ(backend->kernel_label().rfind(name + ": sm90a wgmma + TMA decode (" + other + " schedule)", 0), 0u);
   }
   if (forced && *forced) {
     setenv("LATTN_HOPPER_DECODE", saved.c_str(), 1);
