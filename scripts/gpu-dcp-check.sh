@@ -14,7 +14,8 @@
 #                        DCP; all-to-all), per world size the machine holds
 #   scaling:             cuda_dcp_bench H16 B64 S131072 bf16, worlds 1,2,4:
 #                        PASS when every NCCL row reaches 0.8 x linear
-# Logs go to OUT_DIR (at most 4 files); the summary is printed last.
+# DCP_CHECK_FILTER (a gtest filter, default '*') narrows the every-machine
+# tests. Logs go to OUT_DIR (at most 4 files); the summary is printed last.
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0): the machines are shared.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu-dcp-check.sh OUT_DIR}
@@ -62,7 +63,7 @@ note "GPUs: $gpus; libnccl: $(ls /usr/local/cuda/lib64/libnccl.so.2 /usr/lib/x86
 
 # ---- every machine ----------------------------------------------------------------
 for t in dcp_prefill_test dcp_layer_test dcp_device_test nccl_communicator_test; do
-  step tests.log "$T/$t" --gtest_color=no
+  step tests.log "$T/$t" --gtest_color=no --gtest_filter="${DCP_CHECK_FILTER:-*}"
   note "$t: rc=$rc at $(stamp); $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests.log" | tail -1)"
 done
 
