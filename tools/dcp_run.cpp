@@ -61,9 +61,9 @@ struct Shared {
   const DcpRunOptions& o;
   OwnedTensor weight;                       // kv_b_proj [N*(P+V), L]
   std::vector<OwnedTensor> ctx_kv, ctx_pe;  // per request [max(context,1), L], [.., R]
-  std::vector<StepInputs> steps;  // prefill steps, then decode steps
+  std::vector<StepInputs> steps;            // prefill steps, then decode steps
   int prefill_steps = 0;
-  int64_t max_step_rows = 0;      // B * the longest step's len
+  int64_t max_step_rows = 0;  // B * the longest step's len
 };
 
 // Builds rank `dcp.rank`'s layer and cache on `device` (world 1: the whole cache).

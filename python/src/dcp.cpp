@@ -90,7 +90,8 @@ void bind_dcp(py::module_& m) {
           "local_count", [](const DcpConfig& c, int64_t n) { return dcp_local_count(c, n); }, py::arg("n"),
           "Tokens among positions [0, n) on this rank.");
 
-  py::class_<PyDcpDecodePlan>(m, "DcpDecodePlan", "One rank's part of a step (build_dcp_decode_metadata, build_dcp_metadata).")
+  py::class_<PyDcpDecodePlan>(m, "DcpDecodePlan",
+                              "One rank's part of a step (build_dcp_decode_metadata, build_dcp_metadata).")
       .def_property_readonly("metadata",
                              [](const PyDcpDecodePlan& p) {
                                // Shares the plan's lifetime.

@@ -53,8 +53,7 @@ struct PrefillCase {
 
 // Decodes (1 token), then prefills of every kind: no context, context shorter
 // than the world (empty shares), not divisible by the world, partial last blocks.
-const std::vector<Req> kMixed{{1, 0},  {1, 37}, {1, 6},  {5, 0},  {7, 1},
-                              {6, 2},  {9, 37}, {4, 64}, {2, 130}, {3, 11}};
+const std::vector<Req> kMixed{{1, 0}, {1, 37}, {1, 6}, {5, 0}, {7, 1}, {6, 2}, {9, 37}, {4, 64}, {2, 130}, {3, 11}};
 
 OwnedTensor on(const Tensor& host, Device dev) {
   if (dev.is_cpu()) {
@@ -303,10 +302,10 @@ TEST(DcpPrefill, MetadataPlansTheRanksShareOfTheContext) {
   // World 2, interleave 1, context 7 (rank 0: positions 0,2,4,6; rank 1: 1,3,5),
   // new tokens at global positions 7..10: rank 0 owns 8 and 10, rank 1 owns 7 and 9.
   for (int rank = 0; rank < 2; ++rank) {
-    const DcpDecodePlan plan = build_dcp_metadata(
-        builder, {{.query_len = 1, .num_computed_tokens = 2, .block_table = {9}},
-                  {.query_len = 4, .num_computed_tokens = 7, .block_table = {5, 2}}},
-        DcpConfig{2, rank, 1});
+    const DcpDecodePlan plan = build_dcp_metadata(builder,
+                                                  {{.query_len = 1, .num_computed_tokens = 2, .block_table = {9}},
+                                                   {.query_len = 4, .num_computed_tokens = 7, .block_table = {5, 2}}},
+                                                  DcpConfig{2, rank, 1});
     const MlaMetadata& md = plan.metadata;
     EXPECT_TRUE(plan.prefill_has_context);
     ASSERT_EQ(md.num_decodes, 1);
@@ -326,8 +325,8 @@ TEST(DcpPrefill, MetadataPlansTheRanksShareOfTheContext) {
     EXPECT_EQ(std::vector<int64_t>(slot + 1, slot + 5), want) << "rank " << rank;
   }
   // No prefill context anywhere: no combine.
-  const DcpDecodePlan none = build_dcp_metadata(builder, {{.query_len = 3, .num_computed_tokens = 0, .block_table = {1}}},
-                                                DcpConfig{4, 3, 1});
+  const DcpDecodePlan none =
+      build_dcp_metadata(builder, {{.query_len = 3, .num_computed_tokens = 0, .block_table = {1}}}, DcpConfig{4, 3, 1});
   EXPECT_FALSE(none.prefill_has_context);
   EXPECT_EQ(none.metadata.num_prefills, 1);
   // The local block table must hold the rank's tokens: 11 tokens, 6 on rank 0 need 2 blocks.

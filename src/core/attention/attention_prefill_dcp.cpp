@@ -67,8 +67,8 @@ bool forward_prefill_dcp(MlaAttention::Impl& impl, const ForwardArgs& args, cons
                          const MlaMetadata& metadata, const Tensor& out_rows, const Tensor& staging_rows) {
   const MlaDims& d = impl.dims();
   const PrefillMetadata& pm = *metadata.prefill;
-  const int64_t Td = metadata.num_decode_tokens, Tp = pm.num_prefill_tokens, N = d.num_heads,
-                P = d.qk_nope_head_dim, R = d.qk_rope_head_dim, V = d.v_head_dim;
+  const int64_t Td = metadata.num_decode_tokens, Tp = pm.num_prefill_tokens, N = d.num_heads, P = d.qk_nope_head_dim,
+                R = d.qk_rope_head_dim, V = d.v_head_dim;
   const DType dtype = impl.config.dtype;
   Workspace& ws = impl.workspace;
   const Stream stream = impl.run_context().stream;

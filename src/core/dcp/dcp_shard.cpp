@@ -79,12 +79,13 @@ DcpDecodePlan build_plan(const char* op, bool allow_prefill, const MlaMetadataBu
       // context is gathered, so the padding entries are never read: they
       // repeat the last real block (a valid id).
       const int64_t local_context = dcp_local_count(dcp, context);
-      RequestSpec row{.query_len = req.query_len, .num_computed_tokens = int32_t(local_context),
-                      .block_table = req.block_table};
+      RequestSpec row{
+          .query_len = req.query_len, .num_computed_tokens = int32_t(local_context), .block_table = req.block_table};
       const size_t cover = size_t((local_context + req.query_len + block_size - 1) / block_size);
       const int32_t pad = row.block_table.empty() ? 0 : row.block_table.back();
       if (row.block_table.size() < cover) row.block_table.resize(cover, pad);
-      for (int j = 0; j < req.query_len; ++j) slots.push_back(owned_slot(dcp, req.block_table, block_size, context + j));
+      for (int j = 0; j < req.query_len; ++j)
+        slots.push_back(owned_slot(dcp, req.block_table, block_size, context + j));
       if (context > 0) plan.prefill_has_context = true;
       rows.push_back(std::move(row));
       continue;
