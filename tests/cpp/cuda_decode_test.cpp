@@ -868,7 +868,10 @@ TEST(CudaDecodeGraph, WholeDecodeStepReplays) {
   graph.begin(stream.get());
   issue_step();
   graph.end();
-  EXPECT_GE(graph.num_kernel_nodes(), 6);  // write, GEMM, plan, attention, combine, GEMM (cuBLAS may add nodes)
+  // write, GEMM, plan, attention, combine, GEMM (cuBLAS may add nodes); on
+  // sm90 this batch of 5 runs the one-launch decode (plan, attention and
+  // combine in one kernel): two nodes fewer.
+  EXPECT_GE(graph.num_kernel_nodes(), runs_fused(*backend) ? 4 : 6);
   for (int step = 0; step < steps; ++step) {
     for (int& len : cur) ++len;  // every sequence grows by the token of this step
     set_lens();

@@ -145,6 +145,18 @@ __device__ __forceinline__ void combine_phase(const DecodeParams& p, const Small
     }
     const int slot0 = sp.slot0[r];
     const float* lse = plan.partial_lse + int64_t(slot0) * rows + row;
+    const float* part = plan.partial_o + (int64_t(slot0) * rows + row) * K::kL + c;
+    const int64_t stride = int64_t(rows) * K::kL;
+    // The first kEarly partials of this thread are loaded before the LSE
+    // reductions (they do not depend on the weights): their L2 latency
+    // overlaps the reductions' barriers.
+    constexpr int kEarly = 8;
+    float4 early[kEarly];
+#pragma unroll
+    for (int k = 0; k < kEarly; ++k) {
+      const int se = g + k * groups;
+      early[k] = se < n ? __ldcg(reinterpret_cast<const float4*>(part + se * stride)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     float m = -INFINITY;
     for (int s = threadIdx.x; s < n; s += kThreads) m = max_nan(m, __ldcg(lse + int64_t(s) * rows));
     m = block_reduce<kThreads>(m, red, true);
@@ -158,14 +170,16 @@ __device__ __forceinline__ void combine_phase(const DecodeParams& p, const Small
     const float inv = sum == 0.f ? 0.f : 1.f / sum;
     const float final_lse = sum == 0.f ? -INFINITY : m + logf(sum);
 
-    const float* part = plan.partial_o + (int64_t(slot0) * rows + row) * K::kL + c;
-    const int64_t stride = int64_t(rows) * K::kL;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     auto add = [&](float w, float4 v) {
       // A part with weight 0 saw no key of this row: skipped (never 0 * NaN).
       if (w != 0.f) acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
     };
-    int s = g;
+#pragma unroll
+    for (int k = 0; k < kEarly; ++k) {
+      if (g + k * groups < n) add(weights[g + k * groups], early[k]);
+    }
+    int s = g + kEarly * groups;
     for (; s + 3 * groups < n; s += 4 * groups) {  // four loads in flight
       float4 v[4];
 #pragma unroll
@@ -197,7 +211,7 @@ namespace {
 using namespace fused_detail;
 
 template <class K>
-__device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid_sync) {
+__device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid_sync, int stages) {
   extern __shared__ __align__(128) char smem[];
   __shared__ SmallPlan sp;
   if (threadIdx.x < 32) plan_in_warp(p, sp);
@@ -207,7 +221,7 @@ __device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid
   const int part = blockIdx.y;
   const int w = sp.w, ovh = p.plan.overhead_tiles;
   const int begin = part * w, end = min(begin + w, sp.total);
-  for (int r = 0; r < p.batch && begin < end; ++r) {
+  for (int r = 0; r < p.batch && begin < end && (stages & kFusedStageAttention); ++r) {
     const int c0 = sp.prefix[r];
     if (c0 >= end) break;
     const int c1 = sp.prefix[r + 1];
@@ -230,16 +244,16 @@ __device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid
   }
   // Every CTA (with or without pieces) joins the barrier and the combine.
   grid_barrier(grid_sync, gridDim.x * gridDim.y);
-  combine_phase<K>(p, sp, smem);
+  if (stages & kFusedStageCombine) combine_phase<K>(p, sp, smem);
 }
 
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) mla_decode_fused_kernel(const __grid_constant__ DecodeParams p,
-                                                                                   uint32_t* grid_sync) {
+                                                                                   uint32_t* grid_sync, int stages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // needs more shared memory than any sm8x GPU has; never launched there
 #else
-  fused_body<K>(p, grid_sync);
+  fused_body<K>(p, grid_sync, stages);
 #endif
 }
 
@@ -272,7 +286,7 @@ int fused_ctas_per_sm() {
 }
 
 template <class K>
-void fused_launch(const DecodeParams& p, uint32_t* grid_sync, int m_tiles, cudaStream_t stream) {
+void fused_launch(const DecodeParams& p, uint32_t* grid_sync, int stages, int m_tiles, cudaStream_t stream) {
   set_fused_attributes<K>();
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(unsigned(m_tiles), unsigned(p.plan.num_parts));
@@ -284,7 +298,7 @@ void fused_launch(const DecodeParams& p, uint32_t* grid_sync, int m_tiles, cudaS
   attribute[0].val.cooperative = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  LATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_fused_kernel<K>, p, grid_sync));
+  LATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_fused_kernel<K>, p, grid_sync, stages));
   LATTN_CUDA_CHECK_LAUNCH("mla_decode_fused_kernel");
 }
 
@@ -301,11 +315,12 @@ struct CtasPerSm {
 struct Launch {
   const DecodeParams& p;
   uint32_t* grid_sync;
+  int stages;
   int m_tiles;
   cudaStream_t stream;
   template <class K>
   void operator()() const {
-    fused_launch<K>(p, grid_sync, m_tiles, stream);
+    fused_launch<K>(p, grid_sync, stages, m_tiles, stream);
   }
 };
 
@@ -337,12 +352,12 @@ int decode_fused_ctas_per_sm(sm80::DecodeTileConfig config, DType dtype) {
 }
 
 void launch_decode_fused(const DecodeParams& p, uint32_t* grid_sync, sm80::DecodeTileConfig config, DType dtype,
-                         int m_tiles, cudaStream_t stream) {
+                         int m_tiles, cudaStream_t stream, int stages) {
   if (p.batch > kFusedDecodeMaxBatch) {
     throw RuntimeError("decode (one launch): batch " + std::to_string(p.batch) + " exceeds " +
                        std::to_string(kFusedDecodeMaxBatch));
   }
-  with_fused_traits(config, dtype, Launch{p, grid_sync, m_tiles, stream});
+  with_fused_traits(config, dtype, Launch{p, grid_sync, stages, m_tiles, stream});
 }
 
 }  // namespace lattn::cuda
