@@ -79,8 +79,8 @@ class CudaDecodeBackend final : public DecodeBackend {
   void plan(const DecodeMetadata& md, bool allow_sm90);
   // Launches the planning kernel into this instance's store (plan_ set).
   void launch_plan(const DecodeMetadata& md, int parts);
-  // The one-launch kernel's plan: partial slots and barrier words in this
-  // instance's store; nothing is launched (the kernel plans itself).
+  // The one-launch kernel's plan: partial slots in this instance's store;
+  // nothing is launched (the kernel plans itself).
   void plan_fused(const DecodeMetadata& md, int parts);
   // Co-resident CTAs per SM of the one-launch kernel (queried once: the
   // configuration and dtype it serves are fixed per instance).

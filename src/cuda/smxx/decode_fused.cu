@@ -120,9 +120,9 @@ __device__ __forceinline__ void combine_phase(const DecodeParams& p, const Small
   const int groups = kThreads / c4;   // split groups per item
   const int rows = plan.rows_capacity;
   const int items = p.batch * rows * chunks;
-  float* weights = reinterpret_cast<float*>(smem);                                // [kMaxDecodeSplitsPerRequest]
+  float* weights = reinterpret_cast<float*>(smem);                                      // [kMaxDecodeSplitsPerRequest]
   float4* group_acc = reinterpret_cast<float4*>(weights + kMaxDecodeSplitsPerRequest);  // [kThreads]
-  float* red = reinterpret_cast<float*>(group_acc + kThreads);                    // [kThreads / 32]
+  float* red = reinterpret_cast<float*>(group_acc + kThreads);                          // [kThreads / 32]
   const int ct = threadIdx.x % c4, g = threadIdx.x / c4;
   for (int item = blockIdx.y * gridDim.x + blockIdx.x; item < items; item += gridDim.x * gridDim.y) {
     const int r = item / (rows * chunks), row = item / chunks % rows, chunk = item % chunks;
@@ -248,8 +248,8 @@ __device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid
 }
 
 template <class K>
-__global__ void __launch_bounds__(K::kThreads, 1) mla_decode_fused_kernel(const __grid_constant__ DecodeParams p,
-                                                                                   uint32_t* grid_sync, int stages) {
+__global__ void __launch_bounds__(K::kThreads, 1)
+    mla_decode_fused_kernel(const __grid_constant__ DecodeParams p, uint32_t* grid_sync, int stages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // needs more shared memory than any sm8x GPU has; never launched there
 #else
@@ -259,9 +259,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) mla_decode_fused_kernel(const 
 
 // The combine phase's shared memory fits in the attention's.
 template <class K>
-constexpr bool kCombineFits = size_t(kMaxDecodeSplitsPerRequest) * 4 + size_t(K::kThreads) * 16 +
-                                  size_t(K::kThreads / 32) * 4 <=
-                              K::kSmemBytes;
+constexpr bool kCombineFits =
+    size_t(kMaxDecodeSplitsPerRequest) * 4 + size_t(K::kThreads) * 16 + size_t(K::kThreads / 32) * 4 <= K::kSmemBytes;
 
 template <class K>
 void set_fused_attributes() {
@@ -344,7 +343,8 @@ auto with_fused_traits(sm80::DecodeTileConfig config, DType dtype, Fn&& fn) {
 }  // namespace
 
 bool decode_fused_supported(sm80::DecodeTileConfig config, DType dtype, DType cache_dtype, int cc_major) {
-  return cc_major == 9 && config == kFusedConfig && cache_dtype == dtype && (dtype == DType::bf16 || dtype == DType::f16);
+  return cc_major == 9 && config == kFusedConfig && cache_dtype == dtype &&
+         (dtype == DType::bf16 || dtype == DType::f16);
 }
 
 int decode_fused_ctas_per_sm(sm80::DecodeTileConfig config, DType dtype) {
