@@ -419,8 +419,8 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
     sm90::launch_decode_sm90(p, params_.dtype, cache.num_blocks(), m_tiles_, stream);
     launch_decode_combine(p, params_.dtype, stream);
   } else if (fused_) {
-    // LATTN_DECODE_FUSED_STAGES=1|2|0 (attention only, combine only, neither):
-    // stage-removal timings for docs/perf.md only (wrong outputs).
+    // LATTN_DECODE_FUSED_STAGES: a mask of attention 1, combine 2, metadata
+    // prefetch 4 (default 7); stage-removal timings for docs/perf.md only.
     launch_decode_fused(p, static_cast<uint32_t*>(fused_sync_.data()), config_, params_.dtype, m_tiles_, stream,
                         env_int("LATTN_DECODE_FUSED_STAGES", kFusedStageAll) & kFusedStageAll);
   } else if (fast_) {

@@ -63,6 +63,22 @@ __device__ __forceinline__ void plan_in_warp(const DecodeParams& p, SmallPlan& s
   }
 }
 
+__device__ __forceinline__ void prefetch_l2(const void* ptr) { asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr)); }
+
+// The global reads that follow the plan (query_start_loc, then the block-table
+// entry of the part's first tile) would be dependent DRAM round trips before
+// the first KV copy is issued; thread t of nt (warps 1..) brings them into L2
+// while warp 0 reads seq_lens. Speculative: every request's table row up to
+// its first 64 lines of 32 entries (the part's tiles are among them, except
+// in rows of more than 2048 pages); all addresses in bounds.
+__device__ __forceinline__ void prefetch_metadata(const DecodeParams& p, int t, int nt) {
+  if (t * 32 <= p.batch) prefetch_l2(p.query_start_loc + t * 32);
+  const int lines = int(min((p.table_width * 4 + 127) / 128, int64_t(64)));
+  for (int i = t; i < p.batch * lines; i += nt) {
+    prefetch_l2(p.block_table + (i / lines) * p.block_table_stride + (i % lines) * 32);
+  }
+}
+
 // Every CTA of the grid arrives; returns when all have (all are resident: the
 // launch is cooperative). sync[0] counts arrivals and is reset by the last
 // CTA, which then advances the generation sync[1] that the others wait on.
@@ -214,7 +230,11 @@ template <class K>
 __device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid_sync, int stages) {
   extern __shared__ __align__(128) char smem[];
   __shared__ SmallPlan sp;
-  if (threadIdx.x < 32) plan_in_warp(p, sp);
+  if (threadIdx.x < 32) {
+    plan_in_warp(p, sp);
+  } else if (stages & kFusedStagePrefetch) {
+    prefetch_metadata(p, threadIdx.x - 32, K::kThreads - 32);
+  }
   __syncthreads();
 
   // The part's pieces, as decode_pieces.cuh walks them (the plan from shared memory).

@@ -43,8 +43,9 @@ int decode_fused_ctas_per_sm(sm80::DecodeTileConfig config, DType dtype);
 // before the first launch, used by no other kernel (they are zero again
 // after every launch).
 // stages: which phases run (kFusedStageAll; the others are measurement-only
-// stage removals for docs/perf.md, whose outputs are wrong).
-constexpr int kFusedStageAttention = 1, kFusedStageCombine = 2, kFusedStageAll = 3;
+// stage removals for docs/perf.md: without attention or combine the outputs
+// are wrong; without the metadata prefetch they are right).
+constexpr int kFusedStageAttention = 1, kFusedStageCombine = 2, kFusedStagePrefetch = 4, kFusedStageAll = 7;
 void launch_decode_fused(const DecodeParams& p, uint32_t* grid_sync, sm80::DecodeTileConfig config, DType dtype,
                          int m_tiles, cudaStream_t stream, int stages = kFusedStageAll);
 
