@@ -18,21 +18,16 @@ struct HopperPrefillConfig {
   int block_n;      // key rows per pipeline stage
   int stages;       // K/V shared-memory stages
   // true: a consumer warpgroup issues Q K[n]ᵀ and P V[n+1] together and runs
-  // block n's softmax while P V runs. Every row of this table is true (the
-  // serial variant was measured slower and dropped, docs/perf.md).
+  // block n's softmax while P V runs (two S/P register sets' worth of
+  // overlap); false: the three steps one after the other.
   bool overlap;
   // true (with overlap): the two consumer warpgroups take turns issuing their
   // matrix products (FlashAttention-3's ping-pong, two named barriers), so
   // one's softmax runs while the other's products occupy the tensor cores.
   bool pingpong;
-  // true: the consumers run one stream of key blocks across their tiles (a
-  // tile's last P V goes with the next tile's first Q Kᵀ, its O is written
-  // after that; PrefillConsumerStream); false: tile by tile, the last P V
-  // alone and the epilogue between tiles (PrefillConsumerTile).
-  bool stream;
   // Producer warps that clean V tiles (1..3; PrefillMainloop::fix_v).
   int fix_warps;
-  bool candidate;  // true: kept for benchmarks and tests, never the default
+  bool candidate;   // true: kept for benchmarks and tests, never the default
   const char* name;
 };
 
@@ -41,10 +36,10 @@ struct HopperPrefillConfig {
 // consumer warpgroup holds S (64x128 f32, 64 registers/thread) and O (64x128
 // f32, 64) plus P (32), well inside the 240 registers setmaxnreg gives it.
 inline constexpr HopperPrefillConfig kHopperPrefillConfigs[] = {
-    // qk   v   bm   bn  stages overlap pingpong stream fixers candidate
-    {192, 128, 128, 128, 2, true, true, true, 3, false, "qk192_v128_m128_n128_s2_pingpong"},
-    {192, 128, 128, 128, 2, true, false, true, 3, true, "qk192_v128_m128_n128_s2_overlap"},
-    {192, 128, 128, 128, 2, true, true, false, 3, true, "qk192_v128_m128_n128_s2_pingpong_tile"},
+    // qk   v   bm   bn  stages overlap pingpong fixers candidate
+    {192, 128, 128, 128, 2, true, true, 3, false, "qk192_v128_m128_n128_s2_pingpong"},
+    {192, 128, 128, 128, 2, true, false, 3, true, "qk192_v128_m128_n128_s2_overlap"},
+    {192, 128, 128, 128, 2, false, false, 3, true, "qk192_v128_m128_n128_s2_serial"},
 };
 inline constexpr int kNumHopperPrefillConfigs = int(sizeof(kHopperPrefillConfigs) / sizeof(kHopperPrefillConfigs[0]));
 

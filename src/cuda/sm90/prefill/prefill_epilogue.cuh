@@ -1,8 +1,6 @@
 // src/cuda/sm90/prefill/prefill_epilogue.cuh — the end of a consumer
-// warpgroup's tile: O and LSE written straight from registers, only for rows
-// inside the request (O / row sum here, or O already normalized by the
-// tile's last block for the stream consumer); and the path for a tile that
-// sees no key.
+// warpgroup's tile: O / row sum and LSE written straight from registers, only
+// for rows inside the request; and the path for a tile that sees no key.
 #pragma once
 
 #include <cmath>
@@ -17,15 +15,16 @@ struct PrefillEpilogue {
   using Element = typename Traits::Element;
   static constexpr int kNRegO = Traits::kHeadDimV / 2;
 
-  // O / row sum and LSE (the tile-by-tile consumer). out_row: out at (q_start + row, head, 0) for this thread's first
-  // row (row = the warpgroup's row0 + 16 warp + lane / 4); the second row is 8 further. valid_rows: rows of the
-  // thread's warp < seqlen_q, counted from the warp's first row. lse_row: lse at (head, q_start + row), may be nullptr.
+  // out_row: out at (q_start + row, head, 0) for this thread's first row
+  // (row = the warpgroup's row0 + 16 warp + lane / 4); the second row is 8
+  // further. valid_rows: rows of the thread's warp < seqlen_q, counted from
+  // the warp's first row. lse_row: lse at (head, q_start + row), may be nullptr.
   // m in scaled log2 units (PrefillMainloop::softmax): LSE = ln2 m + ln(sum);
   // a row whose sum is 0 saw no key: O = 0, LSE = -inf; a NaN sum (a NaN score
   // among the keys it sees) makes the row NaN (docs/mla.md, "NaN and inf").
-  __device__ static void store(const float (&o)[kNRegO], const float (&m)[2], const float (&l)[2], Element* out_row,
-                               int64_t out_row_stride, float* lse_row, int first_row_valid, int second_row_valid,
-                               int lane) {
+  __device__ static void store(const float (&o)[kNRegO], const float (&m)[2], const float (&l)[2],
+                               Element* out_row, int64_t out_row_stride, float* lse_row, int first_row_valid,
+                               int second_row_valid, int lane) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float sum = l[h];
@@ -43,37 +42,6 @@ struct PrefillEpilogue {
       if (lse_row != nullptr && lane % 4 == 0) {
         lse_row[h * 8] = sum == 0.f ? -INFINITY : m[h] * 0.69314718055994531f + logf(sum);
       }
-    }
-  }
-
-  // O already normalized (PrefillMainloop::normalize_last) to global memory.
-  // out_row: out at (q_start + row, head, 0) for this thread's first row
-  // (row = the warpgroup's row0 + 16 warp + lane / 4); the second row is 8
-  // further. Rows not valid (past the request) are not written.
-  __device__ static void store_normalized(const float (&o)[kNRegO], Element* out_row, int64_t out_row_stride,
-                                          bool first_row_valid, bool second_row_valid, int lane) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (!(h == 0 ? first_row_valid : second_row_valid)) continue;
-      Element* row = out_row + h * 8 * out_row_stride + 2 * (lane % 4);
-#pragma unroll
-      for (int j = 0; j < Traits::kHeadDimV / 8; ++j) {
-        *reinterpret_cast<uint32_t*>(row + 8 * j) =
-            prefill_detail::pack2<Element>(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
-      }
-    }
-  }
-
-  // LSE of this thread's two rows from the final m (scaled log2) and row sums
-  // (reduced): ln2 m + ln(sum), -inf for a row that saw no key. lse_row: lse
-  // at (head, first row); written by one thread of the four of a row.
-  __device__ static void store_lse(const float (&m)[2], const float (&sum)[2], float* lse_row, bool first_row_valid,
-                                   bool second_row_valid, int lane) {
-    if (lane % 4 != 0) return;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (!(h == 0 ? first_row_valid : second_row_valid)) continue;
-      lse_row[h * 8] = sum[h] == 0.f ? -INFINITY : m[h] * 0.69314718055994531f + logf(sum[h]);
     }
   }
 

@@ -52,7 +52,7 @@ constexpr auto make_table(std::integer_sequence<int, kConfigs...>) {
 
 const auto kLaunchers = make_table(std::make_integer_sequence<int, kNumHopperPrefillConfigs>{});
 
-// A [rows, heads, dim] 16-bit tensor read in [box_rows][64 columns] boxes of
+// A [rows, heads, dim] 16-bit tensor read in [128 rows][64 columns] boxes of
 // one head, 128-byte swizzled (prefill_traits.cuh's layout).
 CUtensorMap head_major_map(const char* name, const void* base, PrefillElement element, int64_t rows, int heads,
                            int dim, int64_t row_stride, int64_t head_stride, int box_rows) {
@@ -139,7 +139,7 @@ void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_
   }
 
   const CUtensorMap tq = head_major_map("q", p.q, p.element, q_rows, p.num_heads, p.head_dim_qk, p.q_row_stride,
-                                        p.q_head_stride, cfg.block_m / 2);  // one box per consumer warpgroup
+                                        p.q_head_stride, cfg.block_m);
   // No key rows at all: every tile sees no key and no K/V box is ever
   // loaded; q's map stands in for the descriptors.
   const CUtensorMap tk = kv_rows == 0 ? tq

@@ -62,20 +62,16 @@ struct PrefillMainloop {
 
   // ---- producer (one thread) ---------------------------------------------------
   // Walks the CTA's tiles exactly as the consumers do and keeps the K/V stages
-  // full: K[n] and V[n] for n = n_blocks - 1 down to 0, each into the next
-  // stage once every consumer warp released that stage's K (resp. V), and the
-  // tile's Q after its first K: each consumer warpgroup's 64 rows on their own
-  // barrier pair, as soon as that warpgroup is done with the previous tile's
-  // rows (its last Q Kᵀ). The consumers run one stream of key blocks across
-  // tiles (a tile's last P V goes with the next tile's first Q Kᵀ), so the
-  // first K of the next tile is wanted before the previous Q is released: it
-  // is issued first. K and V are released separately: K[n] is done long
-  // before V[n], and the next K can land meanwhile. Boxes past the end of
-  // the tensors are zero-filled by the copy engine; rows past a request's end
+  // full: Q once per tile (after the consumers released the previous Q), then
+  // K[n] and V[n] for n = n_blocks - 1 down to 0, each into the next stage
+  // once every consumer warp released that stage's K (resp. V). K and V are
+  // released separately: with the overlapped consumer, K[n] is done long
+  // before V[n], and the next K can land meanwhile. Boxes past the end of the
+  // tensors are zero-filled by the copy engine; rows past a request's end
   // (the next request's) are masked or never written by the consumers, and
   // their V rows zeroed by the fixer warps (v_fix tells them, per block, what
   // to clean; after the last block a kFixStop phase with no copy ends them).
-  // Shared memory by 32-bit address: the producer runs with few registers.
+  // Shared memory by 32-bit address: 24 registers after setmaxnreg.
   static constexpr int32_t kFixNone = -1;
   static constexpr int32_t kFixStop = -2;
   __device__ static void produce(const PrefillParams& p, const CUtensorMap* tmap_q, const CUtensorMap* tmap_k,
@@ -87,6 +83,14 @@ struct PrefillMainloop {
     for (int work = 2 * blockIdx.x; work < 2 * num_units; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
       PrefillTile t;
       if (!Scheduler::get_tile(p, order, work / 2, work & 1, t) || t.n_blocks == 0) continue;
+      mbarrier_wait(bar(offsetof(PrefillBarriers, q_empty), 0), (q_iter & 1) ^ 1);
+      mbarrier_arrive_expect_tx(bar(offsetof(PrefillBarriers, q_full), 0), Traits::kQBytes);
+#pragma unroll
+      for (int c = 0; c < Traits::kQBoxes; ++c) {
+        tma_load_3d(smem + uint32_t(Traits::kSmemQ + c * Traits::kQBoxBytes), tmap_q,
+                    bar(offsetof(PrefillBarriers, q_full), 0), c * Traits::kBoxCols, t.head, t.q_start + t.row0);
+      }
+      ++q_iter;
       for (int nb = t.n_blocks - 1; nb >= 0; --nb, ++kv_iter) {
         const uint32_t stage = kv_iter % 2;
         const uint32_t phase = (kv_iter / 2) & 1;
@@ -97,21 +101,6 @@ struct PrefillMainloop {
         for (int c = 0; c < Traits::kQBoxes; ++c) {
           tma_load_3d(smem + uint32_t(Traits::kSmemK + c * Traits::kKVBoxBytes) + stage * uint32_t(Traits::kKBytes),
                       tmap_k, bar(offsetof(PrefillBarriers, k_full), stage), c * Traits::kBoxCols, t.head, key_row);
-        }
-        if (nb == t.n_blocks - 1) {
-#pragma unroll 1
-          for (uint32_t w = 0; w < 2; ++w) {
-            mbarrier_wait(bar(offsetof(PrefillBarriers, q_empty), w), (q_iter & 1) ^ 1);
-            mbarrier_arrive_expect_tx(bar(offsetof(PrefillBarriers, q_full), w), Traits::kQHalfBytes);
-#pragma unroll 1
-            for (int c = 0; c < Traits::kQBoxes; ++c) {
-              tma_load_3d(
-                  smem + uint32_t(Traits::kSmemQ + c * Traits::kQBoxBytes) + w * uint32_t(Traits::kQHalfBoxBytes),
-                  tmap_q, bar(offsetof(PrefillBarriers, q_full), w), c * Traits::kBoxCols, t.head,
-                  t.q_start + t.row0 + int(w) * Traits::kRowsPerWarpgroup);
-            }
-          }
-          ++q_iter;
         }
         mbarrier_wait(bar(offsetof(PrefillBarriers, v_empty), stage), phase ^ 1);
         int sanitize_from, zero_from;
@@ -227,29 +216,6 @@ struct PrefillMainloop {
     }
   }
 
-  // A tile's last block, between softmax_exp and rescale_and_pack: the row
-  // sums are final, so 1 / sum is folded into this block's P and into corr
-  // (O's rescale), and O comes out of this block's P V already normalized.
-  // Returns the row sums (reduced over the 4 threads of a row) for the LSE.
-  // A row whose sum is 0 saw no key: O = 0; a NaN sum makes O NaN
-  // (docs/mla.md, "NaN and inf").
-  __device__ static void normalize_last(float (&s)[kNRegS], float (&corr)[2], const float (&l)[2], float (&sum)[2]) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float x = l[h];
-      x += __shfl_xor_sync(0xffffffffu, x, 1);
-      x += __shfl_xor_sync(0xffffffffu, x, 2);
-      sum[h] = x;
-      const float inv = x == 0.f ? 0.f : 1.f / x;
-      corr[h] *= inv;
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        s[4 * j + 2 * h] *= inv;
-        s[4 * j + 2 * h + 1] *= inv;
-      }
-    }
-  }
-
   // Second half: o *= corr (per row), p packed as the A fragments of P · V.
   __device__ static void rescale_and_pack(const float (&s)[kNRegS], float (&o)[kNRegO], const float (&corr)[2],
                                           uint32_t (&pf)[kPVSteps][4]) {
@@ -257,12 +223,6 @@ struct PrefillMainloop {
     for (int j = 0; j < Traits::kHeadDimV / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[4 * j + e] *= corr[e / 2];
-    pack(s, pf);
-  }
-
-  // p packed as the A fragments of P · V (O untouched: a tile's first block,
-  // whose O starts at 0).
-  __device__ static void pack(const float (&s)[kNRegS], uint32_t (&pf)[kPVSteps][4]) {
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
       pf[kk][0] = prefill_detail::pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);

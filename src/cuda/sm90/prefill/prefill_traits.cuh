@@ -4,8 +4,7 @@
 //
 // Roles (3 warpgroups, 384 threads, one CTA per SM):
 //   warpgroup 0  producer: one thread issues the bulk tensor copies (TMA) of
-//                Q once per tile (each consumer warpgroup's 64 rows on their
-//                own barriers) and K/V per key block; its warps 1..3 clean
+//                Q once per tile and K/V per key block; its warps 1..3 clean
 //                the V blocks that hold keys some rows must not see (see
 //                PrefillMainloop::fix_v); the warpgroup gives its registers
 //                to the consumers (setmaxnreg).
@@ -36,8 +35,8 @@ namespace lattn::cuda::sm90 {
 
 // The mbarriers of the pipeline (all in shared memory).
 struct PrefillBarriers {
-  uint64_t q_full[2];   // consumer warpgroup w's 64 rows of Q landed (1 arrival + transaction bytes)
-  uint64_t q_empty[2];  // the 4 warps of consumer warpgroup w are done with its rows of Q
+  uint64_t q_full;      // Q tile landed (1 arrival + transaction bytes)
+  uint64_t q_empty;     // every consumer warp is done with Q (kConsumerWarps arrivals)
   uint64_t k_full[2];   // K[s] landed
   uint64_t v_full[2];   // V[s] landed
   uint64_t v_ready[2];  // V[s] cleaned by the fixer warps (only blocks that need it; kFixThreads arrivals)
@@ -64,8 +63,7 @@ struct HopperPrefillTraits {
   static constexpr int kStages = kCfg.stages;
   static constexpr bool kOverlap = kCfg.overlap;
   static constexpr bool kPingPong = kCfg.pingpong;
-  static constexpr bool kStream = kCfg.stream;
-  static_assert(kOverlap, "the consumer is the overlapped one (the serial variant was dropped)");
+  static_assert(!kPingPong || kOverlap, "ping-pong is built on the overlapped consumer");
 
   // Named barriers kTurnBarrier + wg: "consumer warpgroup wg may issue" (both
   // consumer warpgroups, 256 threads).
@@ -96,11 +94,6 @@ struct HopperPrefillTraits {
   static_assert(kStages == 2, "PrefillBarriers holds two stages");
 
   static constexpr int kQBoxBytes = kBlockM * 128;  // one [kBlockM][64] box
-  // A consumer warpgroup's rows of one Q box: loaded as their own [64][64]
-  // box (a multiple of the swizzle's 1024-byte period, so the layout is that
-  // of the whole box).
-  static constexpr int kQHalfBoxBytes = kRowsPerWarpgroup * 128;
-  static constexpr int kQHalfBytes = kQBoxes * kQHalfBoxBytes;
   static constexpr int kKVBoxBytes = kBlockN * 128;  // one [kBlockN][64] box
   static constexpr int kQBytes = kQBoxes * kQBoxBytes;
   static constexpr int kKBytes = kQBoxes * kKVBoxBytes;

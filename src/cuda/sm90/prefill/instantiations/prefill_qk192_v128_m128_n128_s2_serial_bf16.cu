@@ -1,10 +1,10 @@
-// Hopper prefill kernel instances for kHopperPrefillConfigs[2] (qk192_v128_m128_n128_s2_pingpong_tile), bf16, causal and not.
+// Hopper prefill kernel instances for kHopperPrefillConfigs[2] (qk192_v128_m128_n128_s2_serial), bf16, causal and not.
 #include <string_view>
 
 #include "cuda/sm90/prefill/prefill_launch_kernel.cuh"
 
 namespace lattn::cuda::sm90 {
-static_assert(std::string_view(kHopperPrefillConfigs[2].name) == "qk192_v128_m128_n128_s2_pingpong_tile",
+static_assert(std::string_view(kHopperPrefillConfigs[2].name) == "qk192_v128_m128_n128_s2_serial",
               "instantiation file out of step with kHopperPrefillConfigs");
 template void launch_hopper_prefill_kernel<2, __nv_bfloat16, false>(const sm80::PrefillParams&, const CUtensorMap&,
                                                             const CUtensorMap&, const CUtensorMap&, cudaStream_t);
