@@ -59,6 +59,11 @@ struct MlaAttentionConfig {
   int index_head_dim = 128;      // D, indexer key and query width
   std::string sparse_backend;    // "" = the sparse selector's choice (lattn/sparse.h)
   std::string indexer_backend;   // "" = the device's own ("cpu" on the host, "cuda"); or "reference"
+
+  // The caches this layer is configured for, as one value: {dims.kv_lora_rank,
+  // dims.qk_rope_head_dim, kv_cache_dtype, block_size}; the fp8 scale is the
+  // cache's own (LatentCache::scale).
+  KvCacheSpec kv_cache_spec() const { return {dims.kv_lora_rank, dims.qk_rope_head_dim, kv_cache_dtype, block_size}; }
 };
 
 // The lightning indexer's inputs of one step, computed by the model (its
