@@ -179,6 +179,15 @@ class MlaAttention {
   const DecodeBackend& decode_backend() const;
   const SparseMlaBackendClass* sparse_backend() const;
 
+  // What runs for this layer's prefill / decode rows, in words
+  // (lattn/kernel_label.h): the dense backend instance's kernel_label() (a
+  // CUDA decode instance names the kernel its latest plan chose), or, on a
+  // sparse layer, the sparse backend's name (it runs both kinds of rows).
+  // Engines report these after a step instead of asking which kind of layer
+  // this is.
+  std::string prefill_kernel_label() const;
+  std::string decode_kernel_label() const;
+
   struct Impl;  // opaque: the layer's state (src/core/attention/attention_impl.h)
 
  private:
