@@ -49,7 +49,8 @@ struct Ceiling {
 // Device-to-device copy of 2 GiB on `device` (rate: GB/s, bytes read + written).
 inline Ceiling measure_copy_ceiling(Stream stream, Device device = Device::cuda(0), int samples = 15) {
   const int64_t bytes = int64_t(2) << 30;
-  OwnedTensor src = OwnedTensor::empty({bytes}, DType::u8, device), dst = OwnedTensor::empty({bytes}, DType::u8, device);
+  OwnedTensor src = OwnedTensor::empty({bytes}, DType::u8, device),
+              dst = OwnedTensor::empty({bytes}, DType::u8, device);
   const auto& ops = detail::cuda_device_ops();
   ops.memset(src.data(), 0x5a, size_t(bytes), device.index, stream);
   Ceiling c;

@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "cuda_bench_timing.h"
 #include "cuda/common/runtime_utils.h"
+#include "cuda_bench_timing.h"
 #include "lattn/backend.h"
 #include "lattn/cache.h"
 #include "lattn/communicator.h"

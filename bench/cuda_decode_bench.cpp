@@ -27,9 +27,9 @@
 
 #include "core/ops/device_ops.h"
 #include "core/ops/gemm.h"
-#include "cuda_bench_timing.h"
 #include "cuda/common/runtime_utils.h"
 #include "cuda/cuda_decode_backend.h"
+#include "cuda_bench_timing.h"
 #include "lattn/backend.h"
 #include "lattn/cache.h"
 #include "lattn/device.h"

@@ -12,9 +12,9 @@
 #include <functional>
 #include <string>
 
-#include "cuda_bench_timing.h"
 #include "core/ops/gemm.h"
 #include "cuda/common/runtime_utils.h"
+#include "cuda_bench_timing.h"
 #include "lattn/backend.h"
 #include "lattn/device.h"
 #include "lattn/tensor.h"

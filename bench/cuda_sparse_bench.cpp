@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/ops/device_ops.h"
-#include "cuda_bench_timing.h"
 #include "cuda/common/runtime_utils.h"
+#include "cuda_bench_timing.h"
 #include "lattn/cache.h"
 #include "lattn/device.h"
 #include "lattn/ops.h"

@@ -61,7 +61,7 @@ struct PrefillMainloop {
 #pragma unroll
       for (int g = 0; g < kChunks / kGroup; ++g) {
         cp_async_16</*kPrefetchL2=*/true>(dst + j * kRowsPerPass * kPitch + g * kGroup * 16,
-                                            valid ? src + g * kGroup * 8 : gmem, valid ? 16 : 0);
+                                          valid ? src + g * kGroup * 8 : gmem, valid ? 16 : 0);
       }
       src += pass_stride;
     }
