@@ -588,13 +588,15 @@ TEST(MetadataViewPairs, EveryIndexArrayIsOnePairOfTheList) {
     EXPECT_EQ(hosts.count(t), 1u);
   }
   // A decode-only step lists the common and decode pairs only.
-  const MlaMetadata decodes = MlaMetadataBuilder(config(bs, 64)).build({request(1, 5, bs), request(1, 0, bs, 2)});
+  const std::vector<RequestSpec> two_decodes = {request(1, 5, bs), request(1, 0, bs, 2)};
+  const MlaMetadata decodes = MlaMetadataBuilder(config(bs, 64)).build(two_decodes);
   EXPECT_EQ(detail::view_pairs(decodes).size(), 11u);
 }
 
 TEST(MetadataViewPairs, ADeviceViewThatIsNotTheHostViewsTwinIsRefused) {
   const int bs = 4;
-  MlaMetadata md = MlaMetadataBuilder(config(bs, 64)).build({request(1, 5, bs), request(3, 2, bs, 2)});
+  const std::vector<RequestSpec> reqs = {request(1, 5, bs), request(3, 2, bs, 2)};
+  MlaMetadata md = MlaMetadataBuilder(config(bs, 64)).build(reqs);
   md.to_device(Device::cpu());
   const Tensor host = md.seq_lens_cpu;
   const Tensor shorter = host.narrow(0, 0, 1);
