@@ -138,20 +138,28 @@ __global__ void __launch_bounds__(K::kThreads, 1) mla_decode_kernel(const __grid
 #endif
 }
 
+// Request r as this CTA (M tile blockIdx.x) sees it; rv.row0 >= rv.rows
+// when the tile lies past the request's packed rows (nothing to do).
+template <class K>
+__device__ __forceinline__ RequestView make_request_view(const DecodeParams& p, int r) {
+  RequestView rv;
+  rv.request = r;
+  rv.q0 = p.query_start_loc[r];
+  rv.s_q = p.query_start_loc[r + 1] - rv.q0;
+  rv.seq_len = p.seq_lens[r];
+  rv.rows = rv.s_q * p.num_heads;
+  rv.row0 = blockIdx.x * K::kBlockM;
+  rv.table = p.block_table + r * p.block_table_stride;
+  return rv;
+}
+
 template <class K>
 __device__ __forceinline__ void decode_kernel_body(const DecodeParams& p) {
   extern __shared__ __align__(128) char smem[];
   // The plan's pieces for this part (smxx/decode_pieces.cuh, shared with the
   // Hopper kernel and decode_combine), restricted to this CTA's M tile.
   for_each_decode_piece(p, blockIdx.y, K::kBlockN, [&](int r, int tile_begin, int tile_end, int slot) {
-    RequestView rv;
-    rv.request = r;
-    rv.q0 = p.query_start_loc[r];
-    rv.s_q = p.query_start_loc[r + 1] - rv.q0;
-    rv.seq_len = p.seq_lens[r];
-    rv.rows = rv.s_q * p.num_heads;
-    rv.row0 = blockIdx.x * K::kBlockM;
-    rv.table = p.block_table + r * p.block_table_stride;
+    const RequestView rv = make_request_view<K>(p, r);
     if (rv.row0 < rv.rows) attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);
   });
 }
