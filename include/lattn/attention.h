@@ -59,6 +59,11 @@ struct MlaAttentionConfig {
   int index_head_dim = 128;      // D, indexer key and query width
   std::string sparse_backend;    // "" = the sparse selector's choice (lattn/sparse.h)
   std::string indexer_backend;   // "" = the device's own ("cpu" on the host, "cuda"); or "reference"
+
+  // The caches this layer is configured for, as one value: {dims.kv_lora_rank,
+  // dims.qk_rope_head_dim, kv_cache_dtype, block_size}; the fp8 scale is the
+  // cache's own (LatentCache::scale).
+  KvCacheSpec kv_cache_spec() const { return {dims.kv_lora_rank, dims.qk_rope_head_dim, kv_cache_dtype, block_size}; }
 };
 
 // The lightning indexer's inputs of one step, computed by the model (its
@@ -177,6 +182,15 @@ class MlaAttention {
   const PrefillBackend& prefill_backend() const;
   const DecodeBackend& decode_backend() const;
   const SparseMlaBackendClass* sparse_backend() const;
+
+  // What runs for this layer's prefill / decode rows, in words
+  // (lattn/kernel_label.h): the dense backend instance's kernel_label() (a
+  // CUDA decode instance names the kernel its latest plan chose), or, on a
+  // sparse layer, the sparse backend's name (it runs both kinds of rows).
+  // Engines report these after a step instead of asking which kind of layer
+  // this is.
+  std::string prefill_kernel_label() const;
+  std::string decode_kernel_label() const;
 
   struct Impl;  // opaque: the layer's state (src/core/attention/attention_impl.h)
 

@@ -140,6 +140,14 @@ const DecodeBackend& MlaAttention::decode_backend() const {
 }
 const SparseMlaBackendClass* MlaAttention::sparse_backend() const { return impl_->sparse_class.get(); }
 
+// A sparse layer runs its one sparse backend for both kinds of rows.
+std::string MlaAttention::prefill_kernel_label() const {
+  return impl_->is_sparse() ? impl_->sparse_class->name() : prefill_backend().kernel_label();
+}
+std::string MlaAttention::decode_kernel_label() const {
+  return impl_->is_sparse() ? impl_->sparse_class->name() : decode_backend().kernel_label();
+}
+
 const Tensor& MlaAttention::W_UK_T() const {
   if (!impl_->w_uk_t) throw ValueError("MlaAttention::W_UK_T: process_weights_after_loading was not called");
   return impl_->w_uk_t->tensor();

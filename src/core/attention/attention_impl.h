@@ -120,6 +120,14 @@ void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
 void up_project(const MlaAttention::Impl& impl, const Tensor& kv_c, const Tensor& k_pe, const Tensor& k,
                 const Tensor& v);
 
+// The two per-head GEMMs of the absorbed form (decode rows, sparse rows):
+//   absorb_q_nope  q [T, N, P+R] (rows strided; its first P columns) · W_UK_T[n] [P, L]
+//                  -> out [T, N, >= L] (its first L columns; row and head strides its own)
+//   up_project_v   latent [T, N, L] contiguous · W_UV[n] [L, V]
+//                  -> out_rows [T, N*V] (rows may be strided), in out_rows' dtype
+void absorb_q_nope(const MlaAttention::Impl& impl, const Tensor& q, const Tensor& out);
+void up_project_v(const MlaAttention::Impl& impl, const Tensor& latent, const Tensor& out_rows);
+
 // Grows the context-chunk scratch (gathered latents, up-projected K and V)
 // to `workspace_rows` rows, as the largest chunk of the plan would.
 void reserve_context_workspace(MlaAttention::Impl& impl, int64_t workspace_rows);
