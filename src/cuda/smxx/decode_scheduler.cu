@@ -8,14 +8,16 @@
 // iff a part boundary (a multiple of W) falls inside its tile range, so at
 // most num_parts - 1 requests are split, into at most 2 * num_parts - 2
 // partial slots in total: the slot capacity is 2 * num_parts whatever the
-// batch size. Batch-invariant plans (fixed_split_tiles > 0) cut each request
-// every fixed_split_tiles tiles from its own start instead (decode_params.h).
+// batch size. Batch-invariant plans cut each request at tile multiples of a
+// split size that depends on its own length only (batch_invariant_split.h;
+// decode_params.h says how the plan encodes it).
 #include "cuda/smxx/decode_scheduler.h"
 
 #include <algorithm>
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/workspace.h"
+#include "cuda/smxx/batch_invariant_split.h"
 
 namespace lattn::cuda {
 namespace {
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(kThreads)
   const bool smem_prefix = batch <= kSmemPrefix;
   const int tid = threadIdx.x;
   const int ovh = plan.overhead_tiles;
-  const int split = plan.fixed_split_tiles;
+  const bool invariant = plan.batch_invariant;
 
   // 1. cost_prefix (exclusive) over requests.
   int carry = 0;
@@ -91,8 +93,8 @@ __global__ void __launch_bounds__(kThreads)
     if (r < batch) {
       const int keys = max(seq_lens[r], 0);
       const int tiles = (keys + plan.tile_keys - 1) / plan.tile_keys;
-      if (split > 0) {
-        cost = (tiles + split - 1) / split * split;  // whole splits (ovh is 0)
+      if (invariant) {
+        cost = batch_invariant_num_splits(tiles);  // one cost unit per split (ovh is 0)
       } else {
         cost = tiles > 0 ? tiles + ovh : 0;
       }
@@ -105,7 +107,7 @@ __global__ void __launch_bounds__(kThreads)
     carry += block_total<kThreads>(incl, &total_s);
   }
   const int total = carry;
-  const int w = split > 0 ? split : max(1, (total + plan.num_parts - 1) / plan.num_parts);
+  const int w = invariant ? 1 : max(1, (total + plan.num_parts - 1) / plan.num_parts);
   if (tid == 0) {
     plan.cost_prefix[batch] = total;
     plan.header[0] = w;

@@ -10,6 +10,7 @@
 
 #include "cuda/sm80/decode/decode_epilogue.cuh"
 #include "cuda/sm80/decode/decode_mainloop.cuh"
+#include "cuda/smxx/batch_invariant_split.h"
 
 namespace lattn::cuda::sm80 {
 
@@ -152,9 +153,11 @@ __device__ __forceinline__ void decode_kernel_body(const DecodeParams& p) {
     const int c1 = plan.cost_prefix[r + 1];
     if (c1 == c0) continue;  // no keys: decode_combine writes 0 / -inf
     const int first_tile_pos = c0 + ovh;
-    const int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
-    // A batch-invariant plan rounds the cost up to whole splits: clamp to the request's tiles.
-    const int tile_end = min(min(end, c1) - first_tile_pos, (p.seq_lens[r] + K::kBlockN - 1) / K::kBlockN);
+    const int tiles = (p.seq_lens[r] + K::kBlockN - 1) / K::kBlockN;
+    int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
+    int tile_end = min(min(end, c1) - first_tile_pos, tiles);
+    // A batch-invariant plan's cost unit is one split: map the split's index to its tiles.
+    if (plan.batch_invariant) batch_invariant_split_range(tiles, tile_begin, tile_begin, tile_end);
     if (tile_end <= tile_begin) continue;
 
     RequestView rv;
