@@ -1,5 +1,7 @@
 // MlaAttention: one MLA layer's forward over a mixed batch (lattn/attention.h).
 #include <atomic>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,52 +48,81 @@ class BindingUse {
 }  // namespace
 
 void bind_attention(py::module_& m) {
-  py::class_<PyMlaAttention>(m, "MlaAttention", R"doc(
+  py::class_<PyMlaAttention> cls(m, "MlaAttention", R"doc(
 One MLA attention layer (seed 002's MLACommonImpl) on a paged latent cache:
   attn = MlaAttention(num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, ...)
   attn.process_weights_after_loading(kv_b_proj_weight)   # [N*(P+V), L]
   out = attn.forward(q, kv_c_normed, k_pe, cache, metadata)   # [T, N*V]
-Rows: decodes first, then prefills (the metadata's order).)doc")
-      .def(py::init([](int num_heads, int kv_lora_rank, int qk_nope_head_dim, int qk_rope_head_dim, int v_head_dim,
-                       float scale, py::handle dtype, py::handle kv_cache_dtype, py::handle device,
-                       std::string prefill_backend, std::string decode_backend, int block_size,
-                       int max_query_tokens_per_request, std::optional<std::string> kv_sharing_target_layer_name,
-                       py::object stream, bool batch_invariant, int index_topk, int index_n_heads,
-                       int index_head_dim, std::string sparse_backend, std::string indexer_backend) {
-             MlaAttentionConfig c;
-             c.dims = MlaDims{num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim};
-             c.scale = scale;
-             c.dtype = dtype_arg(dtype);
-             c.kv_cache_dtype = dtype_arg(kv_cache_dtype);
-             c.device = device_arg(device);
-             c.stream = stream.is_none() ? nullptr : reinterpret_cast<Stream>(stream.cast<intptr_t>());
-             c.prefill_backend = std::move(prefill_backend);
-             c.decode_backend = std::move(decode_backend);
-             c.block_size = block_size;
-             c.max_query_tokens_per_request = max_query_tokens_per_request;
-             c.kv_sharing_target_layer_name = std::move(kv_sharing_target_layer_name);
-             c.batch_invariant = batch_invariant;
-             c.index_topk = index_topk;
-             c.index_n_heads = index_n_heads;
-             c.index_head_dim = index_head_dim;
-             c.sparse_backend = std::move(sparse_backend);
-             c.indexer_backend = std::move(indexer_backend);
-             return PyMlaAttention{std::make_shared<MlaAttention>(c)};
-           }),
-           py::arg("num_heads"), py::arg("kv_lora_rank"), py::arg("qk_nope_head_dim"), py::arg("qk_rope_head_dim"),
-           py::arg("v_head_dim"), py::arg("scale") = 0.0f, py::arg("dtype") = "bf16",
-           py::arg("kv_cache_dtype") = "bf16", py::arg("device") = "cpu", py::arg("prefill_backend") = "",
-           py::arg("decode_backend") = "", py::arg("block_size") = 16, py::arg("max_query_tokens_per_request") = 1,
-           py::arg("kv_sharing_target_layer_name") = py::none(), py::arg("stream") = py::none(),
-           py::arg("batch_invariant") = false, py::arg("index_topk") = 0, py::arg("index_n_heads") = 64,
-           py::arg("index_head_dim") = 128, py::arg("sparse_backend") = "", py::arg("indexer_backend") = "",
-           "index_topk > 0: a sparse layer (DeepSeek-V3.2, docs/sparse.md): forward then takes indexer_q "
-           "[T, H, D], indexer_k [T, D], indexer_weights [T, H] float32 and indexer_cache, and kv_cache_dtype may be "
-           "'fp8_ds_mla'. "
-           "scale 0 = 1/sqrt(P+R) (pass MlaDims.deepseek_v3(n).softmax_scale or from_dims for a model's own scale); "
-           "backends '' = the selector's choice; batch_invariant: a request's output bits do not depend on its "
-           "batch (docs/mla.md; build the metadata with batch_invariant=True too).")
-      .def(
+Rows: decodes first, then prefills (the metadata's order).)doc");
+  {
+    // The arguments arrive as Python objects and are converted by name
+    // (convert.h), so a wrong type is a TypeError naming the argument and what
+    // it must be, not pybind11's signature dump or "Unable to cast". The
+    // signature pybind11 would print then says "handle": the docstring's first
+    // line gives the real one instead (scripts/gen_python_stubs.py reads it).
+    py::options options;
+    options.disable_function_signatures();
+    cls.def(
+        py::init([](py::handle num_heads, py::handle kv_lora_rank, py::handle qk_nope_head_dim,
+                    py::handle qk_rope_head_dim, py::handle v_head_dim, py::handle scale, py::handle dtype,
+                    py::handle kv_cache_dtype, py::handle device, py::handle prefill_backend,
+                    py::handle decode_backend, py::handle block_size, py::handle max_query_tokens_per_request,
+                    py::handle kv_sharing_target_layer_name, py::handle stream, py::handle batch_invariant,
+                    py::handle index_topk, py::handle index_n_heads, py::handle index_head_dim,
+                    py::handle sparse_backend, py::handle indexer_backend) {
+          constexpr const char* op = "MlaAttention";
+          // Types and int ranges checked here; the values' meaning by the layer's own validation.
+          constexpr int64_t kLo = std::numeric_limits<int>::min(), kHi = std::numeric_limits<int>::max();
+          const auto int32 = [&](py::handle v, const char* name) { return int(int_arg(v, op, name, kLo, kHi)); };
+          MlaAttentionConfig c;
+          c.dims = MlaDims{int32(num_heads, "num_heads"), int32(kv_lora_rank, "kv_lora_rank"),
+                           int32(qk_nope_head_dim, "qk_nope_head_dim"), int32(qk_rope_head_dim, "qk_rope_head_dim"),
+                           int32(v_head_dim, "v_head_dim")};
+          c.scale = float(float_arg(scale, op, "scale"));
+          c.dtype = dtype_arg(dtype);
+          c.kv_cache_dtype = dtype_arg(kv_cache_dtype);
+          c.device = device_arg(device);
+          c.stream = stream.is_none() ? nullptr
+                                      : reinterpret_cast<Stream>(static_cast<intptr_t>(
+                                            int_arg(stream, op, "stream", 0, std::numeric_limits<int64_t>::max())));
+          c.prefill_backend = str_arg(prefill_backend, op, "prefill_backend");
+          c.decode_backend = str_arg(decode_backend, op, "decode_backend");
+          c.block_size = int32(block_size, "block_size");
+          c.max_query_tokens_per_request = int32(max_query_tokens_per_request, "max_query_tokens_per_request");
+          if (!kv_sharing_target_layer_name.is_none()) {
+            c.kv_sharing_target_layer_name = str_arg(kv_sharing_target_layer_name, op, "kv_sharing_target_layer_name");
+          }
+          c.batch_invariant = bool_arg(batch_invariant, op, "batch_invariant");
+          c.index_topk = int32(index_topk, "index_topk");
+          c.index_n_heads = int32(index_n_heads, "index_n_heads");
+          c.index_head_dim = int32(index_head_dim, "index_head_dim");
+          c.sparse_backend = str_arg(sparse_backend, op, "sparse_backend");
+          c.indexer_backend = str_arg(indexer_backend, op, "indexer_backend");
+          return PyMlaAttention{std::make_shared<MlaAttention>(c)};
+        }),
+        py::arg("num_heads"), py::arg("kv_lora_rank"), py::arg("qk_nope_head_dim"), py::arg("qk_rope_head_dim"),
+        py::arg("v_head_dim"), py::arg("scale") = 0.0, py::arg("dtype") = "bf16", py::arg("kv_cache_dtype") = "bf16",
+        py::arg("device") = "cpu", py::arg("prefill_backend") = "", py::arg("decode_backend") = "",
+        py::arg("block_size") = 16, py::arg("max_query_tokens_per_request") = 1,
+        py::arg("kv_sharing_target_layer_name") = py::none(), py::arg("stream") = py::none(),
+        py::arg("batch_invariant") = false, py::arg("index_topk") = 0, py::arg("index_n_heads") = 64,
+        py::arg("index_head_dim") = 128, py::arg("sparse_backend") = "", py::arg("indexer_backend") = "",
+        "__init__(self: MlaAttention, num_heads: int, kv_lora_rank: int, qk_nope_head_dim: int, "
+        "qk_rope_head_dim: int, v_head_dim: int, scale: float = 0.0, dtype: Any = 'bf16', "
+        "kv_cache_dtype: Any = 'bf16', device: Any = 'cpu', prefill_backend: str = '', decode_backend: str = '', "
+        "block_size: int = 16, max_query_tokens_per_request: int = 1, "
+        "kv_sharing_target_layer_name: str | None = None, stream: int | None = None, batch_invariant: bool = False, "
+        "index_topk: int = 0, index_n_heads: int = 64, index_head_dim: int = 128, sparse_backend: str = '', "
+        "indexer_backend: str = '') -> None\n\n"
+        "index_topk > 0: a sparse layer (DeepSeek-V3.2, docs/sparse.md): forward then takes indexer_q "
+        "[T, H, D], indexer_k [T, D], indexer_weights [T, H] float32 and indexer_cache, and kv_cache_dtype may be "
+        "'fp8_ds_mla'. "
+        "scale 0 = 1/sqrt(P+R) (pass MlaDims.deepseek_v3(n).softmax_scale or from_dims for a model's own scale); "
+        "backends '' = the selector's choice; stream: a cudaStream_t as an int (None: the default stream); "
+        "batch_invariant: a request's output bits do not depend on its batch (docs/mla.md; build the metadata "
+        "with batch_invariant=True too).");
+  }
+  cls.def(
           "process_weights_after_loading",
           [](PyMlaAttention& a, py::object weight) {
             ArrayArgs args("process_weights_after_loading", py::none());

@@ -18,6 +18,7 @@
 #include "cuda/common/index_check.h"
 #include "cuda/sm80/decode/decode_dispatch.h"
 #include "cuda/sm90/decode/decode_host.h"
+#include "cuda/smxx/batch_invariant_split.h"
 #include "cuda/smxx/decode_combine.h"
 #include "cuda/smxx/decode_fused.h"
 #include "cuda/smxx/decode_generic.h"
@@ -37,8 +38,6 @@ const char* plan_op(bool hopper) { return hopper ? "hopper decode prepare_metada
 // KV tiles; FlashMLA uses a similar constant.
 constexpr int kOverheadTiles = 4;
 
-// Batch-invariant mode: keys per split (docs/mla.md, "Batch invariance").
-constexpr int kBatchInvariantSplitKeys = 512;
 // The hopper backend runs its wgmma kernel from this many packed rows
 // (heads x query tokens) per request; fewer go to the sm80 kernel's 16-row tiles.
 constexpr int kSm90MinRows = 17;
@@ -218,20 +217,22 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   m_tiles_ = (rows + config_.block_m - 1) / config_.block_m;
   // One wave: every SM busy with a CTA of each co-resident slot.
   int parts = std::clamp(ctx.sm_count * ctas_per_sm / m_tiles_, 1, 1024);
-  const int split_tiles = std::max(1, kBatchInvariantSplitKeys / config_.block_n);
   if (invariant) {
-    // A fixed split size in keys: one part per split of every request (from
-    // the host's seq_lens; a graph must be captured with its longest contexts).
+    // Splits whose size follows each request's own length: one part per split
+    // of every request (from the host's seq_lens; a graph must be captured
+    // with its longest contexts).
     int splits = 0;
     const int32_t* lens = md.seq_lens_cpu.data_as<const int32_t>();
     for (int r = 0; r < md.num_decodes; ++r) {
       const int tiles = (std::max(lens[r], 0) + config_.block_n - 1) / config_.block_n;
-      const int n = (tiles + split_tiles - 1) / split_tiles;
+      const int n = batch_invariant_num_splits(tiles);
       if (n > kMaxDecodeSplitsPerRequest || splits + n > 65535) {
-        throw NotImplementedError(std::string(plan_op(hopper_)) + ": batch-invariant decode splits every " +
-                                  std::to_string(kBatchInvariantSplitKeys) + " keys; request " + std::to_string(r) +
-                                  " (seq_len " + std::to_string(lens[r]) + ") brings the batch to " +
-                                  std::to_string(splits + n) + " splits, more than the kernels handle (" +
+        throw NotImplementedError(std::string(plan_op(hopper_)) + ": batch-invariant decode cuts request " +
+                                  std::to_string(r) + " (seq_len " + std::to_string(lens[r]) + ") into " +
+                                  std::to_string(n) + " splits of " +
+                                  std::to_string(batch_invariant_split_tiles(tiles) * config_.block_n) +
+                                  " keys, bringing the batch to " + std::to_string(splits + n) +
+                                  " splits, more than the kernels handle (" +
                                   std::to_string(kMaxDecodeSplitsPerRequest) + " per request, 65535 in all)");
       }
       splits += n;
@@ -241,7 +242,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   if (!invariant && parts_override() > 0) parts = std::min(parts_override(), 1024);
   plan_.tile_keys = config_.block_n;
   plan_.overhead_tiles = invariant ? 0 : kOverheadTiles;
-  plan_.fixed_split_tiles = invariant ? split_tiles : 0;
+  plan_.batch_invariant = invariant;
 
   // A small batch: one cooperative launch that plans, attends and combines
   // (no planning kernel; every CTA of the one wave resident).
@@ -277,7 +278,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
                           (sm90_ ? ", sm90" : ", sm80") + ", tiles " + config_.str() + ", rows " +
                           std::to_string(m_tiles_ * config_.block_m) + ", L " + std::to_string(params_.kv_lora_rank) +
                           ", parts " + std::to_string(parts) + ", overhead " + std::to_string(plan_.overhead_tiles) +
-                          ", split " + std::to_string(plan_.fixed_split_tiles);
+                          (plan_.batch_invariant ? ", batch-invariant splits" : "");
   const auto slot = md.plans->get_or_make<SharedPlanSlot>(key, [] { return SharedPlanSlot{}; });
   SharedPlanState& shared = *slot->state;
   std::lock_guard lock(shared.mutex);

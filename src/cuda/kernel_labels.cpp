@@ -21,7 +21,8 @@ std::string str(int v) { return std::to_string(v); }
 // cuBLAS for the layer's same-dtype operands, lattn's own tiled kernel in
 // batch-invariant mode (cuBLAS picks its algorithm by shape).
 std::string projections(bool batch_invariant) {
-  return batch_invariant ? "; projections: lattn's 16x16 tiled GEMM (batch-invariant mode: a fixed K order)"
+  return batch_invariant ? "; projections: lattn's fixed-tile GEMM (batch-invariant mode: tiles and K order fixed whatever "
+                           "the number of rows)"
                          : "; projections: cuBLAS (f32 accumulation)";
 }
 

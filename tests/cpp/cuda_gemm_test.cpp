@@ -85,13 +85,26 @@ TEST_P(CudaGemm, BatchInvariantMatchesFloat64Loops) {
 
 // Batch-invariant mode: rows [40, 43) of a 300-row problem are bit-identical
 // to the same rows computed alone (m = 3) and inside 70 rows starting at
-// another tile offset, for the absorption shape (batched heads) and the
-// kv_b_proj shape (trans_b), bf16 and f16 (the tensor-core kernel).
+// another tile offset, bf16 and f16 (the tensor-core kernel), for the
+// absorption shape (batched heads, the 64 x 64 tiles) and the kv_b_proj
+// shape (trans_b, one batch; N >= 1024 takes the 128 x 128 tiles), with
+// 16-byte copies and with element loads (K or N not a multiple of 8).
+struct InvariantShape {
+  int64_t n, k, batch;
+  bool trans_b;
+};
+
 TEST(CudaGemmBatchInvariant, RowsDoNotDependOnTheOtherRows) {
   LATTN_REQUIRE_GPU();
+  const InvariantShape shapes[] = {
+      {136, 200, 3, false}, {136, 200, 1, true},     // 64 x 64 tiles, 16-byte copies
+      {1100, 200, 1, true}, {1032, 96, 1, false},    // 128 x 128 tiles, 16-byte copies
+      {37, 203, 3, false},  {1030, 45, 1, true},     // element loads
+  };
   for (const DType dtype : {DType::bf16, DType::f16}) {
-    for (const bool trans_b : {false, true}) {
-      const int64_t M = 300, n = 136, k = 200, batch = trans_b ? 1 : 3;
+    for (const InvariantShape& shape : shapes) {
+      const int64_t M = 300, n = shape.n, k = shape.k, batch = shape.batch;
+      const bool trans_b = shape.trans_b;
       std::mt19937_64 rng(5);
       OwnedTensor a = OwnedTensor::empty({batch, M, k}, dtype), b = OwnedTensor::empty({batch, k * n}, dtype);
       test::fill_normal(a.tensor(), rng);
@@ -118,10 +131,12 @@ TEST(CudaGemmBatchInvariant, RowsDoNotDependOnTheOtherRows) {
           const auto* want = static_cast<const char*>(all.data()) + (bb * M + r) * row_bytes;
           const auto* got_alone = static_cast<const char*>(alone.data()) + (bb * 3 + r - 40) * row_bytes;
           const auto* got_shifted = static_cast<const char*>(shifted.data()) + (bb * 70 + r - 7) * row_bytes;
-          EXPECT_EQ(std::memcmp(want, got_alone, row_bytes), 0) << dtype_name(dtype) << " trans_b " << trans_b
-                                                                << " batch " << bb << " row " << r << " (alone)";
-          EXPECT_EQ(std::memcmp(want, got_shifted, row_bytes), 0) << dtype_name(dtype) << " trans_b " << trans_b
-                                                                  << " batch " << bb << " row " << r << " (shifted)";
+          EXPECT_EQ(std::memcmp(want, got_alone, row_bytes), 0) << dtype_name(dtype) << " n " << n << " k " << k
+                                                                << " trans_b " << trans_b << " batch " << bb
+                                                                << " row " << r << " (alone)";
+          EXPECT_EQ(std::memcmp(want, got_shifted, row_bytes), 0) << dtype_name(dtype) << " n " << n << " k " << k
+                                                                  << " trans_b " << trans_b << " batch " << bb
+                                                                  << " row " << r << " (shifted)";
         }
       }
     }
@@ -137,7 +152,10 @@ INSTANTIATE_TEST_SUITE_P(
         GemmCase{17, 23, 45, 2, DType::f32, DType::f32, DType::f32, true, 1.f, "f32"},
         GemmCase{19, 40, 72, 2, DType::bf16, DType::f32, DType::bf16, false, 0.25f, "mixed: fallback kernel"},
         GemmCase{5, 7, 0, 1, DType::bf16, DType::bf16, DType::f32, false, 2.f, "k = 0: C = beta C"},
-        GemmCase{130, 200, 96, 2, DType::bf16, DType::bf16, DType::bf16, true, 0.f, "several 64-row tiles"}),
+        GemmCase{130, 200, 96, 2, DType::bf16, DType::bf16, DType::bf16, true, 0.f, "several 64-row tiles"},
+        GemmCase{150, 1100, 72, 1, DType::bf16, DType::bf16, DType::bf16, true, 0.f, "128-wide tiles, trans_b"},
+        GemmCase{70, 1030, 40, 1, DType::f16, DType::f16, DType::f32, false, 0.5f, "128-wide tiles, N % 8 != 0"},
+        GemmCase{21, 50, 45, 2, DType::bf16, DType::bf16, DType::bf16, false, 0.f, "odd K: element loads"}),
     [](const ::testing::TestParamInfo<GemmCase>& info) {
       const GemmCase& g = info.param;
       return std::string(dtype_name(g.a)) + "x" + dtype_name(g.b) + "_to_" + dtype_name(g.c) + "_m" +

@@ -7,11 +7,13 @@
 //  * Batch invariance (MlaAttentionConfig::batch_invariant): a request's
 //    output rows are bit-identical alone, in a batch of 40 and at another
 //    position of that batch — decodes with one and with three query tokens,
-//    and prefills with a chunked context.
+//    and prefills with a chunked context; on the GPU also decodes whose
+//    lengths sit on both sides of the points where the split size changes.
 // (NaN/inf semantics are cases of the shared backend driver: nonfinite_*.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <numeric>
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/smxx/batch_invariant_split.h"
 #include "lattn/attention.h"
 #include "lattn/cache.h"
 #include "lattn/device.h"
@@ -224,12 +227,23 @@ struct InvarianceCase {
 };
 
 TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPosition) {
-  const InvarianceCase cases[] = {
+  std::vector<InvarianceCase> cases = {
       {"decode_1_token", {1300, 1, 11}, true},
       {"decode_3_tokens", {1100, 3, 12}, true},
       {"prefill_chunked_context", {700, 20, 13}, false},
   };
   const Target t = target();
+  if (!t.device.is_cpu()) {
+    // The GPU decode's split size follows the request's length
+    // (src/cuda/smxx/batch_invariant_split.h): lengths on both sides of the
+    // points where it changes (64-key tiles on an H100: 1-tile splits up to
+    // 15 tiles, 2-tile splits from 16, 4-tile splits from 64), among
+    // batchmates whose lengths fall on other sides of them.
+    cases.push_back({"decode_1_token_960_keys", {959, 1, 14}, true});
+    cases.push_back({"decode_1_token_961_keys", {960, 1, 15}, true});
+    cases.push_back({"decode_3_tokens_4032_keys", {4029, 3, 16}, true});
+    cases.push_back({"decode_3_tokens_4033_keys", {4030, 3, 17}, true});
+  }
   {
     for (const InvarianceCase& c : cases) {
       SCOPED_TRACE(t.prefill + "/" + t.decode + " " + c.name);
@@ -250,6 +264,46 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
       size_t non_finite = 0;
       for (size_t i = 0; i + 1 < alone[0].size(); i += 2) non_finite += (alone[0][i + 1] & 0x7f) == 0x7f && (alone[0][i] & 0x80);
       EXPECT_EQ(non_finite, 0u) << "the target's rows were all written";
+    }
+  }
+}
+
+// The split rule itself (host side; the kernels call the same functions):
+// sizes at the points where they change, and the splits of every length up
+// to 2^16 tiles tile [0, tiles) exactly, in between 2 sqrt(tiles) and
+// 4 sqrt(tiles) parts from 16 tiles on.
+TEST(BatchInvariantSplit, SizeFollowsTheLengthOnlyAndTheSplitsCoverItExactly) {
+  using cuda::batch_invariant_num_splits;
+  using cuda::batch_invariant_split_range;
+  using cuda::batch_invariant_split_tiles;
+  EXPECT_EQ(batch_invariant_num_splits(0), 0);
+  EXPECT_EQ(batch_invariant_split_tiles(1), 1);
+  EXPECT_EQ(batch_invariant_split_tiles(15), 1);
+  EXPECT_EQ(batch_invariant_split_tiles(16), 2);
+  EXPECT_EQ(batch_invariant_split_tiles(63), 2);
+  EXPECT_EQ(batch_invariant_split_tiles(64), 4);
+  EXPECT_EQ(batch_invariant_split_tiles(255), 4);
+  EXPECT_EQ(batch_invariant_split_tiles(256), 8);
+  EXPECT_EQ(batch_invariant_split_tiles(1 << 30), 16384);
+  EXPECT_EQ(batch_invariant_split_tiles(2147483647), 16384);
+  EXPECT_EQ(batch_invariant_num_splits(15), 15);
+  EXPECT_EQ(batch_invariant_num_splits(16), 8);
+  EXPECT_EQ(batch_invariant_num_splits(63), 32);
+  EXPECT_EQ(batch_invariant_num_splits(64), 16);
+  for (int tiles = 1; tiles <= (1 << 16); ++tiles) {
+    const int n = batch_invariant_num_splits(tiles);
+    int covered = 0;
+    for (int i = 0; i < n; ++i) {
+      int begin = 0, end = 0;
+      batch_invariant_split_range(tiles, i, begin, end);
+      ASSERT_EQ(begin, covered) << "tiles " << tiles << " split " << i;
+      ASSERT_GT(end, begin) << "tiles " << tiles << " split " << i;
+      covered = end;
+    }
+    ASSERT_EQ(covered, tiles);
+    if (tiles >= 16) {
+      ASSERT_GE(double(n), 2.0 * std::sqrt(double(tiles)) - 1.0) << "tiles " << tiles;
+      ASSERT_LT(double(n), 4.0 * std::sqrt(double(tiles)) + 1.0) << "tiles " << tiles;
     }
   }
 }

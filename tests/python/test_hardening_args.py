@@ -1,5 +1,6 @@
 """Hostile arguments to the functional API (mla_decode_plan, mla_decode,
-mla_prefill, sparse_mla, the indexer) and DLPack 1.0's read-only flag.
+mla_prefill, sparse_mla, the indexer), the MlaAttention constructor, and
+DLPack 1.0's read-only flag.
 
 Before the fixes these gave pybind11's "incompatible function arguments"
 dump (every argument printed, whole arrays included) or "Unable to cast
@@ -16,6 +17,7 @@ import pytest
 import lattn
 
 BIG = np.arange(100000, dtype=np.float32)  # printed whole, it would make a message of ~1 MB
+ATTN_DIMS = (2, 64, 16, 8, 16)  # MlaAttention's N, L, P, R, V: a small layer
 
 
 def decode_inputs():
@@ -146,6 +148,44 @@ def calls():
          r"MlaDims: argument 'v_head_dim' must be an int"),
         ("padded_batch_size", lambda: lattn.MlaMetadataBuilder(context_chunk_workspace_size=64).padded_batch_size(
             BIG), TypeError, r"padded_batch_size: argument 'num_reqs' must be an int"),
+        ("MlaAttention num_heads str", lambda: lattn.MlaAttention("2", *ATTN_DIMS[1:]), TypeError,
+         r"MlaAttention: argument 'num_heads' must be an int in \[-2147483648, 2147483647\], got <class 'str'>"),
+        ("MlaAttention v_head_dim array", lambda: lattn.MlaAttention(*ATTN_DIMS[:4], BIG), TypeError,
+         r"MlaAttention: argument 'v_head_dim' must be an int"),
+        ("MlaAttention kv_lora_rank 2**40", lambda: lattn.MlaAttention(2, 2**40, 16, 8, 16), ValueError,
+         r"MlaAttention: argument 'kv_lora_rank' must be in \[-2147483648, 2147483647\], got 1099511627776"),
+        ("MlaAttention scale str", lambda: lattn.MlaAttention(*ATTN_DIMS, scale="0.1"), TypeError,
+         r"MlaAttention: argument 'scale' must be a float, got <class 'str'>"),
+        ("MlaAttention scale array", lambda: lattn.MlaAttention(*ATTN_DIMS, scale=BIG), TypeError,
+         r"MlaAttention: argument 'scale' must be a float, got <class 'numpy.ndarray'>"),
+        ("MlaAttention scale nan", lambda: lattn.MlaAttention(*ATTN_DIMS, scale=float("nan")), ValueError,
+         r"MlaAttention: argument 'scale' must be finite"),
+        ("MlaAttention stream str", lambda: lattn.MlaAttention(*ATTN_DIMS, stream="x"), TypeError,
+         r"MlaAttention: argument 'stream' must be an int in \[0, 9223372036854775807\], got <class 'str'>"),
+        ("MlaAttention stream -1", lambda: lattn.MlaAttention(*ATTN_DIMS, stream=-1), ValueError,
+         r"MlaAttention: argument 'stream' must be in \[0, "),
+        ("MlaAttention block_size float", lambda: lattn.MlaAttention(*ATTN_DIMS, block_size=16.0), TypeError,
+         r"MlaAttention: argument 'block_size' must be an int"),
+        ("MlaAttention max_query_tokens bool", lambda: lattn.MlaAttention(*ATTN_DIMS, max_query_tokens_per_request=True),
+         TypeError, r"MlaAttention: argument 'max_query_tokens_per_request' must be an int"),
+        ("MlaAttention batch_invariant str", lambda: lattn.MlaAttention(*ATTN_DIMS, batch_invariant="yes"), TypeError,
+         r"MlaAttention: argument 'batch_invariant' must be a bool, got <class 'str'>"),
+        ("MlaAttention prefill_backend int", lambda: lattn.MlaAttention(*ATTN_DIMS, prefill_backend=3), TypeError,
+         r"MlaAttention: argument 'prefill_backend' must be a str, got <class 'int'>"),
+        ("MlaAttention decode_backend None", lambda: lattn.MlaAttention(*ATTN_DIMS, decode_backend=None), TypeError,
+         r"MlaAttention: argument 'decode_backend' must be a str, got <class 'NoneType'>"),
+        ("MlaAttention kv_sharing int", lambda: lattn.MlaAttention(*ATTN_DIMS, kv_sharing_target_layer_name=5),
+         TypeError, r"MlaAttention: argument 'kv_sharing_target_layer_name' must be a str"),
+        ("MlaAttention index_topk array", lambda: lattn.MlaAttention(*ATTN_DIMS, index_topk=BIG), TypeError,
+         r"MlaAttention: argument 'index_topk' must be an int"),
+        ("MlaAttention index_n_heads str", lambda: lattn.MlaAttention(*ATTN_DIMS, index_n_heads="64"), TypeError,
+         r"MlaAttention: argument 'index_n_heads' must be an int"),
+        ("MlaAttention index_head_dim float", lambda: lattn.MlaAttention(*ATTN_DIMS, index_head_dim=1.5), TypeError,
+         r"MlaAttention: argument 'index_head_dim' must be an int"),
+        ("MlaAttention sparse_backend", lambda: lattn.MlaAttention(*ATTN_DIMS, sparse_backend=BIG), TypeError,
+         r"MlaAttention: argument 'sparse_backend' must be a str"),
+        ("MlaAttention indexer_backend", lambda: lattn.MlaAttention(*ATTN_DIMS, indexer_backend=b"cpu"), TypeError,
+         r"MlaAttention: argument 'indexer_backend' must be a str, got <class 'bytes'>"),
     ]
 
 
@@ -327,3 +367,16 @@ def test_unversioned_producers_still_work():
     out = np.zeros_like(p)
     lattn.merge_attn_states(out, p, pl, s, sl)
     assert np.isfinite(out).all() and not (out == 0).all()
+
+
+def test_mla_attention_takes_numpy_scalars_and_states_its_signature():
+    # Anything with __index__ / __float__ / numpy.bool_ converts as before the by-name conversion.
+    attn = lattn.MlaAttention(np.int64(2), np.int32(64), 16, 8, 16, scale=np.float32(0.25), block_size=np.int64(4),
+                              batch_invariant=np.bool_(True), stream=None, kv_sharing_target_layer_name=None)
+    assert attn.dims.num_heads == 2 and attn.dims.kv_lora_rank == 64
+    assert attn.scale == 0.25
+    # The signature the docstring (and so the stubs) state, not pybind11's "handle".
+    first = lattn.MlaAttention.__init__.__doc__.strip().splitlines()[0]
+    assert first.startswith("__init__(self: MlaAttention, num_heads: int, kv_lora_rank: int,"), first
+    assert "stream: int | None = None" in first and "batch_invariant: bool = False" in first, first
+    assert "handle" not in first, first

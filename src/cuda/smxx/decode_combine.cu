@@ -130,7 +130,7 @@ void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t 
   if (p.L % 4 != 0) {
     throw NotImplementedError("decode_combine: latent dim " + std::to_string(p.L) + " is not a multiple of 4");
   }
-  if (p.plan.fixed_split_tiles == 0 && p.plan.slot_capacity > kMaxSplits) {
+  if (!p.plan.batch_invariant && p.plan.slot_capacity > kMaxSplits) {
     throw RuntimeError("decode_combine: " + std::to_string(p.plan.slot_capacity) + " split slots exceed the limit " +
                        std::to_string(kMaxSplits));
   }

@@ -44,10 +44,10 @@ __device__ __forceinline__ void plan_in_warp(const DecodeParams& p, SmallPlan& s
   const int lane = threadIdx.x % 32;
   const DecodePlan& plan = p.plan;
   const int ovh = plan.overhead_tiles;
-  const int cost = lane < p.batch ? decode_request_cost(p.seq_lens[lane], plan.tile_keys, ovh, 0) : 0;
+  const int cost = lane < p.batch ? decode_request_cost(p.seq_lens[lane], plan.tile_keys, ovh, false) : 0;
   const int incl = warp_inclusive_scan(cost);
   const int total = __shfl_sync(0xffffffffu, incl, 31);
-  const int w = decode_part_width(total, plan.num_parts, 0);
+  const int w = decode_part_width(total, plan.num_parts, false);
   const int n = lane < p.batch ? decode_request_splits(incl - cost, incl, ovh, w) : 0;
   const int slots = n >= 2 ? n : 0;
   const int slot_incl = warp_inclusive_scan(slots);

@@ -36,12 +36,13 @@ struct DecodePlan {
   int rows_capacity = 0;              // m_tiles * block_m >= num_heads * max query tokens
   int tile_keys = 64;                 // keys per tile of the attention kernel
   int overhead_tiles = 4;
-  // > 0: batch-invariant plan (docs/mla.md, "Batch invariance"): every
-  // request is cut every fixed_split_tiles tiles from its first key, whatever
-  // the batch; its cost is rounded up to whole splits, W = fixed_split_tiles
-  // and overhead_tiles = 0, so part p is exactly one split of one request
-  // (num_parts must cover the sum of all requests' splits).
-  int fixed_split_tiles = 0;
+  // Batch-invariant plan (docs/mla.md, "Batch invariance"): every request is
+  // cut into splits whose size depends on its own length only
+  // (batch_invariant_split.h); the cost unit is one split instead of one tile
+  // (cost = the request's number of splits, W = 1, overhead_tiles = 0), so
+  // part p is exactly one split of one request, and the piece walk maps the
+  // split's index to its tiles (num_parts must cover all requests' splits).
+  bool batch_invariant = false;
 };
 
 struct DecodeParams {

@@ -5,6 +5,7 @@
 // writes which slot.
 #pragma once
 
+#include "cuda/smxx/batch_invariant_split.h"
 #include "cuda/smxx/decode_params.h"
 
 namespace lattn::cuda {
@@ -27,9 +28,11 @@ __device__ __forceinline__ void for_each_decode_piece(const DecodeParams& p, int
     const int c1 = plan.cost_prefix[r + 1];
     if (c1 == c0) continue;
     const int first_tile_pos = c0 + ovh;
-    const int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
-    // A batch-invariant plan rounds the cost up to whole splits: clamp to the request's tiles.
-    const int tile_end = min(min(end, c1) - first_tile_pos, (p.seq_lens[r] + tile_keys - 1) / tile_keys);
+    const int tiles = (p.seq_lens[r] + tile_keys - 1) / tile_keys;
+    int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
+    int tile_end = min(min(end, c1) - first_tile_pos, tiles);
+    // A batch-invariant plan's cost unit is one split: map the split's index to its tiles.
+    if (plan.batch_invariant) batch_invariant_split_range(tiles, tile_begin, tile_begin, tile_end);
     if (tile_end <= tile_begin) continue;
     const int slot = plan.num_splits[r] >= 2 ? plan.split_offset[r] + (part - first_tile_pos / w) : -1;
     fn(r, tile_begin, tile_end, slot);

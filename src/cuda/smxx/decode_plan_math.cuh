@@ -5,13 +5,16 @@
 // disagree about which part attends to which keys.
 #pragma once
 
+#include "cuda/smxx/batch_invariant_split.h"
+
 namespace lattn::cuda {
 
 // Cost of a request in tile units: its KV tiles plus the fixed overhead, 0
-// without keys; batch-invariant plans (split > 0) round up to whole splits.
-__device__ __forceinline__ int decode_request_cost(int seq_len, int tile_keys, int overhead, int split) {
+// without keys; in batch-invariant plans the unit is one split and the cost
+// the request's number of splits (batch_invariant_split.h; overhead 0).
+__device__ __forceinline__ int decode_request_cost(int seq_len, int tile_keys, int overhead, bool invariant) {
   const int tiles = (max(seq_len, 0) + tile_keys - 1) / tile_keys;
-  if (split > 0) return (tiles + split - 1) / split * split;
+  if (invariant) return batch_invariant_num_splits(tiles);
   return tiles > 0 ? tiles + overhead : 0;
 }
 
@@ -21,9 +24,9 @@ __device__ __forceinline__ int decode_request_splits(int c0, int c1, int overhea
   return c1 > c0 ? (c1 - 1) / w - (c0 + overhead) / w + 1 : 0;
 }
 
-// W: the cost units of one part.
-__device__ __forceinline__ int decode_part_width(int total, int num_parts, int split) {
-  return split > 0 ? split : max(1, (total + num_parts - 1) / num_parts);
+// W: the cost units of one part (one split in batch-invariant plans).
+__device__ __forceinline__ int decode_part_width(int total, int num_parts, bool invariant) {
+  return invariant ? 1 : max(1, (total + num_parts - 1) / num_parts);
 }
 
 }  // namespace lattn::cuda

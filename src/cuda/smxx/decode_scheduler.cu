@@ -8,8 +8,9 @@
 // iff a part boundary (a multiple of W) falls inside its tile range, so at
 // most num_parts - 1 requests are split, into at most 2 * num_parts - 2
 // partial slots in total: the slot capacity is 2 * num_parts whatever the
-// batch size. Batch-invariant plans (fixed_split_tiles > 0) cut each request
-// every fixed_split_tiles tiles from its own start instead (decode_params.h).
+// batch size. Batch-invariant plans cut each request at tile multiples of a
+// split size that depends on its own length only (batch_invariant_split.h;
+// decode_params.h says how the plan encodes it).
 #include "cuda/smxx/decode_scheduler.h"
 
 #include <algorithm>
@@ -82,13 +83,13 @@ __global__ void __launch_bounds__(kThreads)
   const bool smem_prefix = batch <= kSmemPrefix;
   const int tid = threadIdx.x;
   const int ovh = plan.overhead_tiles;
-  const int split = plan.fixed_split_tiles;
+  const bool invariant = plan.batch_invariant;
 
   // 1. cost_prefix (exclusive) over requests.
   int carry = 0;
   for (int base = 0; base < batch; base += kThreads) {
     const int r = base + tid;
-    const int cost = r < batch ? decode_request_cost(seq_lens[r], plan.tile_keys, ovh, split) : 0;
+    const int cost = r < batch ? decode_request_cost(seq_lens[r], plan.tile_keys, ovh, invariant) : 0;
     const int incl = block_inclusive_scan<kThreads>(cost, warp_sums);
     if (r < batch) {
       plan.cost_prefix[r] = carry + incl - cost;
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(kThreads)
     carry += block_total<kThreads>(incl, &total_s);
   }
   const int total = carry;
-  const int w = decode_part_width(total, plan.num_parts, split);
+  const int w = decode_part_width(total, plan.num_parts, invariant);
   if (tid == 0) {
     plan.cost_prefix[batch] = total;
     plan.header[0] = w;

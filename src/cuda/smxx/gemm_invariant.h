@@ -1,7 +1,8 @@
 // src/cuda/smxx/gemm_invariant.h — the GEMM of the batch-invariant mode on
-// tensor cores: every output's K order is fixed by one tile shape, whatever
-// M, N or the batch are (gemm_invariant.cu says why that makes a row's bits
-// independent of the other rows). cuda::gemm runs it in batch-invariant mode
+// tensor cores: every output's K order is fixed (one mma per 16-deep K chunk
+// from k = 0 up, no split-K) and the tile shape never follows M
+// (gemm_invariant.cu says why that makes a row's bits independent of the
+// other rows). cuda::gemm runs it in batch-invariant mode
 // for the problems it serves; others keep the 16x16 f32 fallback kernel.
 #pragma once
 
