@@ -27,6 +27,8 @@
 // sm_90a only: the body compiles to nothing for other targets.
 #pragma once
 
+#include <climits>
+
 #include "cuda/sm90/decode/decode_epilogue.cuh"
 #include "cuda/sm90/decode/decode_kernel.cuh"  // for_each_piece, LATTN_SM90_DECODE_BODY
 #include "cuda/sm90/decode/seesaw_steps.cuh"
@@ -44,6 +46,26 @@ namespace lattn::cuda::sm90 {
 // without it both S are issued as soon as their tiles land.
 enum SeesawBarrier : int { kBarMaxA = 4, kBarMaxB = 5, kBarPA = 6, kBarWarpgroup0 = 7, kBarSADone = 9 };
 
+// Producer (lane 0 of one producer warp): walks the pieces of `part` and
+// keeps release group kGroup of stage kStage filled: tiles tile_begin +
+// kStage, +2, ... of each piece (stage 0 holds tile A of each pair, stage 1
+// tile B), waiting for the group's `empty` barrier before each refill. `kv`:
+// the shared address of stage 0; `bars`: of full[0][0] (empty follows full).
+template <class K, int kStage, int kGroup>
+__device__ __forceinline__ void seesaw_produce(const DecodeParams& p, const CUtensorMap* cache_map, int part,
+                                               uint32_t kv, uint32_t bars, CacheHint hint) {
+  const uint32_t dst = kv + kStage * uint32_t(K::kKVTileBytes);
+  const uint32_t full = bars + 8 * kStage * K::kBoxes;
+  const uint32_t empty = bars + 8 * (K::kStages * K::kBoxes + kStage * K::kGroups + kGroup);
+  int uses = 0;  // tiles loaded into this stage so far
+  for_each_piece<K>(p, part, [&](const PieceView& pv, int tile_begin, int tile_end, int) {
+    for (int t = tile_begin + kStage; t < tile_end; t += 2, ++uses) {
+      if (uses > 0) mbarrier_wait(empty, (uses - 1) & 1);
+      seesaw_load_group<K>(cache_map, seesaw_tile_source(p, pv, t, K::kBlockN), kStage, kGroup, dst, full, hint);
+    }
+  });
+}
+
 template <class K, bool kGateSB>
 __global__ void __launch_bounds__(K::kThreads, 1)
     mla_decode_sm90_seesaw_kernel(const __grid_constant__ DecodeParams p,
@@ -54,35 +76,35 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   uint8_t* q_smem = smem + K::kQOffset;
   uint8_t* tile_a = smem + K::kKVOffset;
   uint8_t* tile_b = tile_a + K::kKVTileBytes;
-  float* row_max = reinterpret_cast<float*>(smem + K::kRowMaxOffset);  // [0]: m_A, [64]: m_B
+  float* row_max = reinterpret_cast<float*>(smem + K::kRowMaxOffset);  // [parity][0]: m_A, [parity][64]: m_B
   float* row_sum = reinterpret_cast<float*>(smem + K::kRowSumOffset);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + K::kBarrierOffset);  // [stage][box]
-  uint64_t* empty = full + K::kStages * K::kBoxes;
+  uint64_t* empty = full + K::kStages * K::kBoxes;                         // [stage][group]
+  int* bad_key = reinterpret_cast<int*>(smem + K::kBadKeyOffset);          // [warpgroup]
   const int part = blockIdx.y;
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < K::kStages * K::kBoxes; ++i) mbarrier_init(&full[i], 1);  // the producer's arrive.expect_tx
-    for (int s = 0; s < K::kStages; ++s) mbarrier_init(&empty[s], K::kConsumerThreads);  // every consumer thread
+    // Group g of each stage is released by the 128 threads of warpgroup g.
+    for (int i = 0; i < K::kStages * K::kGroups; ++i) mbarrier_init(&empty[i], 128);
     fence_barrier_init();
   }
   __syncthreads();
 
   if (threadIdx.x >= K::kConsumerThreads) {
-    // ---- producer warpgroup: one thread issues the copies ----
+    // ---- producer warpgroup: lane 0 of warp 2s + g loads group g of stage s ----
+    // Four independent copy streams: each half-stage is refilled as soon as
+    // its own readers release it, whatever the other halves wait for.
     setmaxnreg_dec<K::kProducerRegs>();
-    if (threadIdx.x != K::kConsumerThreads) return;
+    const int pw = (int(threadIdx.x) - K::kConsumerThreads) / 32;
+    if (threadIdx.x % 32 != 0 || pw >= K::kStages * K::kGroups) return;
     tma_prefetch_descriptor(&cache_map);
-    int uses[K::kStages] = {0, 0};  // tiles loaded into each stage so far
-    for_each_piece<K>(p, part, [&](const PieceView& pv, int tile_begin, int tile_end, int) {
-      for (int t = tile_begin; t < tile_end; t += 2) {
-        for (int s = 0; s < K::kStages && t + s < tile_end; ++s) {
-          if (uses[s] > 0) mbarrier_wait(&empty[s], (uses[s] - 1) & 1);
-          seesaw_load_tile<K>(&cache_map, p, pv, t + s, tile_a + s * K::kKVTileBytes, full + s * K::kBoxes,
-                              kv_hint);
-          ++uses[s];
-        }
-      }
-    });
+    const uint32_t kv = smem_u32(tile_a), bars = smem_u32(full);
+    // Stage and group as constants: the producer has 24 registers.
+    if (pw == 0) seesaw_produce<K, 0, 0>(p, &cache_map, part, kv, bars, kv_hint);
+    if (pw == 1) seesaw_produce<K, 0, 1>(p, &cache_map, part, kv, bars, kv_hint);
+    if (pw == 2) seesaw_produce<K, 1, 0>(p, &cache_map, part, kv, bars, kv_hint);
+    if (pw == 3) seesaw_produce<K, 1, 1>(p, &cache_map, part, kv, bars, kv_hint);
     return;
   }
 
@@ -94,6 +116,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   uint8_t* p_box_a = tile_a + K::kPeBox * K::kBlockN * 128;
   uint8_t* p_box_b = tile_b + K::kPeBox * K::kBlockN * 128;
   int uses[K::kStages] = {0, 0};  // tiles consumed from each stage so far
+  int pairs = 0;                  // pairs done (all pieces): the parity of the row-max slots
   for_each_piece<K>(p, part, [&](const PieceView& pv, int tile_begin, int tile_end, int slot) {
     // The previous piece's wgmmas are complete (waited) in both warpgroups
     // before anyone overwrites Q.
@@ -114,11 +137,12 @@ __global__ void __launch_bounds__(K::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < K::kColsPerWarpgroup / 2; ++i) o[i] = 0.f;
 
-    for (int t = tile_begin; t < tile_end; t += 2) {
+    for (int t = tile_begin; t < tile_end; t += 2, ++pairs) {
       const bool has_b = t + 1 < tile_end;
       const uint32_t parity_a = uses[0] & 1, parity_b = uses[1] & 1;
       ++uses[0];
       if (has_b) ++uses[1];
+      float* m_slot = row_max + (pairs & 1) * 2 * K::kBlockM;  // [0]: m_A, [64]: m_B
       float s[K::kBlockN / 2];
       uint32_t pa[K::kBlockN / 16][4];
       if (g == 0) {
@@ -127,6 +151,11 @@ __global__ void __launch_bounds__(K::kThreads, 1)
         seesaw_qk<K>(q_smem, tile_a, full, parity_a, s);
         if constexpr (kGateSB) named_barrier_arrive(kBarSADone, K::kConsumerThreads);
         if (key0 + K::kBlockN > pv.seq_len) seesaw_zero_tail<K>(tile_a, pv.seq_len - key0, kBarWarpgroup0);
+        int first_bad = INT_MAX;
+        if (mask_from < pv.seq_len && key0 + K::kBlockN > mask_from) {
+          first_bad = seesaw_sanitize<K>(tile_a, key0, max(key0, mask_from), min(key0 + K::kBlockN, pv.seq_len),
+                                         &bad_key[0], kBarWarpgroup0);
+        }
         float mx[2], m_a[2], alpha[2], sum[2];
         seesaw_scores<K>(s, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, mx);
 #pragma unroll
@@ -136,11 +165,14 @@ __global__ void __launch_bounds__(K::kThreads, 1)
         }
         seesaw_exp<K>(s, m_a, sum);
 #pragma unroll
-        for (int i = 0; i < 2; ++i) st.l[i] = st.l[i] * alpha[i] + sum[i];
+        for (int i = 0; i < 2; ++i) {
+          st.l[i] = st.l[i] * alpha[i] + sum[i];
+          if (first_bad < key_limit[i]) st.l[i] = NAN;  // this row sees a non-finite value: NaN, as the math
+        }
         seesaw_scale_o<K>(o, alpha);
         if (lane % 4 == 0) {
-          row_max[r0] = m_a[0];
-          row_max[r0 + 8] = m_a[1];
+          m_slot[r0] = m_a[0];
+          m_slot[r0 + 8] = m_a[1];
         }
         named_barrier_arrive(kBarMaxA, K::kConsumerThreads);
         seesaw_pack_p<K>(s, pa);
@@ -149,7 +181,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
         float m_b[2], beta[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          m_b[i] = row_max[K::kBlockM + r0 + 8 * i];
+          m_b[i] = m_slot[K::kBlockM + r0 + 8 * i];
           beta[i] = softmax_rescale(m_a[i], m_b[i]);
           st.l[i] *= beta[i];
           st.m[i] = m_b[i];
@@ -162,29 +194,34 @@ __global__ void __launch_bounds__(K::kThreads, 1)
         for (int kk = 0; kk < K::kBlockN / 16; ++kk)
 #pragma unroll
           for (int r = 0; r < 4; ++r) fence_operand(pa[kk][r]);  // P_A's registers stay until the RS wgmma is done
-        mbarrier_arrive(&empty[0]);  // WG0 is done with tile A (WG1 still reads P_A' and V_A's right half)
+        mbarrier_arrive(&empty[0 * K::kGroups + 0]);  // A's left V half is dead: the producer refills it now
         seesaw_scale_o<K>(o, beta);
         if (has_b) {
           seesaw_pv_ss<K>(o, p_box_b, tile_b, 0);  // O_L += P_B V_B[:, :256]
           wgmma_wait_group<0>();
           fence_operands(o);
-          mbarrier_arrive(&empty[1]);
+          mbarrier_arrive(&empty[1 * K::kGroups + 0]);  // B's left V half and its P box
         }
       } else {
         // ---- warpgroup 1: tile B, O_R ----
         const int key0 = (t + 1) * K::kBlockN;
         float mx[2] = {-INFINITY, -INFINITY};
+        int first_bad = INT_MAX;
         if constexpr (kGateSB) named_barrier_sync(kBarSADone, K::kConsumerThreads);
         if (has_b) {
           seesaw_qk<K>(q_smem, tile_b, full + K::kBoxes, parity_b, s);
           if (key0 + K::kBlockN > pv.seq_len) seesaw_zero_tail<K>(tile_b, pv.seq_len - key0, kBarWarpgroup0 + 1);
+          if (mask_from < pv.seq_len && key0 + K::kBlockN > mask_from) {
+            first_bad = seesaw_sanitize<K>(tile_b, key0, max(key0, mask_from), min(key0 + K::kBlockN, pv.seq_len),
+                                           &bad_key[1], kBarWarpgroup0 + 1);
+          }
           seesaw_scores<K>(s, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, mx);
         }
         named_barrier_sync(kBarMaxA, K::kConsumerThreads);
         float m_b[2], alpha[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          m_b[i] = fmaxf(row_max[r0 + 8 * i], mx[i]);  // m_A >= m already
+          m_b[i] = fmaxf(m_slot[r0 + 8 * i], mx[i]);  // m_A >= m already
           alpha[i] = softmax_rescale(st.m[i], m_b[i]);
           st.l[i] *= alpha[i];
           st.m[i] = m_b[i];
@@ -193,34 +230,39 @@ __global__ void __launch_bounds__(K::kThreads, 1)
         if (has_b) {
           float sum[2];
           seesaw_exp<K>(s, m_b, sum);
-          st.l[0] += sum[0];
-          st.l[1] += sum[1];
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            st.l[i] += sum[i];
+            if (first_bad < key_limit[i]) st.l[i] = NAN;  // this row sees a non-finite value: NaN, as the math
+          }
           const float one[2] = {1.f, 1.f};
           seesaw_store_p<K>(s, one, p_box_b);
           seesaw_pack_p<K>(s, pa);
         }
         if (lane % 4 == 0) {
-          row_max[K::kBlockM + r0] = m_b[0];
-          row_max[K::kBlockM + r0 + 8] = m_b[1];
+          m_slot[K::kBlockM + r0] = m_b[0];
+          m_slot[K::kBlockM + r0 + 8] = m_b[1];
         }
-        named_barrier_arrive(kBarMaxB, K::kConsumerThreads);
+        // A full rendezvous (warpgroup 0 is already waiting here): it also
+        // orders warpgroup 1's read of m_A before warpgroup 0's next write.
+        named_barrier_sync(kBarMaxB, K::kConsumerThreads);
         named_barrier_sync(kBarPA, K::kConsumerThreads);  // P_A' is in A's k_pe box
         seesaw_pv_ss<K>(o, p_box_a, tile_a, 1);           // O_R += P_A' V_A[:, 256:]
         if (has_b) {
           seesaw_pv_rs<K>(o, pa, tile_b, 1);  // O_R += P_B V_B[:, 256:]
           wgmma_wait_group<1>();
-          mbarrier_arrive(&empty[0]);
+          mbarrier_arrive(&empty[0 * K::kGroups + 1]);  // A's right V half and its P box
           wgmma_wait_group<0>();
           fence_operands(o);
 #pragma unroll
           for (int kk = 0; kk < K::kBlockN / 16; ++kk)
 #pragma unroll
             for (int r = 0; r < 4; ++r) fence_operand(pa[kk][r]);
-          mbarrier_arrive(&empty[1]);
+          mbarrier_arrive(&empty[1 * K::kGroups + 1]);  // B's right V half
         } else {
           wgmma_wait_group<0>();
           fence_operands(o);
-          mbarrier_arrive(&empty[0]);
+          mbarrier_arrive(&empty[0 * K::kGroups + 1]);
         }
       }
     }

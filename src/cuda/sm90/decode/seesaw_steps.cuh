@@ -11,6 +11,7 @@
 
 #include <cuda.h>
 
+#include <climits>
 #include <cmath>
 
 #include "cuda/common/index_check.cuh"
@@ -24,26 +25,69 @@
 
 namespace lattn::cuda::sm90 {
 
-// Producer (one thread): KV tile `tile` of the request (keys [64 tile, +64),
-// inside one page since the page size is a multiple of 64) into `dst` as 9
-// boxes of [64 keys][64 columns], box c completing on full[c]. The block id is
-// checked against the table's width and the cache (index_check.cuh): a bad
-// one is recorded and the copy is aimed at page -1, which the copy engine
-// fills with zeros (out of the tensor map's bounds) — nothing outside the
-// cache is read, and the transaction byte count is the same.
-template <class K>
-__device__ __forceinline__ void seesaw_load_tile(const CUtensorMap* cache_map, const DecodeParams& p,
-                                                 const PieceView& pv, int tile, uint8_t* dst, uint64_t* full,
-                                                 CacheHint hint) {
-  const int key0 = tile * K::kBlockN;
+// Producer: the page and first row of KV tile `tile` of the request (keys
+// [64 tile, +64), inside one page since the page size is a multiple of 64).
+// The block id is checked against the table's width and the cache
+// (index_check.cuh): a bad one is recorded and the copy is aimed at page -1,
+// which the copy engine fills with zeros (out of the tensor map's bounds) —
+// nothing outside the cache is read, and the transaction byte count is the
+// same.
+struct TileSource {
+  int page, row;
+};
+__device__ __forceinline__ TileSource seesaw_tile_source(const DecodeParams& p, const PieceView& pv, int tile,
+                                                         int block_n) {
+  const int key0 = tile * block_n;
   const int page =
       int(checked_block_id(pv.table, key0 / p.block_size, p.table_width, p.num_blocks, p.index_violations));
-  const int row = key0 % p.block_size;
+  return {page, key0 % p.block_size};
+}
+
+// Producer (one thread): the boxes of release group `group` of a tile in
+// stage `stage` ([64 keys][64 columns] each, box c at dst + 8 KB c),
+// completing on full[c]. Addresses are 32-bit .shared::cta ones: the
+// producer runs with 24 registers.
+template <class K>
+__device__ __forceinline__ void seesaw_load_group(const CUtensorMap* cache_map, TileSource src, int stage, int group,
+                                                  uint32_t dst, uint32_t full, CacheHint hint) {
 #pragma unroll
   for (int c = 0; c < K::kBoxes; ++c) {
-    mbarrier_arrive_expect_tx(&full[c], K::kBoxTxBytes);
-    tma_load_3d(dst + c * K::kBlockN * 128, cache_map, &full[c], c * K::kBoxCols, row, page, hint);
+    if (K::box_group(stage, c) != group) continue;
+    mbarrier_arrive_expect_tx(full + 8 * c, K::kBoxTxBytes);
+    tma_load_3d(dst + c * K::kBlockN * 128, cache_map, full + 8 * c, c * K::kBoxCols, src.row, src.page, hint);
   }
+}
+
+// Keys [k_lo, k_hi) of a tile (key0 = its first key) are masked for some rows
+// of the CTA (s_q > 1: a query token does not see the tokens after it). A
+// masked key must contribute nothing (docs/mla.md, "NaN and inf"), but P = 0
+// times a NaN or inf value is NaN in P V, so the non-finite V elements
+// (columns 0..511) of those keys are zeroed after the warpgroup's S has read
+// the tile and before any P V reads it. Returns the first key that had one
+// (INT_MAX if none): the caller makes the rows that may see it NaN, as the
+// math does. Called by the 128 threads of the warpgroup that owns the tile
+// (the other warpgroup reads it only after a later cross-warpgroup barrier);
+// `flag` is the warpgroup's own int, `wg_barrier` its own named barrier.
+template <class K>
+__device__ __forceinline__ int seesaw_sanitize(uint8_t* kv, int key0, int k_lo, int k_hi, int* flag,
+                                               int wg_barrier) {
+  using T = typename K::T;
+  const int t = warpgroup_thread();
+  named_barrier_sync(wg_barrier, 128);  // the last read of the flag is done
+  if (t == 0) *flag = INT_MAX;
+  named_barrier_sync(wg_barrier, 128);
+  for (int idx = t; idx < (k_hi - k_lo) * K::kL; idx += 128) {
+    const int key = k_lo + idx / K::kL, col = idx % K::kL;
+    T* x = reinterpret_cast<T*>(kv + (col / K::kBoxCols) * K::kBlockN * 128 +
+                                swizzle128_offset(key - key0, col % K::kBoxCols));
+    if (!isfinite(static_cast<float>(*x))) {
+      *x = T(0.f);
+      atomicMin(flag, key);
+    }
+  }
+  fence_proxy_async_shared();
+  named_barrier_sync(wg_barrier, 128);
+  return *flag;
 }
 
 // S[64 rows][64 keys] = Q . K^T over 576 columns: 36 wgmma m64n64k16 (Q and

@@ -37,18 +37,32 @@ struct SeesawTraits {
                 "setmaxnreg may only redistribute the registers allocated at launch (168 per thread)");
   static constexpr int kColsPerWarpgroup = kL / kConsumerWarpgroups;  // P V: N = 256 (O_L, O_R)
 
+  // Release groups: each stage is freed in two halves, each by the one
+  // warpgroup that reads it last, so the producer refills half a tile as soon
+  // as it is dead. Group 0 = V's left boxes 0..3 (read last by warpgroup 0's
+  // P V), group 1 = V's right boxes 4..7 (warpgroup 1's P V). The k_pe box 8
+  // holds the tile's P after its S: tile A's P_A' is read by warpgroup 1
+  // (group 1 of stage 0), tile B's P_B by warpgroup 0 (group 0 of stage 1).
+  static constexpr int kGroups = 2;
+  __host__ __device__ static constexpr int box_group(int stage, int box) {
+    return box < 4 ? 0 : box < kPeBox ? 1 : (stage == 0 ? 1 : 0);
+  }
+
   // Shared memory, byte offsets from a 1024-byte aligned base.
   static constexpr size_t kBoxBytes = size_t(kBlockM) * 128;              // one [64][64] box: 8 KB
   static constexpr size_t kQBytes = kBoxes * kBoxBytes;                   // 72 KB
   static constexpr size_t kKVTileBytes = kBoxes * size_t(kBlockN) * 128;  // 72 KB
   static constexpr size_t kQOffset = 0;
   static constexpr size_t kKVOffset = kQOffset + kQBytes;
-  static constexpr size_t kRowMaxOffset = kKVOffset + kStages * kKVTileBytes;  // [2][64] f32: m after A, after B
-  static constexpr size_t kRowSumOffset = kRowMaxOffset + 2 * kBlockM * 4;    // [2][64] f32
+  // [2 pair parities][2][64] f32: m after A, after B (a slot is rewritten two
+  // pairs later, after a barrier both warpgroups pass).
+  static constexpr size_t kRowMaxOffset = kKVOffset + kStages * kKVTileBytes;
+  static constexpr size_t kRowSumOffset = kRowMaxOffset + 2 * 2 * kBlockM * 4;  // [2][64] f32
   // full[kStages][kBoxes] (one per 64-column box: S starts on the first box
-  // that lands), then empty[kStages].
+  // that lands), then empty[kStages][kGroups].
   static constexpr size_t kBarrierOffset = kRowSumOffset + 2 * kBlockM * 4;
-  static constexpr size_t kUsedBytes = kBarrierOffset + (kStages * kBoxes + kStages) * 8;
+  static constexpr size_t kBadKeyOffset = kBarrierOffset + (kStages * kBoxes + kStages * kGroups) * 8;  // int[2]
+  static constexpr size_t kUsedBytes = kBadKeyOffset + 2 * 4;
   // + 1024: the dynamic window is only guaranteed 16-byte aligned; the kernel
   // rounds its base up to 1024 (the 128-byte swizzle's repeat).
   static constexpr size_t kSmemBytes = kUsedBytes + 1024;
