@@ -107,16 +107,6 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// The same with an L2 hint (the decode producers run with 24 registers).
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
-                                            int c2, CacheHint hint) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(dst),
-      "l"(tmap_ptr(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "l"(uint64_t(hint))
-      : "memory");
-}
-
 #undef LATTN_TMA_LOAD
 #undef LATTN_TMA_LOAD_HINT
 
