@@ -107,15 +107,6 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// cp.async.bulk.prefetch.tensor.3d.L2.global [map, {c0, c1, c2}]: brings one
-// box into L2 only (no shared memory, no barrier, nothing to wait for), so
-// that a later tma_load_3d of it is an L2 hit.
-__device__ __forceinline__ void tma_prefetch_l2_3d(const CUtensorMap* map, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global [%0, {%1, %2, %3}];" ::"l"(tmap_ptr(map)), "r"(c0),
-               "r"(c1), "r"(c2)
-               : "memory");
-}
-
 #undef LATTN_TMA_LOAD
 #undef LATTN_TMA_LOAD_HINT
 

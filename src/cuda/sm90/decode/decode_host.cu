@@ -52,23 +52,6 @@ uint64_t kv_cache_hint() {
   return uint64_t(CacheHint::kEvictFirst);
 }
 
-// How many KV tiles ahead of its shared-memory copies the producer prefetches
-// them into L2 (decode_mainloop.cuh, producer_prefetch_tile).
-// LATTN_HOPPER_KV_PREFETCH=N forces N (0: off; benchmarks).
-int kv_prefetch_tiles() {
-  static const int n = [] {
-    const char* env = std::getenv("LATTN_HOPPER_KV_PREFETCH");
-    if (!env || !*env) return 4;
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (*end != 0 || v < 0 || v > 64) {
-      throw ValueError(std::string("LATTN_HOPPER_KV_PREFETCH: expected a tile count 0..64, got '") + env + "'");
-    }
-    return int(v);
-  }();
-  return n;
-}
-
 }  // namespace
 
 std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
@@ -87,9 +70,9 @@ void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, 
   const uint64_t hint = kv_cache_hint();
   switch (dtype) {
     case DType::bf16:
-      return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, kv_prefetch_tiles(), stream);
+      return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, stream);
     case DType::f16:
-      return DecodeKernelInstance<__half>::launch(p, map, m_tiles, hint, kv_prefetch_tiles(), stream);
+      return DecodeKernelInstance<__half>::launch(p, map, m_tiles, hint, stream);
     default:
       throw NotImplementedError(std::string("hopper decode: activation dtype ") + dtype_name(dtype) +
                                 " (supported: f16, bf16)");

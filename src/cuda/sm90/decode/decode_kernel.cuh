@@ -36,7 +36,7 @@ __device__ __forceinline__ void for_each_piece(const DecodeParams& p, int part, 
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1)
     mla_decode_sm90_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap cache_map,
-                           CacheHint kv_hint, int kv_prefetch) {
+                           CacheHint kv_hint) {
 #ifdef LATTN_SM90_DECODE_BODY
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -66,12 +66,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
     tma_prefetch_descriptor(&cache_map);
     int it = 0;  // tiles issued so far (all pieces): stage it % kStages, round it / kStages
     for_each_piece<K>(p, part, [&](const PieceView& pv, int tile_begin, int tile_end, int) {
-      // L2 prefetch kv_prefetch tiles ahead of the copies (0: none).
-      for (int t = tile_begin + 1; t < min(tile_end, tile_begin + kv_prefetch); ++t) {
-        producer_prefetch_tile<K>(&cache_map, p, pv, t);
-      }
       for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
-        if (kv_prefetch > 0 && tile + kv_prefetch < tile_end) producer_prefetch_tile<K>(&cache_map, p, pv, tile + kv_prefetch);
         const int s = it % K::kStages, round = it / K::kStages;
         if (round > 0) mbarrier_wait(&empty[s], (round - 1) & 1);
         producer_load_tile<K>(&cache_map, p, pv, tile, kv_smem + s * K::kKVTileBytes, &full[s], kv_hint);

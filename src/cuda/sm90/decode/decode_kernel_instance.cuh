@@ -20,7 +20,7 @@ namespace detail {
 // once-flags.
 template <class K, auto kKernel>
 void launch_decode_kernel(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
-                          int kv_prefetch, cudaStream_t stream) {
+                          cudaStream_t stream) {
   constexpr auto kernel = kKernel;
   constexpr int kMaxDevices = 64;
   static std::once_flag once[kMaxDevices];
@@ -30,15 +30,15 @@ void launch_decode_kernel(const DecodeParams& p, const CUtensorMap& cache_map, i
     LATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(K::kSmemBytes)));
   });
   const dim3 grid(unsigned(m_tiles), unsigned(p.plan.num_parts));
-  kernel<<<grid, K::kThreads, K::kSmemBytes, stream>>>(p, cache_map, CacheHint(kv_hint), kv_prefetch);
+  kernel<<<grid, K::kThreads, K::kSmemBytes, stream>>>(p, cache_map, CacheHint(kv_hint));
 }
 }  // namespace detail
 
 template <class T>
 void DecodeKernelInstance<T>::launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles,
-                                     uint64_t kv_hint, int kv_prefetch, cudaStream_t stream) {
+                                     uint64_t kv_hint, cudaStream_t stream) {
   using K = DecodeTraits<T>;
-  detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, kv_prefetch, stream);
+  detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
   LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_kernel");
 }
 

@@ -15,10 +15,8 @@ namespace lattn::cuda::sm90 {
 template <class T>
 struct DecodeKernelInstance {
   // kv_hint: the L2 cache-policy word of the KV copies (sm90::CacheHint).
-  // kv_prefetch: how many KV tiles ahead of its copies the producer asks L2
-  // for them (0: no prefetch).
   static void launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
-                     int kv_prefetch, cudaStream_t stream);
+                     cudaStream_t stream);
 };
 
 }  // namespace lattn::cuda::sm90

@@ -71,23 +71,6 @@ __device__ __forceinline__ void producer_load_tile(const CUtensorMap* cache_map,
   }
 }
 
-// Producer (one thread): asks L2 for KV tile `tile` of the request ahead of
-// its copy into shared memory (the ring has two stages only, so the copy of
-// a tile starts when a stage frees; fetched into L2 earlier, it lands
-// sooner). A column past the table or an id outside the cache is skipped
-// here (the copy itself records it).
-template <class K>
-__device__ __forceinline__ void producer_prefetch_tile(const CUtensorMap* cache_map, const DecodeParams& p,
-                                                       const PieceView& pv, int tile) {
-  const int key0 = tile * K::kBlockN;
-  const int col = key0 / p.block_size;
-  if (col >= p.table_width && p.table_width > 0) return;
-  const int page = pv.table[col];
-  if (page < 0 || (p.num_blocks > 0 && page >= p.num_blocks)) return;
-#pragma unroll
-  for (int c = 0; c < K::kBoxes; ++c) tma_prefetch_l2_3d(cache_map, c * K::kBoxCols, key0 % p.block_size, page);
-}
-
 // Consumers (256 threads): Q tile rows [row0, +64) of [q_nope | q_pe] into 9
 // swizzled boxes; rows past the request's rows are zero. Ordinary loads and
 // stores, then fence.proxy.async so wgmma (async proxy) may read it after the
