@@ -107,18 +107,6 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// The same copy multicast to every CTA of the cluster in `cta_mask` (bit i =
-// rank i): the box lands at the same shared-memory offset in each, and each
-// destination's mbarrier at `bar`'s offset gets the complete_tx bytes.
-__device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
-                                                      int c1, int c2, uint16_t cta_mask, CacheHint hint) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint"
-      " [%0], [%1, {%3, %4, %5}], [%2], %6, %7;" ::"r"(dst),
-      "l"(tmap_ptr(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask), "l"(uint64_t(hint))
-      : "memory");
-}
-
 #undef LATTN_TMA_LOAD
 #undef LATTN_TMA_LOAD_HINT
 

@@ -52,16 +52,6 @@ uint64_t kv_cache_hint() {
   return uint64_t(CacheHint::kEvictFirst);
 }
 
-// Whether pairs of M tiles share their KV copies in 2-CTA clusters (TMA
-// multicast). LATTN_HOPPER_MULTICAST=0 turns it off (benchmarks).
-bool kv_multicast() {
-  static const bool on = [] {
-    const char* env = std::getenv("LATTN_HOPPER_MULTICAST");
-    return !(env && std::string(env) == "0");
-  }();
-  return on;
-}
-
 }  // namespace
 
 std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
@@ -80,9 +70,9 @@ void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, 
   const uint64_t hint = kv_cache_hint();
   switch (dtype) {
     case DType::bf16:
-      return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, kv_multicast(), stream);
+      return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, stream);
     case DType::f16:
-      return DecodeKernelInstance<__half>::launch(p, map, m_tiles, hint, kv_multicast(), stream);
+      return DecodeKernelInstance<__half>::launch(p, map, m_tiles, hint, stream);
     default:
       throw NotImplementedError(std::string("hopper decode: activation dtype ") + dtype_name(dtype) +
                                 " (supported: f16, bf16)");

@@ -24,22 +24,19 @@
 namespace lattn::cuda::sm90 {
 
 // Iterates the pieces of `part` (smxx/decode_pieces.cuh) that have rows of
-// this CTA's M tile: fn(pv, tile_begin, tile_end, slot). With `all`, also
-// those without (a CTA of a cluster walks every tile its peer walks: they
-// share the copies; rows past the request's are computed on zeros and
-// never written).
+// this CTA's M tile: fn(pv, tile_begin, tile_end, slot).
 template <class K, class Fn>
-__device__ __forceinline__ void for_each_piece(const DecodeParams& p, int part, Fn&& fn, bool all = false) {
+__device__ __forceinline__ void for_each_piece(const DecodeParams& p, int part, Fn&& fn) {
   for_each_decode_piece(p, part, K::kBlockN, [&](int r, int tile_begin, int tile_end, int slot) {
     const PieceView pv = make_piece_view<K>(p, r);
-    if (all || pv.row0 < pv.rows) fn(pv, tile_begin, tile_end, slot);
+    if (pv.row0 < pv.rows) fn(pv, tile_begin, tile_end, slot);
   });
 }
 
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1)
     mla_decode_sm90_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap cache_map,
-                           CacheHint kv_hint, int multicast) {
+                           CacheHint kv_hint) {
 #ifdef LATTN_SM90_DECODE_BODY
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -53,46 +50,28 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   int* bad_key = reinterpret_cast<int*>(smem + K::kBadKeyOffset);  // [2], by tile parity
   const int part = blockIdx.y;
 
-  // multicast: launched as 2-CTA clusters along the M tiles (decode_host.cu):
-  // the two CTAs walk the same tiles, each copies half of every tile's boxes
-  // to both, and a stage is refilled only when both CTAs have released it.
-  const bool mc = multicast != 0;
-  const uint32_t rank = mc ? cluster_ctarank() : 0;
-  constexpr int kConsumerWarps = K::kConsumerThreads / 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < K::kStages; ++s) {
-      mbarrier_init(&full[s], 1);                                      // the producer's arrive.expect_tx
-      mbarrier_init(&empty[s], (mc ? 2 : 1) * kConsumerWarps);         // each consumer warp (of both CTAs)
+      mbarrier_init(&full[s], 1);                        // the producer's arrive.expect_tx
+      mbarrier_init(&empty[s], K::kConsumerThreads);     // every consumer thread, after its wgmmas
     }
     fence_barrier_init();
   }
   __syncthreads();
-  if (mc) cluster_sync();  // the peer's barriers are initialized before any copy or arrival reaches them
 
   if (threadIdx.x >= K::kConsumerThreads) {
     // ---- producer warpgroup: one thread issues the copies ----
     setmaxnreg_dec<K::kProducerRegs>();
-    if (threadIdx.x == K::kConsumerThreads) {
-      tma_prefetch_descriptor(&cache_map);
-      int it = 0;  // tiles issued so far (all pieces): stage it % kStages, round it / kStages
-      for_each_piece<K>(
-          p, part,
-          [&](const PieceView& pv, int tile_begin, int tile_end, int) {
-            for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
-              const int s = it % K::kStages, round = it / K::kStages;
-              if (round > 0) mbarrier_wait(&empty[s], (round - 1) & 1);
-              if (mc) {
-                producer_load_tile_multicast<K>(&cache_map, p, pv, tile, kv_smem + s * K::kKVTileBytes, &full[s],
-                                                rank, kv_hint);
-              } else {
-                producer_load_tile<K>(&cache_map, p, pv, tile, kv_smem + s * K::kKVTileBytes, &full[s], kv_hint);
-              }
-            }
-          },
-          mc);
-    }
-    __syncwarp();
-    if (mc) cluster_sync();  // stay until the peer is done with this CTA's barriers and tiles
+    if (threadIdx.x != K::kConsumerThreads) return;
+    tma_prefetch_descriptor(&cache_map);
+    int it = 0;  // tiles issued so far (all pieces): stage it % kStages, round it / kStages
+    for_each_piece<K>(p, part, [&](const PieceView& pv, int tile_begin, int tile_end, int) {
+      for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
+        const int s = it % K::kStages, round = it / K::kStages;
+        if (round > 0) mbarrier_wait(&empty[s], (round - 1) & 1);
+        producer_load_tile<K>(&cache_map, p, pv, tile, kv_smem + s * K::kKVTileBytes, &full[s], kv_hint);
+      }
+    });
     return;
   }
 
@@ -101,9 +80,6 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   const int g = threadIdx.x / 128;
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
   int it = 0;  // tiles consumed so far
-  // The stage's `empty` barrier of this CTA and, with a cluster, the peer's.
-  const uint32_t empty_local = smem_u32(empty);
-  const uint32_t empty_peer = mc ? cluster_map_shared(empty_local, rank ^ 1u) : 0u;
   for_each_piece<K>(p, part, [&](const PieceView& pv, int tile_begin, int tile_end, int slot) {
     // The previous piece's wgmmas are complete (waited) in both warpgroups
     // before anyone overwrites Q.
@@ -155,15 +131,10 @@ __global__ void __launch_bounds__(K::kThreads, 1)
         }
       }
       compute_pv<K>(p_smem, kv, g, o, alpha);
-      // The warp's wgmmas have read the stage (wait_group is warp-aligned).
-      if (lane == 0) {
-        mbarrier_arrive(empty_local + 8 * s);
-        if (mc) mbarrier_arrive_cluster(empty_peer + 8 * s);
-      }
+      mbarrier_arrive(&empty[s]);  // this thread's wgmmas have read the stage
     }
     write_o<K>(p, pv, st, o, slot, g, row_sum);
-  }, mc);
-  if (mc) cluster_sync();
+  });
 #endif
 }
 

@@ -15,10 +15,8 @@ namespace lattn::cuda::sm90 {
 template <class T>
 struct DecodeKernelInstance {
   // kv_hint: the L2 cache-policy word of the KV copies (sm90::CacheHint).
-  // multicast: run pairs of M tiles as 2-CTA clusters sharing each KV
-  // tile's copies where the grid allows (decode_kernel_instance.cuh).
   static void launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
-                     bool multicast, cudaStream_t stream);
+                     cudaStream_t stream);
 };
 
 }  // namespace lattn::cuda::sm90

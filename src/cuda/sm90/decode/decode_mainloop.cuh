@@ -10,7 +10,6 @@
 
 #include "cuda/common/index_check.cuh"
 #include "cuda/sm80/mma.cuh"  // pack2
-#include "cuda/sm90/common/cluster.cuh"
 #include "cuda/sm90/common/mbarrier.cuh"
 #include "cuda/sm90/common/tma.cuh"
 #include "cuda/sm90/common/warpgroup.cuh"
@@ -69,27 +68,6 @@ __device__ __forceinline__ void producer_load_tile(const CUtensorMap* cache_map,
 #pragma unroll
   for (int c = 0; c < K::kBoxes; ++c) {
     tma_load_3d(dst + c * K::kBlockN * 128, cache_map, full, c * K::kBoxCols, row, page, hint);
-  }
-}
-
-// The same for a 2-CTA cluster (the two M tiles of a request read the same
-// KV): this CTA (rank 0 or 1) copies every other box, multicast to both
-// CTAs; each CTA's `full` barrier expects the whole tile (its own boxes and
-// its peer's arrive at the same offsets).
-template <class K>
-__device__ __forceinline__ void producer_load_tile_multicast(const CUtensorMap* cache_map, const DecodeParams& p,
-                                                             const PieceView& pv, int tile, uint8_t* dst,
-                                                             uint64_t* full, uint32_t rank, CacheHint hint) {
-  const int key0 = tile * K::kBlockN;
-  const int page =
-      int(checked_block_id(pv.table, key0 / p.block_size, p.table_width, p.num_blocks, p.index_violations));
-  const int row = key0 % p.block_size;
-  mbarrier_arrive_expect_tx(full, K::kKVTileTxBytes);
-  const uint32_t d = smem_u32(dst), b = smem_u32(full);
-#pragma unroll
-  for (int c = 0; c < K::kBoxes; ++c) {
-    if (uint32_t(c % 2) != rank) continue;
-    tma_load_3d_multicast(d + c * K::kBlockN * 128, cache_map, b, c * K::kBoxCols, row, page, 0x3, hint);
   }
 }
 
