@@ -138,14 +138,18 @@ class MlaAttention {
   // up-projection. `comm` is the engine's (NCCL, or the in-process group),
   // on this layer's device; the layer does not own it and it must outlive
   // the layer's calls. nullptr switches DCP off. Every rank of the group
-  // must call forward for every step, with the same query rows.
+  // must call forward for every step, with the same query rows. Prefills
+  // with cached context attend to every rank's share of it: each rank's
+  // partial result over its share is combined the same way, then merged
+  // with the new tokens' causal attention.
   void set_dcp(Communicator* comm, int interleave = 1,
                DcpCombineMethod method = DcpCombineMethod::all_gather_reduce_scatter);
   // world_size 1 when DCP is off.
   DcpConfig dcp_config() const;
 
-  // One decode step under DCP. `plan` is this rank's plan from
-  // build_dcp_decode_metadata (same requests, the rank's local block tables,
+  // One step under DCP. `plan` is this rank's plan from
+  // build_dcp_decode_metadata or, for a batch with prefills,
+  // build_dcp_metadata (same requests, the rank's local block tables,
   // built with this layer's dcp_config()); q, kv_c_normed and k_pe hold every
   // query token of the step (the same on every rank), in the plan's order.
   // out as in forward. ValueError when set_dcp was not called.

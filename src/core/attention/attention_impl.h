@@ -98,6 +98,15 @@ bool forward_prefill(MlaAttention::Impl& impl, const ForwardArgs& args, const La
 void validate_indexer_inputs(const MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
                              const IndexerInputs& indexer);
 
+// Prefill rows under DCP when some prefill of the batch has cached context
+// (metadata = the rank's plan, impl.dcp_comm set; docs/dcp.md): the new
+// tokens attend causally among themselves and to this rank's share of the
+// context, the ranks combine their context partials, and the two merge.
+// out_rows / staging_rows and the return value as forward_prefill's (the
+// result is always computed in the activation dtype first).
+bool forward_prefill_dcp(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
+                         const MlaMetadata& metadata, const Tensor& out_rows, const Tensor& staging_rows);
+
 // Every computed row [0, Tc) of a sparse layer (Tc = num_decode_tokens +
 // num_prefill_tokens): indexer key write, top-k, absorbed sparse attention, W_UV.
 //   out_rows [Tc, N*V] activation dtype (rows may be strided)
