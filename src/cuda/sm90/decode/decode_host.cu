@@ -1,6 +1,6 @@
 // src/cuda/sm90/decode/decode_host.cu — host side of the Hopper decode
-// kernels: eligibility, the schedule choice, the paged-cache tensor map, and
-// the dtype dispatch to the kernel instances (decode_kernel_instance.h).
+// kernel: eligibility, the paged-cache tensor map, and the dtype dispatch to
+// the kernel instances (decode_kernel_instance.h).
 #include "cuda/sm90/decode/decode_host.h"
 
 #include <cuda_bf16.h>
@@ -54,32 +54,6 @@ uint64_t kv_cache_hint() {
 
 }  // namespace
 
-// Read at every launch (a test may switch schedules within one process; a
-// captured graph keeps the kernel it captured). Default: serial — the seesaw
-// kernel measured no faster on an H100 (docs/perf.md, "Hopper decode").
-DecodeSm90Schedule decode_sm90_schedule() {
-  const char* env = std::getenv("LATTN_HOPPER_DECODE");
-  if (env && *env) {
-    const std::string v = env;
-    if (v == "serial") return DecodeSm90Schedule::kSerial;
-    if (v == "seesaw") return DecodeSm90Schedule::kSeesaw;
-    if (v == "seesaw-gated") return DecodeSm90Schedule::kSeesawGated;
-    throw ValueError("LATTN_HOPPER_DECODE: expected serial, seesaw or seesaw-gated, got '" + v + "'");
-  }
-  return DecodeSm90Schedule::kSerial;
-}
-
-const char* decode_sm90_schedule_name(DecodeSm90Schedule s) {
-  switch (s) {
-    case DecodeSm90Schedule::kSeesaw:
-      return "seesaw";
-    case DecodeSm90Schedule::kSeesawGated:
-      return "seesaw-gated";
-    default:
-      return "serial";
-  }
-}
-
 std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
                                            const void* cache, int64_t block_stride_elems) {
   if (L != 512 || R != 64) return "latent dims (" + std::to_string(L) + ", " + std::to_string(R) + ") are not (512, 64)";
@@ -94,12 +68,11 @@ std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream) {
   const CUtensorMap map = cache_tensor_map(p, dtype, num_blocks);
   const uint64_t hint = kv_cache_hint();
-  const DecodeSm90Schedule schedule = decode_sm90_schedule();
   switch (dtype) {
     case DType::bf16:
-      return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, schedule, stream);
+      return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, stream);
     case DType::f16:
-      return DecodeKernelInstance<__half>::launch(p, map, m_tiles, hint, schedule, stream);
+      return DecodeKernelInstance<__half>::launch(p, map, m_tiles, hint, stream);
     default:
       throw NotImplementedError(std::string("hopper decode: activation dtype ") + dtype_name(dtype) +
                                 " (supported: f16, bf16)");

@@ -1,6 +1,6 @@
 // src/cuda/sm90/decode/decode_host.h — the host side of the Hopper decode
-// kernels (plain C++: no device code): whether a cache can take the wgmma
-// path, which schedule runs, and the launch (tensor map, dtype dispatch).
+// kernel (plain C++: no device code): whether a cache can take the wgmma
+// path, and the launch (tensor map, dtype dispatch).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,18 +22,7 @@ constexpr int kDecodeBlockM = 64, kDecodeBlockN = 64;
 std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
                                            const void* cache, int64_t block_stride_elems);
 
-// The two kernels (docs/hopper.md): kSerial computes S, softmax and P V of
-// each 64-key tile in turn, S split by keys between the warpgroups; kSeesaw
-// gives each warpgroup a whole tile of a pair and overlaps one warpgroup's
-// softmax with the other's products; kSeesawGated is kSeesaw with warpgroup
-// 1's S issued only after warpgroup 0's (seesaw_kernel.cuh, kGateSB).
-// LATTN_HOPPER_DECODE=serial|seesaw|seesaw-gated forces one (benchmarks);
-// decode_sm90_schedule() reads it.
-enum class DecodeSm90Schedule { kSerial, kSeesaw, kSeesawGated };
-DecodeSm90Schedule decode_sm90_schedule();
-const char* decode_sm90_schedule_name(DecodeSm90Schedule s);
-
-// Launches the kernel of decode_sm90_schedule(): grid (m_tiles, p.plan.num_parts), 384 threads.
+// Launches the kernel (docs/hopper.md, "Decode"): grid (m_tiles, p.plan.num_parts), 384 threads.
 // num_blocks = the cache's page count (the tensor map's outer extent).
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream);
 

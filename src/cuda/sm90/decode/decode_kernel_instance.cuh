@@ -9,8 +9,6 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/sm90/decode/decode_kernel.cuh"
 #include "cuda/sm90/decode/decode_kernel_instance.h"
-#include "cuda/sm90/decode/seesaw_kernel.cuh"
-#include "cuda/sm90/decode/seesaw_traits.h"
 
 namespace lattn::cuda::sm90 {
 
@@ -18,8 +16,8 @@ namespace detail {
 // Raises the dynamic shared-memory limit of `kernel` once per device (the
 // first launch is an eager one: the backend plans before any capture), then
 // launches it on grid (m_tiles, parts); the caller checks the launch. The
-// kernel is a template argument so that every kernel has its own once-flags
-// (kernels of one signature share a function-pointer type).
+// kernel is a template argument so that each instantiation has its own
+// once-flags.
 template <class K, auto kKernel>
 void launch_decode_kernel(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
                           cudaStream_t stream) {
@@ -38,20 +36,10 @@ void launch_decode_kernel(const DecodeParams& p, const CUtensorMap& cache_map, i
 
 template <class T>
 void DecodeKernelInstance<T>::launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles,
-                                   uint64_t kv_hint, DecodeSm90Schedule schedule, cudaStream_t stream) {
-  if (schedule == DecodeSm90Schedule::kSeesaw) {
-    using K = SeesawTraits<T>;
-    detail::launch_decode_kernel<K, mla_decode_sm90_seesaw_kernel<K, false>>(p, cache_map, m_tiles, kv_hint, stream);
-    LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_seesaw_kernel");
-  } else if (schedule == DecodeSm90Schedule::kSeesawGated) {
-    using K = SeesawTraits<T>;
-    detail::launch_decode_kernel<K, mla_decode_sm90_seesaw_kernel<K, true>>(p, cache_map, m_tiles, kv_hint, stream);
-    LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_seesaw_kernel (gated)");
-  } else {
-    using K = DecodeTraits<T>;
-    detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
-    LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_kernel");
-  }
+                                     uint64_t kv_hint, cudaStream_t stream) {
+  using K = DecodeTraits<T>;
+  detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
+  LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_kernel");
 }
 
 }  // namespace lattn::cuda::sm90

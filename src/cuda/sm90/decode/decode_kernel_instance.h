@@ -1,4 +1,4 @@
-// src/cuda/sm90/decode/decode_kernel_instance.h — the Hopper decode kernels
+// src/cuda/sm90/decode/decode_kernel_instance.h — the Hopper decode kernel
 // of one dtype, as the host code sees them (a launch function); defined in
 // decode_kernel_instance.cuh, instantiated once per dtype in instantiations/.
 #pragma once
@@ -8,7 +8,6 @@
 
 #include <cstdint>
 
-#include "cuda/sm90/decode/decode_host.h"  // DecodeSm90Schedule
 #include "cuda/smxx/decode_params.h"
 
 namespace lattn::cuda::sm90 {
@@ -17,7 +16,7 @@ template <class T>
 struct DecodeKernelInstance {
   // kv_hint: the L2 cache-policy word of the KV copies (sm90::CacheHint).
   static void launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
-                     DecodeSm90Schedule schedule, cudaStream_t stream);
+                     cudaStream_t stream);
 };
 
 }  // namespace lattn::cuda::sm90

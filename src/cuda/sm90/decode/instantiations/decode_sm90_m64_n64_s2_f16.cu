@@ -1,4 +1,4 @@
-// Instantiation: the Hopper decode kernels (serial, seesaw, seesaw-gated), 64 rows x 64 keys, 2 TMA stages, f16 activations and cache.
+// Instantiation: the Hopper decode kernel, 64 rows x 64 keys, 2 TMA stages, f16 activations and cache.
 #include <cuda_fp16.h>
 
 #include "cuda/sm90/decode/decode_kernel_instance.cuh"
