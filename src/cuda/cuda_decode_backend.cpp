@@ -52,6 +52,8 @@ void check_index(const char* op, const char* arg, const Tensor& t, Device device
 // Switches for measurements (read once; docs/cuda.md, "One plan per step"):
 //   LATTN_DECODE_PLAN_PER_LAYER=1  every layer plans its own step (the old way)
 //   LATTN_DECODE_PARTS=N           N parts instead of one wave (balanced plans)
+//   LATTN_DECODE_WHOLE=0           never a whole-request plan (always split
+//                                  evenly; read at each plan, so tests can switch it)
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : fallback;
@@ -243,6 +245,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   plan_.tile_keys = config_.block_n;
   plan_.overhead_tiles = invariant ? 0 : kOverheadTiles;
   plan_.batch_invariant = invariant;
+  whole_requests_ = env_int("LATTN_DECODE_WHOLE", 1) != 0;
 
   // A small batch: one cooperative launch that plans, attends and combines
   // (no planning kernel; every CTA of the one wave resident).
@@ -278,7 +281,8 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
                           (sm90_ ? ", sm90" : ", sm80") + ", tiles " + config_.str() + ", rows " +
                           std::to_string(m_tiles_ * config_.block_m) + ", L " + std::to_string(params_.kv_lora_rank) +
                           ", parts " + std::to_string(parts) + ", overhead " + std::to_string(plan_.overhead_tiles) +
-                          (plan_.batch_invariant ? ", batch-invariant splits" : "");
+                          (plan_.batch_invariant ? ", batch-invariant splits" : "") +
+                          (whole_requests_ ? "" : ", always split");
   const auto slot = md.plans->get_or_make<SharedPlanSlot>(key, [] { return SharedPlanSlot{}; });
   SharedPlanState& shared = *slot->state;
   std::lock_guard lock(shared.mutex);
@@ -307,7 +311,7 @@ void CudaDecodeBackend::launch_plan(const DecodeMetadata& md, int parts) {
   Workspace& ws = own_store_->workspace;
   ws.reserve(bytes, params_.context.stream, plan_op(hopper_));
   carve_decode_plan(ws.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_);
-  launch_decode_plan(md.seq_lens.data_as<const int32_t>(), md.num_decodes, plan_,
+  launch_decode_plan(md.seq_lens.data_as<const int32_t>(), md.num_decodes, plan_, whole_requests_,
                      reinterpret_cast<cudaStream_t>(params_.context.stream));
   plan_store_ = own_store_;
   plan_generation_ = ++own_store_->generation;
@@ -439,6 +443,16 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
 int64_t decode_plans_launched(const DecodeBackend& backend) {
   const auto* cuda_backend = dynamic_cast<const CudaDecodeBackend*>(&backend);
   return cuda_backend ? cuda_backend->plans_launched() : -1;
+}
+
+std::vector<int32_t> decode_plan_num_splits(const DecodeBackend& backend) {
+  const auto* cuda_backend = dynamic_cast<const CudaDecodeBackend*>(&backend);
+  if (!cuda_backend || !cuda_backend->plan().num_splits || cuda_backend->planned_batch() <= 0) return {};
+  std::vector<int32_t> splits(size_t(cuda_backend->planned_batch()));
+  LATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  LATTN_CUDA_CHECK(cudaMemcpy(splits.data(), cuda_backend->plan().num_splits, splits.size() * sizeof(int32_t),
+                              cudaMemcpyDeviceToHost));
+  return splits;
 }
 
 std::unique_ptr<DecodeBackend> CudaDecodeBackendClass::create(const DecodeBackendParams& params) const {

@@ -62,6 +62,8 @@ class CudaDecodeBackend final : public DecodeBackend {
   int num_parts() const { return plan_.num_parts; }
   // Planning kernels this instance launched (tests count them).
   int64_t plans_launched() const { return plans_launched_; }
+  const DecodePlan& plan() const { return plan_; }
+  int planned_batch() const { return planned_batch_; }
 
   // Device memory of plans: the plan arrays and split-KV partials that one
   // instance's planning kernel writes, shared with every layer that reuses
@@ -97,6 +99,7 @@ class CudaDecodeBackend final : public DecodeBackend {
   int m_tiles_ = 0;
   int planned_batch_ = -1;
   DecodePlan plan_{};
+  bool whole_requests_ = true;  // plans may keep requests whole (LATTN_DECODE_WHOLE=0: never)
   std::shared_ptr<PlanStore> own_store_;   // where this instance's plans go
   std::shared_ptr<PlanStore> plan_store_;  // the store plan_ points into (own or a shared step's)
   uint64_t plan_generation_ = 0;           // plan_store_'s generation when plan_ was written
@@ -108,6 +111,11 @@ class CudaDecodeBackend final : public DecodeBackend {
 // (tests count them: one per step, not one per layer); -1 for any other
 // backend. Builds without CUDA link src/cuda/absent/ (always -1).
 int64_t decode_plans_launched(const DecodeBackend& backend);
+
+// For tests: the last plan's parts per request (copied from the device after
+// a device synchronize; empty when the backend has no device plan, e.g. the
+// one-launch small-batch kernel or the generic kernel).
+std::vector<int32_t> decode_plan_num_splits(const DecodeBackend& backend);
 
 class CudaDecodeBackendClass final : public DecodeBackendClass {
  public:

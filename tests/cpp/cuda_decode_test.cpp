@@ -647,6 +647,68 @@ TEST(CudaDecodePlan, OncePerStepForAllLayers) {
   }
 }
 
+// Whole-request plans (smxx/decode_scheduler.cu): a batch of twice as many
+// requests as the plan has parts, all of the same cost, is planned with no
+// request split (nothing to combine) and matches the reference; the same
+// shape with random lengths gets a mixed plan (some requests split, some
+// whole) whose combine also matches. H32: hopper's wgmma kernel, the cuda
+// backend's mma.sync kernel.
+TEST(CudaDecodePlan, WholeRequestPlanAtLargeBatchAndMixedPlan) {
+  LATTN_REQUIRE_GPU();
+  for (const std::string& name : backends_here()) {
+    SCOPED_TRACE(name);
+    std::mt19937_64 rng(91);
+    // The plan's parts for this layer (they do not depend on the batch).
+    const DecodeCase probe{"probe", 32, 512, 64, 64, DType::bf16, DType::bf16, ones(40, 100), ones(40)};
+    auto pb = make_batch(probe, rng);
+    auto pbackend = make_backend(*pb, nullptr, name);
+    pbackend->prepare_metadata(pb->md);
+    const auto* cb = dynamic_cast<const cuda::CudaDecodeBackend*>(pbackend.get());
+    ASSERT_NE(cb, nullptr);
+    const size_t batch = size_t(2 * cb->num_parts());
+    auto count = [](const std::vector<int32_t>& v, bool split) {
+      return std::count_if(v.begin(), v.end(), [&](int32_t n) { return split ? n >= 2 : n == 1; });
+    };
+
+    // Requests of the same cost (20 tiles of 64 keys, + 4 fixed: 24 units),
+    // slightly fewer than 2 per part: B = 2P - P/20 puts W = ceil(24 B / P)
+    // at 47, so part boundaries p * W fall inside requests (the even split
+    // would split most of them), while whole requests fill the parts with at
+    // most 48 <= W + W/16: the planner keeps every request whole.
+    const size_t batch_even = size_t(2 * cb->num_parts() - cb->num_parts() / 20);
+    const DecodeCase even{"even", 32, 512, 64, 64, DType::bf16, DType::bf16, random_lens(batch_even, 1217, 1280, 92),
+                          ones(batch_even)};
+    auto b = make_batch(even, rng);
+    auto backend = make_backend(*b, nullptr, name);
+    OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+    OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+    run_and_check(*backend, *b, out, lse, "whole-request plan");
+    std::vector<int32_t> splits = cuda::decode_plan_num_splits(*backend);
+    ASSERT_EQ(splits.size(), batch_even);
+    EXPECT_EQ(count(splits, false), int64_t(batch_even)) << "every request in one part";
+    {
+      // The same batch with whole-request plans off: the even split splits requests.
+      ScopedEnv always_split("LATTN_DECODE_WHOLE", "0");
+      run_and_check(*backend, *b, out, lse, "the same batch split evenly");
+      EXPECT_GT(count(cuda::decode_plan_num_splits(*backend), true), 0);
+    }
+
+    // Random lengths: the fullest whole-request part would exceed W by far
+    // more than 1/16, so requests are split at part boundaries.
+    const DecodeCase mixed{"mixed", 32, 512, 64, 64, DType::bf16, DType::bf16, random_lens(batch, 1, 500, 93),
+                           ones(batch)};
+    auto bm = make_batch(mixed, rng);
+    auto mbackend = make_backend(*bm, nullptr, name);
+    OwnedTensor mout = OwnedTensor::empty({bm->T, bm->H, bm->L}, bm->dtype, kGpu);
+    OwnedTensor mlse = OwnedTensor::empty({bm->H, bm->T}, DType::f32, kGpu);
+    run_and_check(*mbackend, *bm, mout, mlse, "mixed plan");
+    splits = cuda::decode_plan_num_splits(*mbackend);
+    ASSERT_EQ(splits.size(), batch);
+    EXPECT_GT(count(splits, true), 0) << "some requests split";
+    EXPECT_GT(count(splits, false), 0) << "some requests whole";
+  }
+}
+
 // The one-launch small-batch kernel (smxx/decode_fused.h: sm90, at most 16
 // rows per request, a cache of the activation dtype): batches of 1 (one
 // request split over every SM, merged after the grid barrier), 3 with an

@@ -13,8 +13,9 @@ constexpr int kMaxDecodeSplitsPerRequest = 2048;
 
 // For every request with num_splits >= 2: out/LSE = LSE-weighted sum of its
 // partials; for every request with no keys: out 0, LSE -inf. Requests with one
-// split were written by the attention kernel. Grid (batch, rows_capacity):
-// fixed for a plan's shape, so it is capturable.
+// split were written by the attention kernel. Visits only the requests the
+// planner listed (decode_combine_reqs); its grid depends only on the plan's
+// shape (batch, rows_capacity), so it is capturable.
 void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t stream);
 
 }  // namespace lattn::cuda

@@ -17,8 +17,16 @@ size_t decode_plan_bytes(int batch, int num_parts, int rows_capacity, int L);
 // Returns the bytes used (workspace may be nullptr to only measure).
 size_t carve_decode_plan(void* workspace, int batch, int num_parts, int rows_capacity, int L, DecodePlan& plan);
 
+// The requests the combine must visit (no keys: it writes 0 / -inf; or split
+// in two or more parts), plan.header[2] of them in increasing order. They
+// follow the header in the plan's workspace ([batch] ints).
+__host__ __device__ inline int32_t* decode_combine_reqs(const DecodePlan& plan) { return plan.header + 3; }
+
 // Launches the planning kernel: reads seq_lens [batch] (device) and writes the
-// plan. Capturable in a CUDA graph (one small kernel, fixed shape).
-void launch_decode_plan(const int32_t* seq_lens, int batch, const DecodePlan& plan, cudaStream_t stream);
+// plan. whole_requests: allow a whole-request plan (decode_scheduler.cu) when
+// whole requests fill the parts evenly. Capturable in a CUDA graph (one small
+// kernel, fixed shape).
+void launch_decode_plan(const int32_t* seq_lens, int batch, const DecodePlan& plan, bool whole_requests,
+                        cudaStream_t stream);
 
 }  // namespace lattn::cuda
