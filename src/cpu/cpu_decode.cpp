@@ -164,10 +164,10 @@ class CpuDecodeBackend final : public DecodeBackend {
 
 // Combines request r's splits into its output rows by LSE (arXiv:2501.01005 §2.2):
 //   o = sum_s e^(lse_s - M) o_s / sum_s e^(lse_s - M),  lse = M + log sum_s e^(lse_s - M),
-// the splits taken in key order. `row` is [L] f32 scratch.
+// the splits taken in key order. `parts` [splits] and `weights` [splits] are scratch.
 void combine_request(const DecodePlan& plan, int r, int heads, int latent, const float* partial,
                      const float* partial_lse, const KernelTable& kt, DType dt, char* out_base, const Tensor& out,
-                     float* lse_base, const Tensor& lse, float* row) {
+                     float* lse_base, const Tensor& lse, const float** parts, float* weights) {
   const size_t esize = size_t(dtype_size(dt));
   const int s0 = plan.split_begin[r], s1 = plan.split_begin[r + 1];
   for (int64_t t = plan.q_begin[r]; t < plan.q_begin[r + 1]; ++t) {
@@ -179,24 +179,21 @@ void combine_request(const DecodePlan& plan, int r, int heads, int latent, const
         const float x = partial_lse[plan.splits[s].first_row + lane];
         m = std::isnan(x) || std::isnan(m) ? NAN : std::max(m, x);
       }
-      std::fill(row, row + latent, 0.f);
-      float sum = 0.f;
-      if (std::isnan(m)) {
-        std::fill(row, row + latent, m);
-        sum = m;
-      } else if (m != -INFINITY) {
+      // No part and a scale of NaN (NaN row) or 0 (no key: zeros), else the weighted parts.
+      int n = 0;
+      float sum = 0.f, scale = std::isnan(m) ? m : 0.f;
+      if (m != -INFINITY && !std::isnan(m)) {
         for (int s = s0; s < s1; ++s) {
           const float w = std::exp(partial_lse[plan.splits[s].first_row + lane] - m);
           if (w == 0.f) continue;
-          const float* o = partial + (plan.splits[s].first_row + lane) * size_t(latent);
-          for (int d = 0; d < latent; ++d) row[d] += w * o[d];
+          parts[n] = partial + (plan.splits[s].first_row + lane) * size_t(latent);
+          weights[n++] = w;
           sum += w;
         }
-        const float inv = 1.f / sum;
-        for (int d = 0; d < latent; ++d) row[d] *= inv;
+        scale = 1.f / sum;
       }
-      kt.from_f32(row, latent, dt, out_base + (t * out.stride(0) + h * out.stride(1)) * esize);
-      if (lse_base) lse_base[h * lse.stride(0) + t * lse.stride(1)] = m == -INFINITY ? m : m + std::log(sum);
+      kt.combine_row(parts, weights, n, latent, scale, dt, out_base + (t * out.stride(0) + h * out.stride(1)) * esize);
+      if (lse_base) lse_base[h * lse.stride(0) + t * lse.stride(1)] = n == 0 ? m : m + std::log(sum);
     }
   }
 }
@@ -214,9 +211,10 @@ void CpuDecodeBackend::execute(const Tensor& ql_nope, const Tensor& q_pe, const 
 
   float* partial = static_cast<float*>(partials_.reserve((plan.partial_rows * (size_t(latent) + 1)) * 4));
   float* partial_lse = partial + plan.partial_rows * size_t(latent);
-  // Per thread: the kernel's scratch, then one combined row [L] f32.
+  // Per thread: the kernel's scratch, then the combine's part pointers and weights.
   const size_t kernel_bytes = round_up(kt.decode_scratch_bytes(plan.max_lanes, latent, rope), 64);
-  const size_t scratch_bytes = round_up(kernel_bytes + size_t(latent) * 4, 4096);
+  const size_t max_splits = size_t(plan.max_splits);
+  const size_t scratch_bytes = round_up(kernel_bytes + max_splits * (sizeof(float*) + sizeof(float)), 4096);
   char* scratch = static_cast<char*>(scratch_.reserve(scratch_bytes * size_t(threads)));
   // Splits of each request still running; whoever finishes the last one combines the request.
   auto* pending = static_cast<std::atomic<int>*>(pending_.reserve(sizeof(std::atomic<int>) * size_t(requests)));
@@ -268,8 +266,9 @@ void CpuDecodeBackend::execute(const Tensor& ql_nope, const Tensor& q_pe, const 
     kt.decode_split(job);
     // acq_rel: the combining thread sees every split's partial results.
     if (pending[r].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      combine_request(plan, r, heads, latent, partial, partial_lse, kt, dt, out_base, out, lse_base, lse,
-                      reinterpret_cast<float*>(my_scratch + kernel_bytes));
+      const auto** parts = reinterpret_cast<const float**>(my_scratch + kernel_bytes);
+      combine_request(plan, r, heads, latent, partial, partial_lse, kt, dt, out_base, out, lse_base, lse, parts,
+                      reinterpret_cast<float*>(parts + max_splits));
     }
   });
 }
