@@ -130,8 +130,9 @@ class CpuDecodeBackend final : public DecodeBackend {
     // The messages are built only for a failing check: this runs every step,
     // and formatting them cost microseconds per call (one pair per block).
     if (cache.dtype() != params_.kv_cache_dtype) {
-      check_arg(false, kRunOp, "cache", std::string("have the backend's kv cache dtype ") +
-                dtype_name(params_.kv_cache_dtype), dtype_name(cache.dtype()));
+      check_arg(false, kRunOp, "cache",
+                std::string("have the backend's kv cache dtype ") + dtype_name(params_.kv_cache_dtype),
+                dtype_name(cache.dtype()));
     }
     if (cache.kv_lora_rank != latent || cache.qk_rope_head_dim != rope) {
       check_arg(false, kRunOp, "cache",
@@ -164,9 +165,10 @@ class CpuDecodeBackend final : public DecodeBackend {
       }
       const int64_t blocks = (int64_t(len) + md.block_size - 1) / md.block_size;
       if (blocks > bt.size(1)) {
-        check_arg(false, kRunOp, "metadata.block_table_cpu",
-                  "have ceil(seq_len / block_size) = " + std::to_string(blocks) + " columns for request " +
-                  std::to_string(r), bt.shape_str());
+        check_arg(
+            false, kRunOp, "metadata.block_table_cpu",
+            "have ceil(seq_len / block_size) = " + std::to_string(blocks) + " columns for request " + std::to_string(r),
+            bt.shape_str());
       }
       const int32_t* row = bt.data_as<int32_t>() + r * bt.stride(0);
       for (int64_t b = 0; b < blocks; ++b) {

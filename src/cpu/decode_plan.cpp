@@ -46,8 +46,7 @@ DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<in
       int64_t chunk = (work_per_job + groups[r] - 1) / std::max<int64_t>(groups[r], 1);
       if (chunk < kPreferredSplitKeys) chunk *= kJobsPerThread;
       chunk = std::max<int64_t>(chunk, kMinSplitKeys);
-      const int64_t splits =
-          std::max<int64_t>(1, std::min<int64_t>((len + chunk - 1) / chunk, len / kMinSplitKeys));
+      const int64_t splits = std::max<int64_t>(1, std::min<int64_t>((len + chunk - 1) / chunk, len / kMinSplitKeys));
       // Even pieces, cut at the key-tile multiple nearest to each i * len / splits.
       int begin = 0;
       for (int64_t i = 1; i <= splits; ++i) {

@@ -78,7 +78,8 @@ TEST(CpuDecodePlan, ByCountShortLoneRequestGetsOneJobPerThread) {
   EXPECT_EQ(ranges(plan_decode(offsets(1), {700}, 16, 16, 2)), (R{{0, 320}, {320, 700}}));
   // Long enough for two jobs per thread of 512 keys or more.
   EXPECT_EQ(ranges(plan_decode(offsets(1), {2048}, 16, 16, 2)), (R{{0, 512}, {512, 1024}, {1024, 1536}, {1536, 2048}}));
-  EXPECT_EQ(ranges(plan_decode(offsets(1), {4096}, 16, 16, 2)), (R{{0, 1024}, {1024, 2048}, {2048, 3072}, {3072, 4096}}));
+  EXPECT_EQ(ranges(plan_decode(offsets(1), {4096}, 16, 16, 2)),
+            (R{{0, 1024}, {1024, 2048}, {2048, 3072}, {3072, 4096}}));
   // 128 heads (8 groups): the same cut, the work per key being the same for every split.
   EXPECT_EQ(ranges(plan_decode(offsets(1), {1024}, 128, 16, 2)), (R{{0, 512}, {512, 1024}}));
   // Under 2 * kMinSplitKeys keys: never split.
@@ -94,7 +95,7 @@ TEST(CpuDecodePlan, ByCountShortLoneRequestGetsOneJobPerThread) {
 // threads: exact tiling, max_splits right, no split much shorter than
 // kMinSplitKeys, never more jobs than kJobsPerThread per thread for a lone request.
 TEST(CpuDecodePlan, ByCountSplitBoundaries) {
-  const std::vector<int32_t> lens = {0,   1,   63,  64,   65,   255,  256,  257,  511,  512,  513, 767,
+  const std::vector<int32_t> lens = {0,   1,    63,   64,   65,   255,  256,  257,  511,  512,  513,  767,
                                      768, 1023, 1024, 1025, 1087, 1088, 1536, 2047, 2048, 2049, 4097, 65537};
   for (int threads : {1, 2, 3, 4}) {
     for (int heads : {1, 3, 16, 17, 128}) {
