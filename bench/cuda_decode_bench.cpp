@@ -330,6 +330,10 @@ void register_all() {
       {"decode/H128_B32_S4096_p64_bf16", 128, same(32, 4096), 1, DType::bf16, "gemm", 0, 0.60},
       {"decode/H16_B1_S16384_p64_bf16", 16, same(1, 16384), 1, DType::bf16, "copy", 0.50, 0},
       {"decode/H16_B1_S65536_p64_bf16", 16, same(1, 65536), 1, DType::bf16, "copy", 0, 0.70},
+      // Small batches between B1 and B32: where the one-launch kernel
+      // (smxx/decode_fused.h) stops paying (LATTN_DECODE_FUSED_MAX_BATCH).
+      {"decode/H16_B4_S16384_p64_bf16", 16, same(4, 16384), 1, DType::bf16, "copy", 0, 0},
+      {"decode/H16_B8_S8192_p64_bf16", 16, same(8, 8192), 1, DType::bf16, "copy", 0, 0},
       {"decode/H128_B1_S65536_p64_bf16", 128, same(1, 65536), 1, DType::bf16, "gemm", 0, 0},
       {"decode/H128_B64_S8192_p64_bf16", 128, same(64, 8192), 1, DType::bf16, "gemm", 0, 0},
       // One M tile per request (64 rows): every KV tile is read by one CTA

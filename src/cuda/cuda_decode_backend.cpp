@@ -19,6 +19,7 @@
 #include "cuda/sm80/decode/decode_dispatch.h"
 #include "cuda/sm90/decode/decode_host.h"
 #include "cuda/smxx/decode_combine.h"
+#include "cuda/smxx/decode_fused.h"
 #include "cuda/smxx/decode_generic.h"
 #include "cuda/smxx/decode_scheduler.h"
 #include "lattn/check.h"
@@ -64,6 +65,16 @@ int parts_override() {
   static const int v = env_int("LATTN_DECODE_PARTS", 0);
   return v;
 }
+// The one-launch small-batch kernel (smxx/decode_fused.h) serves batches of
+// at most this many requests (read at each plan, so tests and benchmarks can
+// switch it): LATTN_DECODE_FUSED=0 turns it off, LATTN_DECODE_FUSED_MAX_BATCH=N
+// moves the limit (at most kFusedDecodeMaxBatch). docs/cuda.md, "One launch
+// for small batches".
+constexpr int kFusedDefaultMaxBatch = 8;
+int fused_max_batch() {
+  if (env_int("LATTN_DECODE_FUSED", 1) == 0) return 0;
+  return std::min(env_int("LATTN_DECODE_FUSED_MAX_BATCH", kFusedDefaultMaxBatch), kFusedDecodeMaxBatch);
+}
 
 // The capture sequence `stream` is in (0: not capturing). A capture always
 // plans again: kernels launched before it are not part of the graph.
@@ -108,7 +119,10 @@ bool rows_are_16_byte(const Tensor& t) {
 }  // namespace
 
 CudaDecodeBackend::CudaDecodeBackend(const DecodeBackendParams& params, bool hopper)
-    : DecodeBackend(params), hopper_(hopper), own_store_(std::make_shared<PlanStore>(params.context.device.index)) {
+    : DecodeBackend(params),
+      hopper_(hopper),
+      own_store_(std::make_shared<PlanStore>(params.context.device.index)),
+      fused_sync_(params.context.device.index) {
   const char* op = hopper ? "hopper decode backend" : "cuda decode backend";
   check_arg(params.context.device.is_cuda(), op, "context.device", "a CUDA device",
             device_name(params.context.device));
@@ -168,6 +182,7 @@ void CudaDecodeBackend::prepare_metadata(const DecodeMetadata& md) {
 void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   planned_batch_ = -1;
   sm90_ = false;
+  fused_ = false;
   if (md.num_decodes == 0) return;
   check_metadata(md, plan_op(hopper_));
   const int device = params_.context.device.index;
@@ -228,6 +243,26 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   plan_.overhead_tiles = invariant ? 0 : kOverheadTiles;
   plan_.fixed_split_tiles = invariant ? split_tiles : 0;
 
+  // A small batch: one cooperative launch that plans, attends and combines
+  // (no planning kernel; every CTA of the one wave resident).
+  if (!invariant && ctx.capability_major == 9 && !fused_sync_.data()) {
+    // Its grid-barrier words, in their own allocation (no other kernel writes
+    // them), zero from the start and again after every launch. Made at an
+    // instance's first plan on sm90 whatever the batch, so that a graph
+    // captured later for a small batch (after a warm-up with a large one)
+    // finds them; never inside a capture (Workspace::reserve refuses), so
+    // the memset is never part of a graph.
+    fused_sync_.reserve(256, params_.context.stream, plan_op(hopper_));
+    LATTN_CUDA_CHECK(
+        cudaMemsetAsync(fused_sync_.data(), 0, 256, reinterpret_cast<cudaStream_t>(params_.context.stream)));
+  }
+  if (!sm90_ && !invariant && md.num_decodes <= fused_max_batch() &&
+      decode_fused_supported(config_, params_.dtype, params_.kv_cache_dtype, ctx.capability_major) &&
+      m_tiles_ * parts <= ctx.sm_count * fused_ctas_per_sm()) {
+    plan_fused(md, parts);
+    return;
+  }
+
   // One plan per step: reuse the step's plan of this shape when a layer
   // already made it (same stream, device, kernel, tiles, rows and parts).
   const bool can_share = !plan_per_layer() && md.plans && md.seq_lens_cpu.defined() &&
@@ -276,6 +311,23 @@ void CudaDecodeBackend::launch_plan(const DecodeMetadata& md, int parts) {
   plan_store_ = own_store_;
   plan_generation_ = ++own_store_->generation;
   ++plans_launched_;
+}
+
+int CudaDecodeBackend::fused_ctas_per_sm() {
+  if (fused_ctas_per_sm_ < 0) fused_ctas_per_sm_ = decode_fused_ctas_per_sm(config_, params_.dtype);
+  return fused_ctas_per_sm_;
+}
+
+void CudaDecodeBackend::plan_fused(const DecodeMetadata& md, int parts) {
+  const int rows_capacity = m_tiles_ * config_.block_m;
+  const size_t bytes = decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank);
+  Workspace& ws = own_store_->workspace;
+  ws.reserve(bytes, params_.context.stream, plan_op(hopper_));
+  carve_decode_plan(ws.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_);
+  plan_store_ = own_store_;
+  plan_generation_ = own_store_->generation.load();
+  fused_ = true;
+  planned_batch_ = md.num_decodes;
 }
 
 bool CudaDecodeBackend::plan_overwritten() const {
@@ -366,6 +418,11 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   if (sm90_) {
     sm90::launch_decode_sm90(p, params_.dtype, cache.num_blocks(), m_tiles_, stream);
     launch_decode_combine(p, params_.dtype, stream);
+  } else if (fused_) {
+    // LATTN_DECODE_FUSED_STAGES: a mask of attention 1, combine 2, metadata
+    // prefetch 4 (default 7); stage-removal timings for docs/perf.md only.
+    launch_decode_fused(p, static_cast<uint32_t*>(fused_sync_.data()), config_, params_.dtype, m_tiles_, stream,
+                        env_int("LATTN_DECODE_FUSED_STAGES", kFusedStageAll) & kFusedStageAll);
   } else if (fast_) {
     sm80::launch_decode_sm80(p, config_, params_.dtype, params_.kv_cache_dtype, m_tiles_, stream);
     launch_decode_combine(p, params_.dtype, stream);

@@ -15,6 +15,9 @@
 //   run: the attention kernel, then the combine kernel. Both have a grid that
 //     depends only on the batch shape (num_decodes, heads, max query tokens),
 //     so a captured step replays with new seq_lens / block tables / queries.
+//     Small batches with 16-row tiles on sm90 (at most 8 requests by
+//     default) run one cooperative kernel instead that plans, attends and
+//     combines (smxx/decode_fused.h); prepare_metadata then launches nothing.
 //
 // Kernels: (L, R) = (512, 64) with a cache of the activation dtype or fp8
 // runs the tensor-core kernel (sm80/); any other dims or dtype pair run the
@@ -53,6 +56,8 @@ class CudaDecodeBackend final : public DecodeBackend {
   // What the last plan chose (benchmarks and tests report it).
   bool uses_tensor_cores() const { return fast_; }
   bool uses_sm90_kernel() const { return sm90_; }
+  // The last plan runs the one-launch small-batch kernel (smxx/decode_fused.h).
+  bool uses_fused_kernel() const { return fused_; }
   sm80::DecodeTileConfig tile_config() const { return config_; }
   int num_parts() const { return plan_.num_parts; }
   // Planning kernels this instance launched (tests count them).
@@ -74,12 +79,20 @@ class CudaDecodeBackend final : public DecodeBackend {
   void plan(const DecodeMetadata& md, bool allow_sm90);
   // Launches the planning kernel into this instance's store (plan_ set).
   void launch_plan(const DecodeMetadata& md, int parts);
+  // The one-launch kernel's plan: partial slots in this instance's store;
+  // nothing is launched (the kernel plans itself).
+  void plan_fused(const DecodeMetadata& md, int parts);
+  // Co-resident CTAs per SM of the one-launch kernel (queried once: the
+  // configuration and dtype it serves are fixed per instance).
+  int fused_ctas_per_sm();
   // Whether the plan in use was overwritten since (plan store generation).
   bool plan_overwritten() const;
 
   bool hopper_ = false;  // the `hopper` backend (may choose the sm90 kernel)
   bool fast_ = false;    // tensor-core kernel (else generic)
   bool sm90_ = false;    // the last plan chose the sm90 wgmma kernel
+  bool fused_ = false;   // the last plan chose the one-launch small-batch kernel
+  int fused_ctas_per_sm_ = -1;
   sm80::DecodeTileConfig config_{};
   int m_tiles_ = 0;
   int planned_batch_ = -1;
@@ -88,6 +101,7 @@ class CudaDecodeBackend final : public DecodeBackend {
   std::shared_ptr<PlanStore> plan_store_;  // the store plan_ points into (own or a shared step's)
   uint64_t plan_generation_ = 0;           // plan_store_'s generation when plan_ was written
   int64_t plans_launched_ = 0;
+  Workspace fused_sync_;  // the one-launch kernel's grid-barrier words (zeroed once)
 };
 
 // Planning kernels a `cuda` or `hopper` decode backend instance has launched

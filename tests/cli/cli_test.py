@@ -565,7 +565,8 @@ def cuda_device_or_skip(lattn):
 
 DECODE_LABEL = re.compile(r"^(cuda|hopper): (sm80 mma\.sync|sm90a wgmma \+ TMA) decode.*, tile m(\d+)n(\d+)w\d+s\d+ "
                           r"\(\d+ head rows x \d+ keys, \d+ warps, \d+ stages\), (\d+) row tiles? x (\d+) split-KV "
-                          r"parts, then the combine kernel; projections: cuBLAS \(f32 accumulation\)$")
+                          r"parts, (?:then the combine kernel|planned and combined in the same launch); "
+                          r"projections: cuBLAS \(f32 accumulation\)$")
 
 
 @case

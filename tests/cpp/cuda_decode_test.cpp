@@ -265,6 +265,37 @@ std::vector<std::string> backends_here() {
   return v;
 }
 
+// Sets an environment variable for a scope (the decode switches are read at
+// each plan), restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_.c_str(), old_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+// The label of a plan that runs the one-launch small-batch kernel (plan,
+// attention and combine in one cooperative kernel: smxx/decode_fused.h).
+bool runs_fused(const DecodeBackend& backend) {
+  return backend.kernel_label().find("planned and combined in the same launch") != std::string::npos;
+}
+
 // Poisons out/lse, runs, and checks them against the float64 reference.
 void run_and_check(DecodeBackend& backend, DecodeBatch& b, const OwnedTensor& out, const OwnedTensor& lse,
                    const char* what, bool prepare = true, const cuda::CapturedGraph* graph = nullptr,
@@ -318,9 +349,25 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
                                 : generic ? std::string("generic SIMT decode kernel")
                                           : std::string("sm80 mma.sync decode"));
   EXPECT_EQ(label.rfind(expected, 0), 0u) << c.name << " on " << name << " ran " << label;
+  // The one-launch kernel: sm90, 16-row tiles (at most 16 rows), a cache of
+  // the activation dtype, at most 8 requests (the default limit).
+  const bool fused = !wgmma && !generic && c.cache_dtype == c.dtype && c.heads * max_s_q <= 16 &&
+                     c.seq_lens.size() <= 8 && device_capability(0)->major == 9 &&
+                     std::getenv("LATTN_DECODE_FUSED") == nullptr &&
+                     std::getenv("LATTN_DECODE_FUSED_MAX_BATCH") == nullptr;
+  if (fused) {
+    EXPECT_TRUE(runs_fused(*backend)) << c.name << " on " << name << " ran " << label;
+  }
   // Fresh values in the same shape, second plan on the same instance.
   randomize(*b, c.seq_lens, c.s_q, rng);
   run_and_check(*backend, *b, out, lse, c.name);
+  if (runs_fused(*backend)) {
+    // The same case through the planning, attention and combine kernels.
+    ScopedEnv off("LATTN_DECODE_FUSED", "0");
+    randomize(*b, c.seq_lens, c.s_q, rng);
+    run_and_check(*backend, *b, out, lse, c.name);
+    EXPECT_FALSE(runs_fused(*backend)) << backend->kernel_label();
+  }
   if (!wgmma) return;
   // The wgmma path's other schedules (LATTN_HOPPER_DECODE, read per launch).
   const std::string saved = schedule;
@@ -503,7 +550,8 @@ TEST(CudaDecodeGraph, CapturedPlanAndRunReplayWithNewMetadata) {
     backend->prepare_metadata(b->md);
     backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), lse.tensor());
     graph.end();
-    EXPECT_EQ(graph.num_kernel_nodes(), 3);  // plan, attention, combine
+    // plan, attention, combine; or the one-launch kernel (16 heads, page 16, bf16 cache on sm90)
+    EXPECT_EQ(graph.num_kernel_nodes(), runs_fused(*backend) ? 1 : 3);
     for (int step = 0; step < 3; ++step) {
       // Very different lengths each replay: 1 key up to the capacity.
       std::vector<int> new_lens = random_lens(6, 1, 2200, 100 + uint64_t(step));
@@ -549,6 +597,9 @@ TEST(CudaDecodeGraph, CapturedRunReplaysWithPlanOutside) {
 // layers holds one planning kernel and replays correctly with new lengths.
 TEST(CudaDecodePlan, OncePerStepForAllLayers) {
   LATTN_REQUIRE_GPU();
+  // The planning kernel's sharing (the one-launch kernel that this small batch
+  // would get on sm90 launches none: CudaDecodeFused below).
+  ScopedEnv no_fused("LATTN_DECODE_FUSED", "0");
   constexpr int kLayers = 4;
   for (const std::string& name : backends_here()) {
     SCOPED_TRACE(name);
@@ -611,6 +662,79 @@ TEST(CudaDecodePlan, OncePerStepForAllLayers) {
       }
     }
   }
+}
+
+// The one-launch small-batch kernel (smxx/decode_fused.h: sm90, at most 16
+// rows per request, a cache of the activation dtype): batches of 1 (one
+// request split over every SM, merged after the grid barrier), 3 with an
+// empty request and pages of 16, and 32 (the limit raised; 7 heads) against
+// the float64 loop on hostile data; no planning kernel in any layer; a
+// captured step is one kernel node per layer and replays with new lengths.
+TEST(CudaDecodeFused, OneLaunchMatchesReferenceAndReplays) {
+  LATTN_REQUIRE_GPU();
+  if (device_capability(0)->major != 9) GTEST_SKIP() << "the one-launch decode kernel is sm90 only";
+  ScopedEnv max_batch("LATTN_DECODE_FUSED_MAX_BATCH", "32");
+  const DecodeCase cases[] = {
+      {"fused-b1", 16, 512, 64, 64, DType::bf16, DType::bf16, lens({30000}), ones(1)},
+      {"fused-b3-empty", 16, 512, 64, 16, DType::f16, DType::f16, lens({0, 5000, 1}), ones(3)},
+      {"fused-b32", 7, 512, 64, 32, DType::bf16, DType::bf16, random_lens(32, 1, 3000, 21), ones(32)},
+  };
+  constexpr int kLayers = 2;
+  for (const std::string& name : backends_here()) {
+    for (const DecodeCase& c : cases) {
+      SCOPED_TRACE(name + " " + c.name);
+      cuda::StreamHandle stream(0);
+      std::mt19937_64 rng(606);
+      const int max_len = *std::max_element(c.seq_lens.begin(), c.seq_lens.end());
+      auto b = make_batch(c, rng, /*capacity_blocks=*/(max_len + c.block_size - 1) / c.block_size);
+      std::vector<std::unique_ptr<DecodeBackend>> layers;
+      std::vector<OwnedTensor> outs, lses;
+      for (int k = 0; k < kLayers; ++k) {
+        layers.push_back(make_backend(*b, stream.get(), name));
+        outs.push_back(OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu));
+        lses.push_back(OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu));
+      }
+      for (int k = 0; k < kLayers; ++k) {
+        run_and_check(*layers[size_t(k)], *b, outs[size_t(k)], lses[size_t(k)], "eager", true, nullptr, stream.get());
+        EXPECT_TRUE(runs_fused(*layers[size_t(k)])) << layers[size_t(k)]->kernel_label();
+        EXPECT_EQ(cuda::decode_plans_launched(*layers[size_t(k)]), 0);
+      }
+      cuda::CapturedGraph graph;
+      graph.begin(stream.get());
+      for (int k = 0; k < kLayers; ++k) {
+        layers[size_t(k)]->prepare_metadata(b->md);
+        layers[size_t(k)]->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, outs[size_t(k)].tensor(),
+                               lses[size_t(k)].tensor());
+      }
+      graph.end();
+      EXPECT_EQ(graph.num_kernel_nodes(), kLayers);
+      for (int replay = 0; replay < 2; ++replay) {
+        std::vector<int> new_lens = random_lens(c.seq_lens.size(), 0, max_len, 300 + uint64_t(replay));
+        new_lens[size_t(replay) % new_lens.size()] = max_len;
+        randomize(*b, new_lens, c.s_q, rng);
+        for (int k = 0; k < kLayers; ++k) {
+          run_and_check(*layers[size_t(k)], *b, outs[size_t(k)], lses[size_t(k)], "replay", false, &graph,
+                        stream.get());
+        }
+      }
+    }
+  }
+}
+
+// A small case of the one-launch kernel for compute-sanitizer (memcheck,
+// racecheck, synccheck): an empty request, a one-tile one and one split over
+// every part (W = 1 tile), each part then merging a share after the barrier.
+TEST(CudaDecodeFused, SanitizerCase) {
+  LATTN_REQUIRE_GPU();
+  if (device_capability(0)->major != 9) GTEST_SKIP() << "the one-launch decode kernel is sm90 only";
+  const DecodeCase c{"fused-small", 16, 512, 64, 64, DType::bf16, DType::bf16, lens({700, 0, 90}), ones(3)};
+  std::mt19937_64 rng(607);
+  auto b = make_batch(c, rng);
+  auto backend = make_backend(*b, nullptr, "cuda");
+  OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+  OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+  run_and_check(*backend, *b, out, lse, c.name);
+  EXPECT_TRUE(runs_fused(*backend)) << backend->kernel_label();
 }
 
 // The whole decode step in one graph: cache write of the new tokens
@@ -744,7 +868,10 @@ TEST(CudaDecodeGraph, WholeDecodeStepReplays) {
   graph.begin(stream.get());
   issue_step();
   graph.end();
-  EXPECT_GE(graph.num_kernel_nodes(), 6);  // write, GEMM, plan, attention, combine, GEMM (cuBLAS may add nodes)
+  // write, GEMM, plan, attention, combine, GEMM (cuBLAS may add nodes); on
+  // sm90 this batch of 5 runs the one-launch decode (plan, attention and
+  // combine in one kernel): two nodes fewer.
+  EXPECT_GE(graph.num_kernel_nodes(), runs_fused(*backend) ? 4 : 6);
   for (int step = 0; step < steps; ++step) {
     for (int& len : cur) ++len;  // every sequence grows by the token of this step
     set_lens();

@@ -76,7 +76,8 @@ DECODE = re.compile(r"^(?P<backend>cuda|hopper): (?P<kernel>sm80 mma\.sync|sm90a
                     r"(?: \((?P<schedule>serial|seesaw|seesaw-gated) schedule\))?"
                     r"(?P<why> \(sm80 delegate: [^)]*\))?, tile m(?P<m>\d+)n(?P<n>\d+)w\d+s\d+ "
                     r"\((?P=m) head rows x (?P=n) keys, \d+ warps, \d+ stages\), (?P<tiles>\d+) row tiles? x "
-                    r"(?P<parts>\d+) split-KV parts, then the combine kernel; projections: cuBLAS \(f32 accumulation\)$")
+                    r"(?P<parts>\d+) split-KV parts, (?:then the combine kernel|planned and combined in the same launch); "
+                    r"projections: cuBLAS \(f32 accumulation\)$")
 
 
 def run_cuda_layer(torch, backend, n, lora=512, rope=64, p=128, v=128, cache_dtype="bf16"):

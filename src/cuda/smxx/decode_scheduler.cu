@@ -16,6 +16,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/workspace.h"
+#include "cuda/smxx/decode_plan_math.cuh"
 
 namespace lattn::cuda {
 namespace {
@@ -87,16 +88,7 @@ __global__ void __launch_bounds__(kThreads)
   int carry = 0;
   for (int base = 0; base < batch; base += kThreads) {
     const int r = base + tid;
-    int cost = 0;
-    if (r < batch) {
-      const int keys = max(seq_lens[r], 0);
-      const int tiles = (keys + plan.tile_keys - 1) / plan.tile_keys;
-      if (split > 0) {
-        cost = (tiles + split - 1) / split * split;  // whole splits (ovh is 0)
-      } else {
-        cost = tiles > 0 ? tiles + ovh : 0;
-      }
-    }
+    const int cost = r < batch ? decode_request_cost(seq_lens[r], plan.tile_keys, ovh, split) : 0;
     const int incl = block_inclusive_scan<kThreads>(cost, warp_sums);
     if (r < batch) {
       plan.cost_prefix[r] = carry + incl - cost;
@@ -105,7 +97,7 @@ __global__ void __launch_bounds__(kThreads)
     carry += block_total<kThreads>(incl, &total_s);
   }
   const int total = carry;
-  const int w = split > 0 ? split : max(1, (total + plan.num_parts - 1) / plan.num_parts);
+  const int w = decode_part_width(total, plan.num_parts, split);
   if (tid == 0) {
     plan.cost_prefix[batch] = total;
     plan.header[0] = w;
@@ -127,8 +119,7 @@ __global__ void __launch_bounds__(kThreads)
     const int r = base + tid;
     int n = 0;
     if (r < batch) {
-      const int c0 = prefix[r], c1 = prefix[r + 1];
-      if (c1 > c0) n = (c1 - 1) / w - (c0 + ovh) / w + 1;
+      n = decode_request_splits(prefix[r], prefix[r + 1], ovh, w);
       plan.num_splits[r] = n;
     }
     const int slots = n >= 2 ? n : 0;

@@ -1,0 +1,383 @@
+// The one-launch small-batch decode (see decode_fused.h): in-kernel plan,
+// the sm80 kernel's attention pieces, a grid barrier, then the combine.
+#include "cuda/smxx/decode_fused.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <mutex>
+#include <string>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/dtype_device.cuh"
+#include "cuda/sm80/decode/decode_kernel.cuh"
+#include "cuda/smxx/decode_combine.h"
+#include "cuda/smxx/decode_plan_math.cuh"
+#include "lattn/errors.h"
+
+namespace lattn::cuda {
+// Device helpers in a named namespace: the sm_80 pass compiles the kernel to
+// a trap, and unused functions of an anonymous namespace would be warned about.
+namespace fused_detail {
+
+// The plan of a batch of at most kFusedDecodeMaxBatch requests (shared memory).
+struct SmallPlan {
+  int prefix[kFusedDecodeMaxBatch + 1];  // exclusive cost prefix; [batch] = total
+  int splits[kFusedDecodeMaxBatch];      // parts attending to each request (0: no keys)
+  int slot0[kFusedDecodeMaxBatch];       // first partial slot of a split request
+  int w, total;                          // cost units per part, all units
+};
+
+__device__ __forceinline__ int warp_inclusive_scan(int v) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int n = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += n;
+  }
+  return v;
+}
+
+// Warp 0: lane r plans request r with the planning kernel's arithmetic.
+__device__ __forceinline__ void plan_in_warp(const DecodeParams& p, SmallPlan& sp) {
+  const int lane = threadIdx.x % 32;
+  const DecodePlan& plan = p.plan;
+  const int ovh = plan.overhead_tiles;
+  const int cost = lane < p.batch ? decode_request_cost(p.seq_lens[lane], plan.tile_keys, ovh, 0) : 0;
+  const int incl = warp_inclusive_scan(cost);
+  const int total = __shfl_sync(0xffffffffu, incl, 31);
+  const int w = decode_part_width(total, plan.num_parts, 0);
+  const int n = lane < p.batch ? decode_request_splits(incl - cost, incl, ovh, w) : 0;
+  const int slots = n >= 2 ? n : 0;
+  const int slot_incl = warp_inclusive_scan(slots);
+  if (lane < p.batch) {
+    sp.prefix[lane] = incl - cost;
+    sp.splits[lane] = n;
+    sp.slot0[lane] = slot_incl - slots;
+  }
+  if (lane == 0) {
+    sp.prefix[p.batch] = total;
+    sp.w = w;
+    sp.total = total;
+  }
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* ptr) { asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr)); }
+
+// The global reads that follow the plan (query_start_loc, then the block-table
+// entry of the part's first tile) would be dependent DRAM round trips before
+// the first KV copy is issued; thread t of nt (warps 1..) brings them into L2
+// while warp 0 reads seq_lens. Speculative: every request's table row up to
+// its first 64 lines of 32 entries (the part's tiles are among them, except
+// in rows of more than 2048 pages); all addresses in bounds.
+__device__ __forceinline__ void prefetch_metadata(const DecodeParams& p, int t, int nt) {
+  if (t * 32 <= p.batch) prefetch_l2(p.query_start_loc + t * 32);
+  const int lines = int(min((p.table_width * 4 + 127) / 128, int64_t(64)));
+  for (int i = t; i < p.batch * lines; i += nt) {
+    prefetch_l2(p.block_table + (i / lines) * p.block_table_stride + (i % lines) * 32);
+  }
+}
+
+// Every CTA of the grid arrives; returns when all have (all are resident: the
+// launch is cooperative). sync[0] counts arrivals and is reset by the last
+// CTA, which then advances the generation sync[1] that the others wait on.
+// The fences make each CTA's partials visible to every CTA after it.
+__device__ __forceinline__ void grid_barrier(uint32_t* sync, unsigned ctas) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile uint32_t* generation = sync + 1;
+    const uint32_t g = *generation;  // cannot advance before this CTA arrives
+    __threadfence();
+    if (atomicAdd(sync, 1u) == ctas - 1) {
+      atomicExch(sync, 0u);
+      __threadfence();
+      atomicAdd(sync + 1, 1u);
+    } else {
+      while (*generation == g) __nanosleep(32);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// max(a, b), NaN when either is NaN (a part that attended to a NaN makes the row NaN).
+__device__ __forceinline__ float max_nan(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmaxf(a, b); }
+
+template <int kThreads>
+__device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) {
+  for (int d = 16; d > 0; d /= 2) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, d);
+    v = is_max ? max_nan(v, o) : v + o;
+  }
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int w = 1; w < kThreads / 32; ++w) r = is_max ? max_nan(r, red[w]) : r + red[w];
+  __syncthreads();
+  return r;
+}
+
+// The combine (decode_combine.cu's arithmetic) after the grid barrier. The
+// work (request, row, column chunk) is cut so that there are about as many
+// items as CTAs: a batch of one has 16 rows x 8 chunks of 64 columns, each
+// CTA merging its chunk's partials with 16 groups of threads taking every
+// 16th split (every split's partial of the chunk loaded at once: about 8
+// loads per thread at 132 splits). The partials were written by this launch,
+// so they are read through L2 (ld.global.cg), never the non-coherent path.
+template <class K>
+__device__ __forceinline__ void combine_phase(const DecodeParams& p, const SmallPlan& sp, char* smem) {
+  using T = typename K::T;
+  constexpr int kThreads = K::kThreads;
+  const DecodePlan& plan = p.plan;
+  const int chunks = p.batch == 1 ? 8 : p.batch == 2 ? 4 : p.batch <= 4 ? 2 : 1;
+  const int c4 = K::kL / 4 / chunks;  // float4 columns per item
+  const int groups = kThreads / c4;   // split groups per item
+  const int rows = plan.rows_capacity;
+  const int items = p.batch * rows * chunks;
+  float* weights = reinterpret_cast<float*>(smem);                                      // [kMaxDecodeSplitsPerRequest]
+  float4* group_acc = reinterpret_cast<float4*>(weights + kMaxDecodeSplitsPerRequest);  // [kThreads]
+  float* red = reinterpret_cast<float*>(group_acc + kThreads);                          // [kThreads / 32]
+  const int ct = threadIdx.x % c4, g = threadIdx.x / c4;
+  for (int item = blockIdx.y * gridDim.x + blockIdx.x; item < items; item += gridDim.x * gridDim.y) {
+    const int r = item / (rows * chunks), row = item / chunks % rows, chunk = item % chunks;
+    const int n = sp.splits[r];
+    if (n == 1) continue;  // written by its only part
+    const int q0 = p.query_start_loc[r];
+    const int s_q = p.query_start_loc[r + 1] - q0;
+    if (row >= s_q * p.num_heads) continue;
+    const int j = row / p.num_heads, h = row % p.num_heads;
+    T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
+    float* lse_out = p.lse ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
+    const int c = (chunk * c4 + ct) * 4;
+    if (n == 0) {  // no keys: output 0, LSE -inf
+      if (g == 0) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) out[c + k] = from_f32<T>(0.f);
+      }
+      if (lse_out && threadIdx.x == 0 && chunk == 0) *lse_out = -INFINITY;
+      continue;
+    }
+    const int slot0 = sp.slot0[r];
+    const float* lse = plan.partial_lse + int64_t(slot0) * rows + row;
+    const float* part = plan.partial_o + (int64_t(slot0) * rows + row) * K::kL + c;
+    const int64_t stride = int64_t(rows) * K::kL;
+    // The first kEarly partials of this thread are loaded before the LSE
+    // reductions (they do not depend on the weights): their L2 latency
+    // overlaps the reductions' barriers.
+    constexpr int kEarly = 8;
+    float4 early[kEarly];
+#pragma unroll
+    for (int k = 0; k < kEarly; ++k) {
+      const int se = g + k * groups;
+      early[k] = se < n ? __ldcg(reinterpret_cast<const float4*>(part + se * stride)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float m = -INFINITY;
+    for (int s = threadIdx.x; s < n; s += kThreads) m = max_nan(m, __ldcg(lse + int64_t(s) * rows));
+    m = block_reduce<kThreads>(m, red, true);
+    float sum = 0.f;
+    for (int s = threadIdx.x; s < n; s += kThreads) {
+      const float e = m == -INFINITY ? 0.f : exp2f((__ldcg(lse + int64_t(s) * rows) - m) * 1.4426950408889634f);
+      weights[s] = e;
+      sum += e;
+    }
+    sum = block_reduce<kThreads>(sum, red, false);  // its barriers also publish `weights`
+    const float inv = sum == 0.f ? 0.f : 1.f / sum;
+    const float final_lse = sum == 0.f ? -INFINITY : m + logf(sum);
+
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    auto add = [&](float w, float4 v) {
+      // A part with weight 0 saw no key of this row: skipped (never 0 * NaN).
+      if (w != 0.f) acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+    };
+#pragma unroll
+    for (int k = 0; k < kEarly; ++k) {
+      if (g + k * groups < n) add(weights[g + k * groups], early[k]);
+    }
+    int s = g + kEarly * groups;
+    for (; s + 3 * groups < n; s += 4 * groups) {  // four loads in flight
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = __ldcg(reinterpret_cast<const float4*>(part + (s + u * groups) * stride));
+#pragma unroll
+      for (int u = 0; u < 4; ++u) add(weights[s + u * groups], v[u]);
+    }
+    for (; s < n; s += groups) add(weights[s], __ldcg(reinterpret_cast<const float4*>(part + s * stride)));
+    group_acc[threadIdx.x] = acc;  // [g][ct]
+    __syncthreads();
+    if (g == 0) {
+      for (int k = 1; k < groups; ++k) {
+        const float4 v = group_acc[k * c4 + ct];
+        acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+      }
+      out[c] = from_f32<T>(acc.x * inv);
+      out[c + 1] = from_f32<T>(acc.y * inv);
+      out[c + 2] = from_f32<T>(acc.z * inv);
+      out[c + 3] = from_f32<T>(acc.w * inv);
+    }
+    if (lse_out && threadIdx.x == 0 && chunk == 0) *lse_out = final_lse;
+    __syncthreads();  // group_acc and weights are reused by the next item
+  }
+}
+
+}  // namespace fused_detail
+
+namespace {
+using namespace fused_detail;
+
+template <class K>
+__device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid_sync, int stages) {
+  extern __shared__ __align__(128) char smem[];
+  __shared__ SmallPlan sp;
+  if (threadIdx.x < 32) {
+    plan_in_warp(p, sp);
+  } else if (stages & kFusedStagePrefetch) {
+    prefetch_metadata(p, threadIdx.x - 32, K::kThreads - 32);
+  }
+  __syncthreads();
+
+  // The part's pieces, as decode_pieces.cuh walks them (the plan from shared memory).
+  const int part = blockIdx.y;
+  const int w = sp.w, ovh = p.plan.overhead_tiles;
+  const int begin = part * w, end = min(begin + w, sp.total);
+  for (int r = 0; r < p.batch && begin < end && (stages & kFusedStageAttention); ++r) {
+    const int c0 = sp.prefix[r];
+    if (c0 >= end) break;
+    const int c1 = sp.prefix[r + 1];
+    if (c1 == c0) continue;  // no keys: the combine phase writes 0 / -inf
+    const int first_tile_pos = c0 + ovh;
+    const int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
+    const int tile_end = min(end, c1) - first_tile_pos;
+    if (tile_end <= tile_begin) continue;
+    sm80::RequestView rv;
+    rv.request = r;
+    rv.q0 = p.query_start_loc[r];
+    rv.s_q = p.query_start_loc[r + 1] - rv.q0;
+    rv.seq_len = p.seq_lens[r];
+    rv.rows = rv.s_q * p.num_heads;
+    rv.row0 = blockIdx.x * K::kBlockM;
+    rv.table = p.block_table + r * p.block_table_stride;
+    if (rv.row0 >= rv.rows) continue;
+    const int slot = sp.splits[r] >= 2 ? sp.slot0[r] + (part - first_tile_pos / w) : -1;
+    sm80::attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);
+  }
+  // Every CTA (with or without pieces) joins the barrier and the combine.
+  grid_barrier(grid_sync, gridDim.x * gridDim.y);
+  if (stages & kFusedStageCombine) combine_phase<K>(p, sp, smem);
+}
+
+template <class K>
+__global__ void __launch_bounds__(K::kThreads, 1)
+    mla_decode_fused_kernel(const __grid_constant__ DecodeParams p, uint32_t* grid_sync, int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // needs more shared memory than any sm8x GPU has; never launched there
+#else
+  fused_body<K>(p, grid_sync, stages);
+#endif
+}
+
+// The combine phase's shared memory fits in the attention's.
+template <class K>
+constexpr bool kCombineFits =
+    size_t(kMaxDecodeSplitsPerRequest) * 4 + size_t(K::kThreads) * 16 + size_t(K::kThreads / 32) * 4 <= K::kSmemBytes;
+
+template <class K>
+void set_fused_attributes() {
+  static_assert(kCombineFits<K>);
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  int device = 0;
+  LATTN_CUDA_CHECK(cudaGetDevice(&device));
+  std::call_once(once[device % kMaxDevices], [] {
+    LATTN_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_fused_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(K::kSmemBytes)));
+  });
+}
+
+template <class K>
+int fused_ctas_per_sm() {
+  set_fused_attributes<K>();
+  int blocks = 0;
+  LATTN_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, mla_decode_fused_kernel<K>, K::kThreads, K::kSmemBytes));
+  return blocks;
+}
+
+template <class K>
+void fused_launch(const DecodeParams& p, uint32_t* grid_sync, int stages, int m_tiles, cudaStream_t stream) {
+  set_fused_attributes<K>();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(m_tiles), unsigned(p.plan.num_parts));
+  config.blockDim = dim3(K::kThreads);
+  config.dynamicSmemBytes = K::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeCooperative;  // all CTAs resident: the grid barrier
+  attribute[0].val.cooperative = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  LATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_decode_fused_kernel<K>, p, grid_sync, stages));
+  LATTN_CUDA_CHECK_LAUNCH("mla_decode_fused_kernel");
+}
+
+constexpr sm80::DecodeTileConfig kFusedConfig{16, 64, 8, 3};
+template <class T>
+using FusedTraits = sm80::DecodeTraits<16, 64, 8, 3, T, T>;
+
+struct CtasPerSm {
+  template <class K>
+  int operator()() const {
+    return fused_ctas_per_sm<K>();
+  }
+};
+struct Launch {
+  const DecodeParams& p;
+  uint32_t* grid_sync;
+  int stages;
+  int m_tiles;
+  cudaStream_t stream;
+  template <class K>
+  void operator()() const {
+    fused_launch<K>(p, grid_sync, stages, m_tiles, stream);
+  }
+};
+
+template <class Fn>
+auto with_fused_traits(sm80::DecodeTileConfig config, DType dtype, Fn&& fn) {
+  if (!(config == kFusedConfig)) {
+    throw NotImplementedError("decode (one launch): tile configuration " + config.str() + " has no fused kernel (" +
+                              kFusedConfig.str() + " only)");
+  }
+  switch (dtype) {
+    case DType::bf16:
+      return fn.template operator()<FusedTraits<__nv_bfloat16>>();
+    case DType::f16:
+      return fn.template operator()<FusedTraits<__half>>();
+    default:
+      throw NotImplementedError(std::string("decode (one launch): activation dtype ") + dtype_name(dtype) +
+                                " (supported: f16, bf16)");
+  }
+}
+
+}  // namespace
+
+bool decode_fused_supported(sm80::DecodeTileConfig config, DType dtype, DType cache_dtype, int cc_major) {
+  return cc_major == 9 && config == kFusedConfig && cache_dtype == dtype &&
+         (dtype == DType::bf16 || dtype == DType::f16);
+}
+
+int decode_fused_ctas_per_sm(sm80::DecodeTileConfig config, DType dtype) {
+  return with_fused_traits(config, dtype, CtasPerSm{});
+}
+
+void launch_decode_fused(const DecodeParams& p, uint32_t* grid_sync, sm80::DecodeTileConfig config, DType dtype,
+                         int m_tiles, cudaStream_t stream, int stages) {
+  if (p.batch > kFusedDecodeMaxBatch) {
+    throw RuntimeError("decode (one launch): batch " + std::to_string(p.batch) + " exceeds " +
+                       std::to_string(kFusedDecodeMaxBatch));
+  }
+  with_fused_traits(config, dtype, Launch{p, grid_sync, stages, m_tiles, stream});
+}
+
+}  // namespace lattn::cuda
