@@ -104,9 +104,10 @@ void decode_query_row_f32(const DecodeSplitJob& job, int lane, float* row) {
 }
 
 // The split's partial results (rows [W][L] and lse [W] are scratch). A full
-// group's rows are transposed straight into job.o: going through `rows` and
-// a memcpy cost ~2 us per 32 KiB on one thread and 6-8 us on two (glibc's
-// `rep movsb` on this Zen 4; docs/perf.md, "CPU decode at batch 1").
+// group's rows are transposed straight into job.o: staging them in `rows`
+// and copying them was ~2 us per 32 KiB split on one thread, and on two
+// threads the copy alone showed as ~10 % of a B1 S1024 step's CPU samples
+// (docs/perf.md, "CPU decode at batch 1: fewer splits and a vectorized combine").
 template <class I>
 void decode_write_partials(const DecodeSplitJob& job, float* ot, const float* m, const float* l, float* rows,
                            float* lse) {
@@ -128,8 +129,9 @@ void decode_write_partials(const DecodeSplitJob& job, float* ot, const float* m,
 // One output row of the split-KV combine (docs/cpu.md, "Split-KV"):
 //   dst[d] = (sum_s weights[s] * parts[s][d]) * scale, d < n, rounded to dst_dtype,
 // the parts summed in the order given (the combine's fixed order). No parts:
-// 0 * scale (0, or NaN for a NaN scale). Vectorized and fused: the former
-// per-lane scalar loops over a [L] f32 row cost ~2 us per split at 16 heads.
+// 0 * scale (0, or NaN for a NaN scale). Vectorized and fused (one pass,
+// no [L] f32 row to fill, add into, scale and convert): at B1 S1024 on two
+// threads the combine of two splits took 2.0-3.3 us this way, 4.3 us before.
 template <class I>
 void combine_row(const float* const* parts, const float* weights, int num_parts, int64_t n, float scale,
                  DType dst_dtype, void* dst) {
