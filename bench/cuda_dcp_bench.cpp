@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/ops/device_ops.h"
 #include "cuda/common/runtime_utils.h"
+#include "cuda_bench_timing.h"
 #include "lattn/backend.h"
 #include "lattn/cache.h"
 #include "lattn/communicator.h"
@@ -52,18 +52,7 @@ struct RankTimes {
 
 // Median over samples of the device time of `issue`, each sample after `align` (a barrier).
 double median_us(Stream stream, int samples, const std::function<void()>& align, const std::function<void()>& issue) {
-  cuda::EventTimer timer;
-  issue();  // warm-up
-  std::vector<double> us;
-  for (int i = 0; i < samples; ++i) {
-    align();
-    timer.start(stream);
-    issue();
-    timer.stop(stream);
-    us.push_back(double(timer.elapsed_ms()) * 1e3);
-  }
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  return bench_cuda::median_device_us(stream, 1, samples, issue, align);
 }
 
 RankTimes run_rank(const Options& o, int world, int rank, Communicator& comm, Device dev) {
@@ -123,15 +112,7 @@ RankTimes run_rank(const Options& o, int world, int rank, Communicator& comm, De
 }
 
 // The same-run ceiling: device-to-device copy of 2 GiB on GPU 0 (GB/s, read + write).
-double copy_ceiling_gbps() {
-  const Device dev = Device::cuda(0);
-  const int64_t bytes = int64_t(2) << 30;
-  OwnedTensor a = OwnedTensor::empty({bytes}, DType::u8, dev), b = OwnedTensor::empty({bytes}, DType::u8, dev);
-  const auto& ops = detail::cuda_device_ops();
-  const double us = median_us(
-      nullptr, 5, [] {}, [&] { ops.memcpy(b.data(), dev, a.data(), dev, size_t(bytes), nullptr); });
-  return 2.0 * double(bytes) / (us * 1e3);
-}
+double copy_ceiling_gbps() { return bench_cuda::measure_copy_ceiling(nullptr, Device::cuda(0), 5).rate; }
 
 std::vector<int> parse_list(const char* s) {
   std::vector<int> v;

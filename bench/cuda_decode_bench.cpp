@@ -29,6 +29,7 @@
 #include "core/ops/gemm.h"
 #include "cuda/common/runtime_utils.h"
 #include "cuda/cuda_decode_backend.h"
+#include "cuda_bench_timing.h"
 #include "lattn/backend.h"
 #include "lattn/cache.h"
 #include "lattn/device.h"
@@ -55,11 +56,9 @@ double median_us(Stream stream, int warmup, int samples, const std::function<voi
     const char* v = std::getenv("LATTN_BENCH_FLUSH");
     return v && std::string(v) == "read";
   }();
-  for (int i = 0; i < warmup; ++i) issue();
-  cuda::EventTimer timer;
-  std::vector<double> us;
-  for (int i = 0; i < samples; ++i) {
-    detail::cuda_device_ops().memset(flush.data(), i & 0x3f, flush.tensor().nbytes(), kGpu.index, stream);
+  int sample = 0;
+  return bench_cuda::median_device_us(stream, warmup, samples, issue, [&] {
+    detail::cuda_device_ops().memset(flush.data(), sample++ & 0x3f, flush.tensor().nbytes(), kGpu.index, stream);
     if (read_flush) {
       detail::GemmProblem g;  // C [16384, 8] = A [16384, 8192] (the flush buffer as bf16) . B [8192, 8]
       g.m = 16384, g.n = 8, g.k = 8192;
@@ -68,13 +67,7 @@ double median_us(Stream stream, int warmup, int samples, const std::function<voi
       g.c = flush_c.data(), g.c_dtype = DType::bf16, g.ldc = 8;
       detail::gemm(g, RunContext{kGpu, stream, 0});
     }
-    timer.start(stream);
-    issue();
-    timer.stop(stream);
-    us.push_back(double(timer.elapsed_ms()) * 1e3);
-  }
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  });
 }
 
 struct Ceilings {
@@ -84,33 +77,10 @@ struct Ceilings {
 
 const Ceilings& ceilings() {
   static const Ceilings c = [] {
-    Ceilings r;
     cuda::StreamHandle stream(0);
-    {
-      const int64_t bytes = int64_t(2) << 30;  // 2 GiB each way
-      OwnedTensor src = OwnedTensor::empty({bytes}, DType::u8, kGpu), dst = OwnedTensor::empty({bytes}, DType::u8, kGpu);
-      detail::cuda_device_ops().memset(src.data(), 0x5a, size_t(bytes), kGpu.index, stream.get());
-      r.copy_us = median_us(stream.get(), 3, 15, [&] {
-        detail::cuda_device_ops().memcpy(dst.data(), kGpu, src.data(), kGpu, size_t(bytes), stream.get());
-      });
-      r.copy_gbps = 2.0 * double(bytes) / (r.copy_us * 1e-6) / 1e9;  // bytes read + written
-    }
-    {
-      const int64_t n = 8192;
-      OwnedTensor a = OwnedTensor::empty({n, n}, DType::bf16, kGpu), b = OwnedTensor::empty({n, n}, DType::bf16, kGpu);
-      OwnedTensor c = OwnedTensor::empty({n, n}, DType::bf16, kGpu);
-      cuda::fill_random_device(a.data(), DType::bf16, n * n, 11, 1.f, stream.get());
-      cuda::fill_random_device(b.data(), DType::bf16, n * n, 12, 1.f, stream.get());
-      detail::GemmProblem p;
-      p.m = p.n = p.k = n;
-      p.a = a.data(), p.a_dtype = DType::bf16, p.lda = n;
-      p.b = b.data(), p.b_dtype = DType::bf16, p.ldb = n;
-      p.c = c.data(), p.c_dtype = DType::bf16, p.ldc = n;
-      const RunContext ctx{kGpu, stream.get(), 0};
-      r.gemm_us = median_us(stream.get(), 3, 15, [&] { detail::gemm(p, ctx); });
-      r.gemm_tflops = 2.0 * double(n) * n * n / (r.gemm_us * 1e-6) / 1e12;
-    }
-    return r;
+    const bench_cuda::Ceiling copy = bench_cuda::measure_copy_ceiling(stream.get(), kGpu);
+    const bench_cuda::Ceiling gemm = bench_cuda::measure_gemm_ceiling(stream.get(), kGpu);
+    return Ceilings{copy.rate, copy.us, gemm.rate, gemm.us};
   }();
   return c;
 }

@@ -8,15 +8,13 @@
 //   kv_b_proj   kv_c [T, L] . W^T, W [N (P+V), L]      (trans_b; prefill)
 // T: decode batches 1, 4, 64, 128 tokens; prefill 512, 2048, 4 x 2048 tokens.
 // Prints one line per case: median µs of each mode, ratio, TFLOP/s.
-#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
-#include <vector>
 
-#include "core/ops/device_ops.h"
 #include "core/ops/gemm.h"
 #include "cuda/common/runtime_utils.h"
+#include "cuda_bench_timing.h"
 #include "lattn/backend.h"
 #include "lattn/device.h"
 #include "lattn/tensor.h"
@@ -26,18 +24,9 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
+// 3 warm-up runs, median of 21.
 double median_us(Stream stream, const std::function<void()>& issue) {
-  for (int i = 0; i < 3; ++i) issue();
-  cuda::EventTimer timer;
-  std::vector<double> us;
-  for (int i = 0; i < 21; ++i) {
-    timer.start(stream);
-    issue();
-    timer.stop(stream);
-    us.push_back(double(timer.elapsed_ms()) * 1e3);
-  }
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  return bench_cuda::median_device_us(stream, 3, 21, issue);
 }
 
 struct Shape {
@@ -72,24 +61,11 @@ void run_case(const Shape& s, Stream stream, double ceiling_tflops) {
 int main() {
   using namespace lattn;
   cuda::StreamHandle stream(0);
-  double ceiling_us = 0, ceiling_tflops = 0;
-  {
-    const int64_t n = 8192;
-    OwnedTensor a = OwnedTensor::empty({n, n}, DType::bf16, kGpu), b = OwnedTensor::empty({n, n}, DType::bf16, kGpu);
-    OwnedTensor c = OwnedTensor::empty({n, n}, DType::bf16, kGpu);
-    cuda::fill_random_device(a.data(), DType::bf16, n * n, 11, 1.f, stream.get());
-    cuda::fill_random_device(b.data(), DType::bf16, n * n, 12, 1.f, stream.get());
-    detail::GemmProblem p;
-    p.m = p.n = p.k = n;
-    p.a = a.data(), p.a_dtype = DType::bf16, p.lda = n;
-    p.b = b.data(), p.b_dtype = DType::bf16, p.ldb = n;
-    p.c = c.data(), p.c_dtype = DType::bf16, p.ldc = n;
-    ceiling_us = median_us(stream.get(), [&] { detail::gemm(p, RunContext{kGpu, stream.get(), 0, false}); });
-    ceiling_tflops = 2.0 * double(n) * n * n / (ceiling_us * 1e-6) / 1e12;
-    const double inv_us = median_us(stream.get(), [&] { detail::gemm(p, RunContext{kGpu, stream.get(), 0, true}); });
-    std::printf("ceiling: cuBLAS bf16 8192^3 %.1f us = %.1f TFLOP/s; batch-invariant GEMM %.1f us = %.1f TFLOP/s\n",
-                ceiling_us, ceiling_tflops, inv_us, 2.0 * double(n) * n * n / (inv_us * 1e-6) / 1e12);
-  }
+  const bench_cuda::Ceiling ceiling = bench_cuda::measure_gemm_ceiling(stream.get(), kGpu, false, 21);
+  const bench_cuda::Ceiling invariant = bench_cuda::measure_gemm_ceiling(stream.get(), kGpu, true, 21);
+  const double ceiling_tflops = ceiling.rate;
+  std::printf("ceiling: cuBLAS bf16 8192^3 %.1f us = %.1f TFLOP/s; batch-invariant GEMM %.1f us = %.1f TFLOP/s\n",
+              ceiling.us, ceiling.rate, invariant.us, invariant.rate);
   std::printf("%-34s %9s %9s %7s %8s %8s %6s\n", "case (bf16, DeepSeek dims)", "cuBLAS_us", "invar_us", "ratio",
               "cuBLAS_TF", "invar_TF", "frac");
   const int64_t P = 128, V = 128, L = 512;

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/ops/device_ops.h"
-#include "core/ops/gemm.h"
 #include "cuda/common/runtime_utils.h"
+#include "cuda_bench_timing.h"
 #include "lattn/cache.h"
 #include "lattn/device.h"
 #include "lattn/ops.h"
@@ -28,47 +28,18 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
+// Medians with a 256 MiB write between samples (the cache and the indices
+// come from HBM, not from L2).
 double median_us(Stream stream, int warmup, int samples, const std::function<void()>& issue) {
   static OwnedTensor flush = OwnedTensor::empty({int64_t(256) << 20}, DType::u8, kGpu);
-  for (int i = 0; i < warmup; ++i) issue();
-  cuda::EventTimer timer;
-  std::vector<double> us;
-  for (int i = 0; i < samples; ++i) {
-    detail::cuda_device_ops().memset(flush.data(), i & 0xff, flush.tensor().nbytes(), kGpu.index, stream);
-    timer.start(stream);
-    issue();
-    timer.stop(stream);
-    us.push_back(double(timer.elapsed_ms()) * 1e3);
-  }
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
-
-double gemm_ceiling_tflops(Stream stream) {
-  const int64_t n = 8192;
-  OwnedTensor a = OwnedTensor::empty({n, n}, DType::bf16, kGpu), b = OwnedTensor::empty({n, n}, DType::bf16, kGpu);
-  OwnedTensor c = OwnedTensor::empty({n, n}, DType::bf16, kGpu);
-  cuda::fill_random_device(a.data(), DType::bf16, n * n, 11, 1.f, stream);
-  cuda::fill_random_device(b.data(), DType::bf16, n * n, 12, 1.f, stream);
-  detail::GemmProblem p;
-  p.m = p.n = p.k = n;
-  p.a = a.data(), p.a_dtype = DType::bf16, p.lda = n;
-  p.b = b.data(), p.b_dtype = DType::bf16, p.ldb = n;
-  p.c = c.data(), p.c_dtype = DType::bf16, p.ldc = n;
-  const RunContext ctx{kGpu, stream, 0};
-  const double us = median_us(stream, 3, 15, [&] { detail::gemm(p, ctx); });
-  return 2.0 * double(n) * n * n / (us * 1e-6) / 1e12;
-}
-
-double copy_ceiling_gbps(Stream stream) {
-  const int64_t bytes = int64_t(2) << 30;
-  OwnedTensor src = OwnedTensor::empty({bytes}, DType::u8, kGpu), dst = OwnedTensor::empty({bytes}, DType::u8, kGpu);
-  detail::cuda_device_ops().memset(src.data(), 0x5a, size_t(bytes), kGpu.index, stream);
-  const double us = median_us(stream, 3, 15, [&] {
-    detail::cuda_device_ops().memcpy(dst.data(), kGpu, src.data(), kGpu, size_t(bytes), stream);
+  int sample = 0;
+  return bench_cuda::median_device_us(stream, warmup, samples, issue, [&] {
+    detail::cuda_device_ops().memset(flush.data(), sample++ & 0xff, flush.tensor().nbytes(), kGpu.index, stream);
   });
-  return 2.0 * double(bytes) / (us * 1e-6) / 1e9;
 }
+
+double gemm_ceiling_tflops(Stream stream) { return bench_cuda::measure_gemm_ceiling(stream, kGpu).rate; }
+double copy_ceiling_gbps(Stream stream) { return bench_cuda::measure_copy_ceiling(stream, kGpu).rate; }
 
 struct Row {
   std::string name;

@@ -111,6 +111,16 @@ for world in 2 4; do
     [[ $rc -ne 0 ]] && tests_rc=1
     note "NCCL world $world ${t%%:*}: rc=$rc at $(stamp)"
   done
+  # The whole layer under DCP over NCCL, one GPU per rank: the context
+  # prefilled through the layer (prefill with cached context), then decode
+  # steps, every step against one rank (scripts/gpu-dcp-check.sh runs more).
+  args="--dcp $world --device cuda --verify --dcp-requests 3 --dcp-context 1037 --dcp-steps 2 --dcp-prefill-chunk 300"
+  echo "### lattn run $args" >> "$OUT/tests.log"
+  # shellcheck disable=SC2086
+  NCCL_NVLS_ENABLE=0 timeout 300 "$BUILD/tools/lattn" run $args >> "$OUT/tests.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && tests_rc=1
+  note "lattn run $args: rc=$rc at $(stamp); $(grep -E '^verify' "$OUT/tests.log" | tail -1)"
 done
 
 # The decode tests once more with every instantiated tile configuration forced

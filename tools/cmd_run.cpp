@@ -42,7 +42,7 @@ struct RunOptions {
   int dcp = 0;
   int dcp_interleave = 1;
   std::string dcp_combine = "ag-rs";
-  int dcp_requests = 4, dcp_context = 300, dcp_steps = 4;
+  int dcp_requests = 4, dcp_context = 300, dcp_steps = 4, dcp_prefill_chunk = 0;
   std::vector<CLI::Option*> generator_options;  // shape a generated trace; meaningless with --trace
 };
 
@@ -187,6 +187,7 @@ int run_dcp_command(const RunOptions& o) {
   d.num_requests = o.dcp_requests;
   d.context = o.dcp_context;
   d.steps = o.dcp_steps;
+  d.prefill_chunk = o.dcp_prefill_chunk;
   d.verify = o.verify;
   d.seed = o.trace.seed;
   (void)require_servable_backends(layer);
@@ -387,6 +388,11 @@ Subcommand add_run_command(CLI::App& root) {
       ->capture_default_str()
       ->group(dcp);
   app->add_option("--dcp-steps", o->dcp_steps, "Decode steps")->capture_default_str()->group(dcp);
+  app->add_option("--dcp-prefill-chunk", o->dcp_prefill_chunk,
+                  "Prefill the context through the layer under DCP, this many tokens per request per step (0: "
+                  "write it straight into the ranks' shards)")
+      ->capture_default_str()
+      ->group(dcp);
   app->add_flag("-q,--quiet", o->quiet, "No progress display")->group(out);
   app->footer(exit_codes_help());
   return {app, [o]() { return run_command(*o); }};

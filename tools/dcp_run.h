@@ -6,10 +6,13 @@
 // communicator; on CUDA each rank is a thread with its own GPU (cuda:0 ..
 // cuda:N-1) joined by NCCL, and a machine with fewer GPUs is refused naming
 // its count. Each rank builds its own layer (the same weights), its own cache
-// holding its shard of every request's context (written directly: DCP
-// prefill is not supported yet, docs/dcp.md), and runs the decode steps with
-// build_dcp_decode_metadata + MlaAttention::forward(plan). --verify repeats
-// every step on one rank with the whole cache and compares the outputs.
+// holding its shard of every request's context, and runs the decode steps
+// with build_dcp_metadata + MlaAttention::forward(plan). The context is
+// written straight into the shards, or, with --dcp-prefill-chunk C, prefilled
+// through the layer under DCP in steps of C tokens per request (each step
+// attends to the context the earlier steps cached on every rank). --verify
+// repeats every step (prefill and decode) on one rank with the whole cache
+// and compares the outputs.
 // --tp composes: the layer has the model's heads / tp (the engine's head
 // split), and the DCP group shares each such layer's cache.
 #pragma once
@@ -31,6 +34,7 @@ struct DcpRunOptions {
   int num_requests = 4;
   int context = 300;    // tokens already in each request's cache
   int steps = 4;        // decode steps (one new token per request each)
+  int prefill_chunk = 0;  // > 0: prefill the context through the layer, this many tokens per request per step
   bool verify = false;  // compare every step with one rank
   uint64_t seed = 0;
 };
@@ -38,13 +42,15 @@ struct DcpRunOptions {
 struct DcpRunReport {
   std::string communicator;     // "in-process" or "nccl"
   std::string decode_backend;   // what the layers run
-  std::vector<double> step_ms;  // wall time of each step (slowest rank, host-synchronized)
+  std::vector<double> step_ms;  // wall time of each decode step (slowest rank, host-synchronized)
+  int prefill_steps = 0;        // steps that prefilled the context (--dcp-prefill-chunk)
+  double prefill_ms = 0;        // their total wall time (slowest rank per step)
   double median_step_ms = 0;
   bool verified = false;
   double worst_rel_l2 = 0;  // over every step and rank, against the single-rank run
   double bound = 0;         // the activation dtype's bound
   bool passed = true;
-  int worst_step = -1, worst_rank = -1;
+  int worst_step = -1, worst_rank = -1;  // steps counted prefill steps first
 };
 
 // Parses --dcp-combine: "ag-rs" or "all-to-all".

@@ -59,6 +59,11 @@ struct MlaAttentionConfig {
   int index_head_dim = 128;      // D, indexer key and query width
   std::string sparse_backend;    // "" = the sparse selector's choice (lattn/sparse.h)
   std::string indexer_backend;   // "" = the device's own ("cpu" on the host, "cuda"); or "reference"
+
+  // The caches this layer is configured for, as one value: {dims.kv_lora_rank,
+  // dims.qk_rope_head_dim, kv_cache_dtype, block_size}; the fp8 scale is the
+  // cache's own (LatentCache::scale).
+  KvCacheSpec kv_cache_spec() const { return {dims.kv_lora_rank, dims.qk_rope_head_dim, kv_cache_dtype, block_size}; }
 };
 
 // The lightning indexer's inputs of one step, computed by the model (its
@@ -138,14 +143,18 @@ class MlaAttention {
   // up-projection. `comm` is the engine's (NCCL, or the in-process group),
   // on this layer's device; the layer does not own it and it must outlive
   // the layer's calls. nullptr switches DCP off. Every rank of the group
-  // must call forward for every step, with the same query rows.
+  // must call forward for every step, with the same query rows. Prefills
+  // with cached context attend to every rank's share of it: each rank's
+  // partial result over its share is combined the same way, then merged
+  // with the new tokens' causal attention.
   void set_dcp(Communicator* comm, int interleave = 1,
                DcpCombineMethod method = DcpCombineMethod::all_gather_reduce_scatter);
   // world_size 1 when DCP is off.
   DcpConfig dcp_config() const;
 
-  // One decode step under DCP. `plan` is this rank's plan from
-  // build_dcp_decode_metadata (same requests, the rank's local block tables,
+  // One step under DCP. `plan` is this rank's plan from
+  // build_dcp_decode_metadata or, for a batch with prefills,
+  // build_dcp_metadata (same requests, the rank's local block tables,
   // built with this layer's dcp_config()); q, kv_c_normed and k_pe hold every
   // query token of the step (the same on every rank), in the plan's order.
   // out as in forward. ValueError when set_dcp was not called.
@@ -173,6 +182,15 @@ class MlaAttention {
   const PrefillBackend& prefill_backend() const;
   const DecodeBackend& decode_backend() const;
   const SparseMlaBackendClass* sparse_backend() const;
+
+  // What runs for this layer's prefill / decode rows, in words
+  // (lattn/kernel_label.h): the dense backend instance's kernel_label() (a
+  // CUDA decode instance names the kernel its latest plan chose), or, on a
+  // sparse layer, the sparse backend's name (it runs both kinds of rows).
+  // Engines report these after a step instead of asking which kind of layer
+  // this is.
+  std::string prefill_kernel_label() const;
+  std::string decode_kernel_label() const;
 
   struct Impl;  // opaque: the layer's state (src/core/attention/attention_impl.h)
 

@@ -28,6 +28,7 @@
 #include "lattn/config.h"
 #include "lattn/device.h"
 #include "lattn/dtype.h"
+#include "lattn/kv_cache_spec.h"
 #include "lattn/metadata.h"
 #include "lattn/stream.h"
 #include "lattn/tensor.h"
@@ -62,6 +63,15 @@ struct SelectorConfig {
   std::string decode_repr() const;
   static SelectorConfig for_dims(const MlaDims& dims, DType dtype, DType kv_cache_dtype, Device device,
                                  int block_size = 16, int max_query_tokens_per_request = 1);
+  // The cache facts above as one value (scale 1: backends are chosen without it), and
+  // setting them from one.
+  KvCacheSpec kv_cache_spec() const { return {kv_lora_rank, qk_rope_head_dim, kv_cache_dtype, block_size}; }
+  void set_kv_cache_spec(const KvCacheSpec& spec) {
+    kv_lora_rank = spec.kv_lora_rank;
+    qk_rope_head_dim = spec.qk_rope_head_dim;
+    kv_cache_dtype = spec.dtype;
+    block_size = spec.block_size;
+  }
   friend bool operator==(const SelectorConfig&, const SelectorConfig&) = default;
 };
 

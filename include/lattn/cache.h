@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "lattn/config.h"
+#include "lattn/kv_cache_spec.h"
 #include "lattn/tensor.h"
 
 namespace lattn {
@@ -35,6 +36,9 @@ struct LatentCache {
   bool is_fp8() const { return data.dtype() == DType::fp8_e4m3; }
   // fp8_ds_mla: entry_dim() is then bytes, not elements (lattn/sparse.h).
   bool is_fp8_ds_mla() const { return data.dtype() == DType::u8; }
+
+  // {L, R, dtype, block size, scale} of this cache.
+  KvCacheSpec spec() const { return {kv_lora_rank, qk_rope_head_dim, dtype(), int(block_size()), scale}; }
 
   // Throws ValueError when data is not [*, *, L+R] of f16/bf16/fp8_e4m3 (or
   // u8 [*, *, fp8_ds_mla_entry_bytes(L, R)] with L a multiple of 128) with
@@ -69,6 +73,7 @@ class OwnedLatentCache {
   OwnedLatentCache() = default;
   OwnedLatentCache(int64_t num_blocks, int64_t block_size, const MlaDims& dims, DType dtype,
                    Device device = Device::cpu(), float scale = 1.0f);
+  OwnedLatentCache(int64_t num_blocks, const KvCacheSpec& spec, Device device = Device::cpu());
   const LatentCache& cache() const { return cache_; }
   operator const LatentCache&() const { return cache_; }
 

@@ -49,12 +49,17 @@ int64_t dcp_local_position(const DcpConfig& dcp, int64_t pos);
 // Tokens among global positions [0, n) that live on dcp.rank.
 int64_t dcp_local_count(const DcpConfig& dcp, int64_t n);
 
-// This rank's part of a decode-only batch.
+// This rank's part of a batch (build_dcp_decode_metadata: decodes only;
+// build_dcp_metadata: decodes and prefills).
 struct DcpDecodePlan {
   MlaMetadata metadata;             // the rank-local plan (run the decode backend with its decode view)
-  std::vector<int32_t> empty_rows;  // rows that see no key on this rank (their backend output is ignored)
-  OwnedTensor row_empty;            // [rows] u8 on the plan's device: 1 for the rows of empty_rows
+  std::vector<int32_t> empty_rows;  // decode rows that see no key on this rank (their backend output is ignored)
+  OwnedTensor row_empty;            // [decode rows] u8 on the plan's device: 1 for the rows of empty_rows
                                     // (what dcp_combine reads; left undefined, empty_rows is read)
+  // Some prefill of the batch has cached context (on some rank): every rank
+  // then attends over its share of that context and the ranks combine their
+  // partial results (a collective, so the flag is the same on every rank).
+  bool prefill_has_context = false;
 };
 
 // Plans this rank's part of a decode-only batch.
@@ -67,10 +72,25 @@ struct DcpDecodePlan {
 // PAD_SLOT_ID. Backends need seq_len >= 1, so a row with no visible key reads
 // one arbitrary slot of the cache and is listed in empty_rows: dcp_combine
 // gives it weight 0. Built by `builder` (its block size), moved to `device`.
-// ValueError for prefill rows (query_len above the builder's reorder threshold):
-// DCP prefill is not supported yet (docs/dcp.md).
+// ValueError for prefill rows (query_len above the builder's reorder
+// threshold): plan those with build_dcp_metadata.
 DcpDecodePlan build_dcp_decode_metadata(const MlaMetadataBuilder& builder, const std::vector<RequestSpec>& requests,
                                         const DcpConfig& dcp, Device device = Device::cpu(), Stream stream = nullptr);
+
+// Plans this rank's part of a mixed batch (decodes first, then prefills, in
+// global terms as above; block tables over LOCAL positions covering
+// dcp_local_count(seq_len) tokens). Decode requests become rows as in
+// build_dcp_decode_metadata. A prefill request with global context c and
+// query_len q becomes one rank-local prefill over its share of the context:
+// num_computed_tokens = dcp_local_count(c) (its chunk plan gathers only the
+// rank's context tokens, within the builder's workspace), the q new tokens
+// (global positions c .. c+q-1) with their local slot where this rank owns
+// them and PAD_SLOT_ID elsewhere. The layer's forward attends the new tokens
+// causally among themselves on every rank, attends them to the rank's share
+// of the context with LSE, combines those partials over the group and merges
+// the two (docs/dcp.md, "Prefill with cached context").
+DcpDecodePlan build_dcp_metadata(const MlaMetadataBuilder& builder, const std::vector<RequestSpec>& requests,
+                                 const DcpConfig& dcp, Device device = Device::cpu(), Stream stream = nullptr);
 
 // How dcp_combine moves the partials.
 enum class DcpCombineMethod {
@@ -106,6 +126,8 @@ class DcpCombineScratch {
 //   scratch     on comm.device(); nullptr = temporaries of this call (on a
 //               GPU their release synchronizes the device: pass a scratch
 //               for a combine without host synchronization)
+// out and out_lse may be partial_out and partial_lse themselves (the
+// partials are read before anything is written).
 // Every tensor lives on comm.device(): host tensors with the in-process
 // communicator, device tensors with NCCL (or the in-process communicator of
 // one device). Every rank calls it. The all_to_all method with every head

@@ -67,6 +67,7 @@ class DecodePlan {
   int num_requests() const;                 // B
   int num_tokens() const;                   // the rows of q: B * query_len (the metadata's decode tokens)
   int block_size() const;
+  KvCacheSpec kv_cache_spec() const;        // {L, R, kv_cache_dtype, block size} of the caches it serves
   const DecodeMetadata& metadata() const;   // on the params' device
   void set_stream(Stream stream);           // for later runs (e.g. the caller's current stream)
 

@@ -90,13 +90,16 @@ void bind_dcp(py::module_& m) {
           "local_count", [](const DcpConfig& c, int64_t n) { return dcp_local_count(c, n); }, py::arg("n"),
           "Tokens among positions [0, n) on this rank.");
 
-  py::class_<PyDcpDecodePlan>(m, "DcpDecodePlan", "One rank's part of a decode step (build_dcp_decode_metadata).")
+  py::class_<PyDcpDecodePlan>(m, "DcpDecodePlan",
+                              "One rank's part of a step (build_dcp_decode_metadata, build_dcp_metadata).")
       .def_property_readonly("metadata",
                              [](const PyDcpDecodePlan& p) {
                                // Shares the plan's lifetime.
                                return PyMlaMetadata{std::shared_ptr<MlaMetadata>(p.plan, &p.plan->metadata)};
                              })
-      .def_property_readonly("empty_rows", [](const PyDcpDecodePlan& p) { return p.plan->empty_rows; });
+      .def_property_readonly("empty_rows", [](const PyDcpDecodePlan& p) { return p.plan->empty_rows; })
+      .def_property_readonly("prefill_has_context",
+                             [](const PyDcpDecodePlan& p) { return p.plan->prefill_has_context; });
   m.def(
       "build_dcp_decode_metadata",
       [](const MlaMetadataBuilder& builder, py::handle requests, const DcpConfig& dcp, py::handle device) {
@@ -107,6 +110,17 @@ void bind_dcp(py::module_& m) {
       },
       py::arg("builder"), py::arg("requests"), py::arg("dcp"), py::arg("device") = "cpu",
       "requests in global terms (query_len, global num_computed_tokens) with this rank's LOCAL block tables.");
+  m.def(
+      "build_dcp_metadata",
+      [](const MlaMetadataBuilder& builder, py::handle requests, const DcpConfig& dcp, py::handle device) {
+        const std::vector<RequestSpec> specs = request_specs_arg(requests, "build_dcp_metadata");
+        const Device dev = device_arg(device);
+        py::gil_scoped_release release;
+        return PyDcpDecodePlan{std::make_shared<DcpDecodePlan>(build_dcp_metadata(builder, specs, dcp, dev))};
+      },
+      py::arg("builder"), py::arg("requests"), py::arg("dcp"), py::arg("device") = "cpu",
+      "A mixed batch (decodes first, then prefills with cached context) in global terms with this rank's LOCAL "
+      "block tables; prefills attend to the rank's share of their context (docs/dcp.md).");
 }
 
 }  // namespace lattn::python

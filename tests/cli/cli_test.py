@@ -314,6 +314,14 @@ def run_dcp_2_verify_on_cpu(lattn):
                         "--dcp-combine", "all-to-all", "--dcp-interleave", "3", "--kv-cache-dtype", "fp8", "--verify",
                         "--dcp-requests", "2", "--dcp-context", "40", "--dcp-steps", "2")
     check(report["verify"]["passed"], f"verify: {report['verify']}")
+    # The context prefilled through the layer under DCP (prefill with cached context), 3 ranks, 45 + 45 + 17 tokens.
+    report = lattn.json("run", "--json", "--device", "cpu", "--model", "deepseek-v3", "--tp", "16", "--dcp", "3",
+                        "--dcp-prefill-chunk", "45", "--verify", "--dcp-requests", "2", "--dcp-context", "107",
+                        "--dcp-steps", "1")
+    check(report["prefill_steps"] == 3 and report["prefill_chunk"] == 45, f"report: {report}")
+    check(report["verify"]["passed"], f"verify: {report['verify']}")
+    err = lattn("run", "--device", "cpu", "--dcp", "2", "--dcp-prefill-chunk", "-1", expect=EXIT_USAGE).stderr
+    check_in("--dcp-prefill-chunk >= 0", err, "stderr")
     err = lattn("run", "--device", "cpu", "--dcp", "2", "--dcp-combine", "gather", expect=EXIT_USAGE).stderr
     check_in("--dcp-combine must be ag-rs or all-to-all; got 'gather'", err, "stderr")
     out = lattn("bench", "--device", "cpu", "--model", "deepseek-v3", "--tp", "16", "--dcp", "2", "--batch", "2",

@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/metadata/view_pairs.h"
 #include "lattn/errors.h"
 #include "lattn/metadata.h"
 #include "lattn/slot_mapping.h"
@@ -542,6 +545,77 @@ TEST(MetadataBuilder, CudaGraphBuildsKeepDevicePointers) {
   EXPECT_EQ(a.block_table.data(), b.block_table.data());
   EXPECT_EQ(device_to_vec(b.seq_lens), (Vec{51, 2}));
   EXPECT_EQ(device_to_vec(b.slot_mapping), to_vec(b.slot_mapping_cpu));
+}
+
+}  // namespace
+}  // namespace lattn
+
+// The one list of (X_cpu, X) pairs (core/metadata/view_pairs.h) covers every
+// index array of a step with decodes and prefills with context, binds the
+// device views (on the CPU: the host views), and is what a device view is
+// checked against.
+namespace lattn {
+namespace {
+
+TEST(MetadataViewPairs, EveryIndexArrayIsOnePairOfTheList) {
+  const int bs = 4;
+  const std::vector<RequestSpec> reqs = {request(1, 5, bs), request(1, 0, bs, 2), request(3, 9, bs, 3),
+                                         request(2, 0, bs, 7)};
+  MlaMetadata md = MlaMetadataBuilder(config(bs, 64)).build(reqs);
+  ASSERT_TRUE(md.decode && md.prefill && md.prefill->has_context());
+  md.to_device(Device::cpu());
+  const std::vector<detail::ConstViewPair> pairs = detail::view_pairs(std::as_const(md));
+  ASSERT_EQ(pairs.size(), 19u);
+  std::set<std::string> names;
+  std::set<const Tensor*> hosts;
+  for (const detail::ConstViewPair& p : pairs) {
+    SCOPED_TRACE(p.name);
+    EXPECT_TRUE(names.insert(p.name).second);
+    EXPECT_TRUE(hosts.insert(p.host).second);
+    ASSERT_TRUE(p.host->defined());
+    EXPECT_TRUE(p.host->device().is_cpu());
+    EXPECT_EQ(p.device->data(), p.host->data());  // on the CPU the device view is the host view
+    EXPECT_NO_THROW(detail::check_view_pair("test", p, Device::cpu()));
+  }
+  // Every Tensor member of the three structs that has a host twin is in the list.
+  for (const Tensor* t :
+       {&md.query_start_loc_cpu, &md.seq_start_loc_cpu, &md.seq_lens_cpu, &md.context_lens_cpu, &md.block_table_cpu,
+        &md.slot_mapping_cpu, &md.decode->query_start_loc_cpu, &md.decode->seq_lens_cpu, &md.decode->seq_start_loc_cpu,
+        &md.decode->block_table_cpu, &md.decode->slot_mapping_cpu, &md.prefill->query_start_loc_cpu,
+        &md.prefill->seq_lens_cpu, &md.prefill->context_lens_cpu, &md.prefill->seq_start_loc_cpu,
+        &md.prefill->block_table_cpu, &md.prefill->slot_mapping_cpu, &md.prefill->chunks.starts_cpu,
+        &md.prefill->chunks.cu_seq_lens_cpu}) {
+    EXPECT_EQ(hosts.count(t), 1u);
+  }
+  // A decode-only step lists the common and decode pairs only.
+  const std::vector<RequestSpec> two_decodes = {request(1, 5, bs), request(1, 0, bs, 2)};
+  const MlaMetadata decodes = MlaMetadataBuilder(config(bs, 64)).build(two_decodes);
+  EXPECT_EQ(detail::view_pairs(decodes).size(), 11u);
+}
+
+TEST(MetadataViewPairs, ADeviceViewThatIsNotTheHostViewsTwinIsRefused) {
+  const int bs = 4;
+  const std::vector<RequestSpec> reqs = {request(1, 5, bs), request(3, 2, bs, 2)};
+  MlaMetadata md = MlaMetadataBuilder(config(bs, 64)).build(reqs);
+  md.to_device(Device::cpu());
+  const Tensor host = md.seq_lens_cpu;
+  const Tensor shorter = host.narrow(0, 0, 1);
+  expect_error<ValueError>(
+      [&] {
+        detail::check_view_pair("op", {"metadata.seq_lens", &host, &shorter}, Device::cpu());
+      },
+      {"op: argument 'metadata.seq_lens (device copy)'", "shape [2]", "[1]"});
+  const Tensor undefined;
+  expect_error<ValueError>(
+      [&] {
+        detail::check_view_pair("op", {"metadata.seq_lens", &host, &undefined}, Device::cpu());
+      },
+      {"metadata.seq_lens (device copy)"});
+  expect_error<ValueError>(
+      [&] {
+        detail::check_view_pair("op", {"metadata.seq_lens", &host, &host}, Device::cuda(0));
+      },
+      {"metadata.seq_lens (device copy)", "cuda:0"});
 }
 
 }  // namespace

@@ -213,6 +213,9 @@ void run_and_check(const LayerCase& c) {
   layer.process_weights_after_loading(s.kv_b);
   ASSERT_NE(layer.sparse_backend(), nullptr);
   layer.forward(s.q, s.kv_c, s.k_pe, s.cache, s.md, inputs(s), s.out);
+  // The layer reports what ran: its one sparse backend, for both kinds of rows.
+  EXPECT_EQ(layer.prefill_kernel_label(), layer.sparse_backend()->name());
+  EXPECT_EQ(layer.decode_kernel_label(), layer.sparse_backend()->name());
   const OwnedTensor ref = expected(c, s, layer);
   const test::ErrorReport e = test::compare(s.out.tensor().narrow(0, 0, s.Tc), ref);
   EXPECT_EQ(e.nan_mismatches, 0) << e.str();
@@ -392,6 +395,8 @@ TEST(SparseLayer, RefusedInputWritesNothing) {
   dense.process_weights_after_loading(s.kv_b);
   EXPECT_THROW(dense.forward(s.q, s.kv_c, s.k_pe, s.cache, s.md, inputs(s), s.out), ValueError);
   EXPECT_EQ(dense.sparse_backend(), nullptr);
+  EXPECT_EQ(dense.prefill_kernel_label(), dense.prefill_backend().kernel_label());
+  EXPECT_EQ(dense.decode_kernel_label(), dense.decode_backend().kernel_label());
   EXPECT_THROW((void)layer.prefill_backend(), ValueError);
   unchanged();
   dc.kv_cache_dtype = kFp8DsMla;

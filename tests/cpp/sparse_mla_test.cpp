@@ -152,6 +152,8 @@ void expect_matches(const SparseCase& c, const SparseData& got, const Tensor& re
     const float g = got.lse.data_as<float>()[i], r = ref_lse.data_as<const float>()[i];
     if (std::isinf(r)) {
       EXPECT_EQ(g, r) << "lse " << i;
+    } else if (std::isnan(r)) {
+      EXPECT_TRUE(std::isnan(g)) << "lse " << i << ": " << g;  // the row attended to a NaN
     } else {
       // A score's error is about the dtype's unit roundoff times the size of
       // its terms (fp8_ds_mla keys are dequantized to bf16 on the cpu path).
@@ -380,6 +382,90 @@ TEST(SparseMlaGpu, CudaMatchesTheReference) {
     copy_tensor(out, host.out);
     copy_tensor(lse, host.lse);
     expect_matches(c, host, ref.out, ref.lse, test::rel_tolerance(c.dtype));
+  }
+}
+
+
+// DeepSeek's dims (L 512, R 64) run on the tensor-core kernel: 64-head tiles
+// (more than 16 heads) and 16-head tiles, index rows that are not a whole
+// number of 64-slot tiles, duplicates, -1 holes, rows with no key, k beyond
+// the valid slots (whole tiles of -1 skipped), block size 1, the sink, and on
+// the device slots past the cache (treated as -1), a NaN inside a selected
+// key, over a cache whose every unowned slot is NaN.
+TEST(SparseMlaGpu, TensorCoreKernelMatchesTheReferenceOnHostileCases) {
+  LATTN_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  std::vector<SparseCase> cases;
+  uint64_t seed = 500;
+  for (DType cache_dtype : {DType::bf16, kFp8DsMla}) {
+    auto add = [&](int N, int T, int topk, int pattern, int valid_per_row, bool sink, int block_size, int num_blocks) {
+      SparseCase c;
+      c.cache_dtype = cache_dtype, c.N = N, c.T = T, c.topk = topk, c.pattern = pattern;
+      c.valid_per_row = valid_per_row, c.sink = sink, c.block_size = block_size, c.num_blocks = num_blocks;
+      c.seed = seed++;
+      cases.push_back(c);
+    };
+    add(128, 2, 700, 0, -1, false, 16, 64);  // 64-head tiles, 11 tiles of which the last is partial
+    add(65, 3, 130, 1, -1, true, 16, 12);    // odd heads: a second tile with one head; duplicates; sink
+    add(33, 3, 96, 3, -1, false, 16, 12);    // token 1 has no key
+    add(128, 2, 300, 2, 37, false, 16, 12);  // holes, then -1 from slot 37 on: tiles 1-4 have no key
+    add(16, 4, 200, 2, -1, true, 1, 300);    // 16-head tile, block size 1, holes, sink
+    add(3, 2, 64, 1, -1, false, 16, 12);     // 3 heads in a 16-row tile
+    add(100, 2, 150, 4, -1, false, 16, 12);  // slots past the cache (device only): as -1
+    add(64, 2, 128, 5, -1, false, 16, 12);   // a NaN in a selected key of token 0: its rows are NaN
+  }
+  for (const SparseCase& c : cases) {
+    SCOPED_TRACE("case seed " + std::to_string(c.seed) + " N " + std::to_string(c.N) + " topk " + std::to_string(c.topk));
+    // Pattern 5: element 7 of the key token 0 lists at position 5 becomes NaN.
+    auto plant_nan = [&](SparseData& d) {
+      if (c.pattern != 5) return;
+      const int64_t slot = d.indices.data_as<int32_t>()[5];
+      uint8_t* entry = static_cast<uint8_t*>(d.cache.cache().data.data()) + slot * d.cache.cache().data.stride(1) *
+                                                                             d.cache.cache().data.element_size();
+      if (c.cache_dtype == kFp8DsMla) {
+        entry[7] = 0xff;  // e4m3 NaN
+      } else {
+        entry[14] = entry[15] = 0xff;  // bf16 NaN
+      }
+    };
+    SparseData host = make_case(c);
+    plant_nan(host);
+    const int64_t capacity = int64_t(c.num_blocks) * c.block_size;
+    int32_t* ix = host.indices.data_as<int32_t>();
+    if (c.pattern == 4) {
+      for (int64_t i = 0; i < int64_t(c.T) * c.topk; ++i) {
+        if (i % 5 == 3) ix[i] = int32_t(capacity + i % 7);
+      }
+    }
+    const OwnedTensor q = test::to_device(host.q, gpu), idx = test::to_device(host.indices, gpu);
+    OwnedTensor sink = c.sink ? test::to_device(host.sink, gpu) : OwnedTensor{};
+    OwnedLatentCache dev(c.num_blocks, c.block_size, MlaDims{c.N, c.L, 128, c.R, 128}, c.cache_dtype, gpu);
+    copy_tensor(host.cache.cache().data, dev.cache().data);
+    OwnedTensor out = OwnedTensor::empty({c.T, c.N, c.L}, c.dtype, gpu), lse = OwnedTensor::empty({c.N, c.T}, DType::f32, gpu);
+    test::poison(out);
+    test::poison(lse);
+    SparseMlaArgs a;
+    a.q = q, a.indices = idx, a.attn_sink = sink.tensor(), a.out = out, a.lse = lse, a.scale = scale_of(c);
+    sparse_mla(a, dev, "cuda");
+    copy_tensor(out, host.out);
+    copy_tensor(lse, host.lse);
+
+    SparseData ref = make_case(c);  // the same data; slots past the cache become -1 on the host
+    plant_nan(ref);
+    if (c.pattern == 4) {
+      int32_t* rx = ref.indices.data_as<int32_t>();
+      for (int64_t i = 0; i < int64_t(c.T) * c.topk; ++i) {
+        if (i % 5 == 3) rx[i] = -1;
+      }
+    }
+    sparse_mla(args_of(ref, scale_of(c)), ref.cache, "reference");
+    expect_matches(c, host, ref.out, ref.lse, test::rel_tolerance(c.dtype));
+    if (c.pattern == 3) {
+      for (int h = 0; h < c.N; ++h) EXPECT_EQ(host.lse.data_as<float>()[h * c.T + 1], -INFINITY);
+    }
+    if (c.pattern == 5) {
+      for (int h = 0; h < c.N; ++h) EXPECT_TRUE(std::isnan(host.lse.data_as<float>()[h * c.T])) << "head " << h;
+    }
   }
 }
 

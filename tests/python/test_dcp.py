@@ -127,3 +127,15 @@ def test_plan_without_set_dcp_is_refused():
         attn.forward(z((1, n, p + r), np.float32), z((1, lora), np.float32), z((1, r), np.float32), cache, plan)
     with pytest.raises(ValueError, match="method"):
         attn.set_dcp(lattn.make_in_process_group(3)[0], method="all_to_all")  # 4 heads over 3 ranks
+
+
+def test_dcp_metadata_plans_the_ranks_share_of_a_prefills_context():
+    # Context 7 over 2 ranks (rank 0: positions 0, 2, 4, 6; rank 1: 1, 3, 5); new tokens 7..10.
+    builder = lattn.MlaMetadataBuilder(block_size=BLOCK, context_chunk_workspace_size=64)
+    for rank, local_context in ((0, 4), (1, 3)):
+        plan = lattn.build_dcp_metadata(builder, [(1, 2, [9]), (4, 7, [5, 2])], lattn.DcpConfig(2, rank))
+        assert plan.prefill_has_context
+        assert plan.metadata.num_decodes == 1 and plan.metadata.num_prefills == 1
+        assert np.from_dlpack(plan.metadata.context_lens_cpu).tolist()[1] == local_context
+    with pytest.raises(ValueError, match="build_dcp_metadata"):
+        lattn.build_dcp_decode_metadata(builder, [(4, 7, [5, 2])], lattn.DcpConfig(2, 0))

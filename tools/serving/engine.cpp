@@ -153,8 +153,8 @@ struct ServingEngine::Impl {
                               std::to_string(H) + "x" + std::to_string(D) + " indexer scores): " +
                               (c.sparse_backend.empty() ? "the sparse selector's first valid backend for " + device_name(c.device)
                                                         : std::string("requested by name"));
-      prefill_use = {name, why, 0, {{name, 0}}};
-      decode_use = {name, why, 0, {{name, 0}}};
+      prefill_use = {name, why, 0, {{layers.front().attention.prefill_kernel_label(), 0}}};
+      decode_use = {name, why, 0, {{layers.front().attention.decode_kernel_label(), 0}}};
       return;
     }
 
@@ -167,8 +167,8 @@ struct ServingEngine::Impl {
     decode_use.name = layers.front().attention.decode_backend().name();
     decode_use.why = explain_choice(c.decode_backend, kDecodeBackendEnvVar, decode_use.name, priorities,
                                     explain_mla_decode_backends(capability, selector), c.device);
-    prefill_use.kernels = {{layers.front().attention.prefill_backend().kernel_label(), 0}};
-    decode_use.kernels = {{layers.front().attention.decode_backend().kernel_label(), 0}};
+    prefill_use.kernels = {{layers.front().attention.prefill_kernel_label(), 0}};
+    decode_use.kernels = {{layers.front().attention.decode_kernel_label(), 0}};
   }
 
   bool sparse() const { return config.indexer.index_topk > 0; }
@@ -352,18 +352,10 @@ RunReport ServingEngine::run(const std::vector<Request>& trace,
     report.prefill_with_context_rows += step.prefills_with_context;
     report.prefill_backend.steps += step.prefill_tokens > 0;
     report.decode_backend.steps += step.decodes > 0;
+    // What ran, as the first layer reports it.
     const MlaAttention& first = m.layers.front().attention;
-    // A sparse layer has no dense backends (asking for them throws): its one
-    // sparse backend runs both kinds of rows.
-    const SparseMlaBackendClass* sparse_backend = first.sparse_backend();
-    if (step.prefill_tokens > 0) {
-      count_kernel(report.prefill_backend,
-                   sparse_backend ? sparse_backend->name() : first.prefill_backend().kernel_label());
-    }
-    if (step.decodes > 0) {
-      count_kernel(report.decode_backend,
-                   sparse_backend ? sparse_backend->name() : first.decode_backend().kernel_label());
-    }
+    if (step.prefill_tokens > 0) count_kernel(report.prefill_backend, first.prefill_kernel_label());
+    if (step.decodes > 0) count_kernel(report.decode_backend, first.decode_kernel_label());
     report.blocked_steps += step.blocked > 0;
     report.steps.push_back(step);
     if (on_step) on_step(step, scheduler);

@@ -140,6 +140,14 @@ const DecodeBackend& MlaAttention::decode_backend() const {
 }
 const SparseMlaBackendClass* MlaAttention::sparse_backend() const { return impl_->sparse_class.get(); }
 
+// A sparse layer runs its one sparse backend for both kinds of rows.
+std::string MlaAttention::prefill_kernel_label() const {
+  return impl_->is_sparse() ? impl_->sparse_class->name() : prefill_backend().kernel_label();
+}
+std::string MlaAttention::decode_kernel_label() const {
+  return impl_->is_sparse() ? impl_->sparse_class->name() : decode_backend().kernel_label();
+}
+
 const Tensor& MlaAttention::W_UK_T() const {
   if (!impl_->w_uk_t) throw ValueError("MlaAttention::W_UK_T: process_weights_after_loading was not called");
   return impl_->w_uk_t->tensor();
@@ -165,7 +173,7 @@ void refuse_sparse(const MlaAttention::Impl& im) {
   }
 }
 
-// The forward of the dense overloads; dcp_plan non-null for a DCP decode step.
+// The forward of the dense overloads; dcp_plan non-null for a DCP step.
 Tensor run_forward(MlaAttention::Impl& im, const Tensor& q, const Tensor& kv_c_normed, const Tensor& k_pe,
                    const LatentCache& cache, const MlaMetadata& metadata, const Tensor& out, const Tensor& output_scale,
                    const DcpDecodePlan* dcp_plan) {
@@ -206,7 +214,10 @@ Tensor run_forward(MlaAttention::Impl& im, const Tensor& q, const Tensor& kv_c_n
   if (Tp > 0) {
     const Tensor out_rows = result.narrow(0, Td, Tp);
     const Tensor staging_rows = args.quantize ? staging.narrow(0, Td, Tp) : Tensor();
-    const bool staged = detail::forward_prefill(im, args, cache, metadata, out_rows, output_scale, staging_rows);
+    // Under DCP a prefill with cached context needs every rank's share of it.
+    const bool staged = dcp_plan && dcp_plan->prefill_has_context
+                            ? detail::forward_prefill_dcp(im, args, cache, metadata, out_rows, staging_rows)
+                            : detail::forward_prefill(im, args, cache, metadata, out_rows, output_scale, staging_rows);
     if (staged) detail::quantize_fp8(staging_rows, out_rows, output_scale, stream);
   }
   // 4. Input rows past the metadata's tokens (padding) get output 0.
@@ -239,9 +250,6 @@ Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const T
   refuse_sparse(im);
   check_arg(im.dcp_comm != nullptr, "MlaAttention::forward", "plan",
             "come with a DCP setting (call set_dcp with the group's communicator first)", "a DcpDecodePlan");
-  check_arg(plan.metadata.num_prefills == 0, "MlaAttention::forward", "plan.metadata",
-            "be decode-only (DCP prefill is not supported yet, docs/dcp.md)",
-            std::to_string(plan.metadata.num_prefills) + " prefill rows");
   return run_forward(im, q, kv_c_normed, k_pe, cache, plan.metadata, out, output_scale, &plan);
 }
 

@@ -61,19 +61,14 @@ void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
                     const DecodeMetadata& metadata, const Tensor& out_rows, const DcpDecodePlan* dcp_plan) {
   const MlaDims& d = impl.dims();
   const int64_t Td = metadata.num_decode_tokens, N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim,
-                R = d.qk_rope_head_dim, V = d.v_head_dim;
+                R = d.qk_rope_head_dim;
   const DType dtype = impl.config.dtype;
   const RunContext ctx = impl.run_context();
   const Tensor q = args.q.narrow(0, 0, Td);  // [Td, N, P+R], strided
 
   // Absorb: one GEMM per head, q_nope rows [Td, P] (row stride q.stride(0)) by W_UK_T[n] [P, L].
   const Tensor ql_nope = impl.workspace.get(WorkspaceSlot::decode_ql_nope, {Td, N, L}, dtype);
-  GemmProblem absorb;
-  absorb.m = Td, absorb.n = L, absorb.k = P, absorb.batch = N;
-  absorb.a = q.data(), absorb.a_dtype = dtype, absorb.lda = q.stride(0), absorb.batch_stride_a = q.stride(1);
-  absorb.b = impl.w_uk_t->data(), absorb.b_dtype = dtype, absorb.ldb = L, absorb.batch_stride_b = P * L;
-  absorb.c = ql_nope.data(), absorb.c_dtype = dtype, absorb.ldc = N * L, absorb.batch_stride_c = L;
-  gemm(absorb, ctx);
+  absorb_q_nope(impl, q, ql_nope);
 
   const Tensor q_pe = q.narrow(2, P, R);  // [Td, N, R], strided view of q
   const Tensor latent_out = impl.workspace.get(WorkspaceSlot::decode_out, {Td, N, L}, dtype);
@@ -96,12 +91,31 @@ void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   }
 
   // V up-projection (the seed's _v_up_proj): o [Td, L] per head by W_UV[n] [L, V] into out's head columns.
+  up_project_v(impl, latent_out, out_rows);
+}
+
+void absorb_q_nope(const MlaAttention::Impl& impl, const Tensor& q, const Tensor& out) {
+  const MlaDims& d = impl.dims();
+  const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim;
+  const DType dtype = impl.config.dtype;
+  GemmProblem absorb;
+  absorb.m = q.size(0), absorb.n = L, absorb.k = P, absorb.batch = N;
+  absorb.a = q.data(), absorb.a_dtype = dtype, absorb.lda = q.stride(0), absorb.batch_stride_a = q.stride(1);
+  absorb.b = impl.w_uk_t->data(), absorb.b_dtype = dtype, absorb.ldb = L, absorb.batch_stride_b = P * L;
+  absorb.c = out.data(), absorb.c_dtype = dtype, absorb.ldc = out.stride(0), absorb.batch_stride_c = out.stride(1);
+  gemm(absorb, impl.run_context());
+}
+
+void up_project_v(const MlaAttention::Impl& impl, const Tensor& latent, const Tensor& out_rows) {
+  const MlaDims& d = impl.dims();
+  const int64_t N = d.num_heads, L = d.kv_lora_rank, V = d.v_head_dim;
+  const DType dtype = impl.config.dtype;
   GemmProblem v_up;
-  v_up.m = Td, v_up.n = V, v_up.k = L, v_up.batch = N;
-  v_up.a = latent_out.data(), v_up.a_dtype = dtype, v_up.lda = N * L, v_up.batch_stride_a = L;
+  v_up.m = latent.size(0), v_up.n = V, v_up.k = L, v_up.batch = N;
+  v_up.a = latent.data(), v_up.a_dtype = dtype, v_up.lda = N * L, v_up.batch_stride_a = L;
   v_up.b = impl.w_uv->data(), v_up.b_dtype = dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
   v_up.c = out_rows.data(), v_up.c_dtype = out_rows.dtype(), v_up.ldc = out_rows.stride(0), v_up.batch_stride_c = V;
-  gemm(v_up, ctx);
+  gemm(v_up, impl.run_context());
 }
 
 }  // namespace lattn::detail

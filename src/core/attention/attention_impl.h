@@ -98,6 +98,15 @@ bool forward_prefill(MlaAttention::Impl& impl, const ForwardArgs& args, const La
 void validate_indexer_inputs(const MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
                              const IndexerInputs& indexer);
 
+// Prefill rows under DCP when some prefill of the batch has cached context
+// (metadata = the rank's plan, impl.dcp_comm set; docs/dcp.md): the new
+// tokens attend causally among themselves and to this rank's share of the
+// context, the ranks combine their context partials, and the two merge.
+// out_rows / staging_rows and the return value as forward_prefill's (the
+// result is always computed in the activation dtype first).
+bool forward_prefill_dcp(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
+                         const MlaMetadata& metadata, const Tensor& out_rows, const Tensor& staging_rows);
+
 // Every computed row [0, Tc) of a sparse layer (Tc = num_decode_tokens +
 // num_prefill_tokens): indexer key write, top-k, absorbed sparse attention, W_UV.
 //   out_rows [Tc, N*V] activation dtype (rows may be strided)
@@ -110,6 +119,14 @@ void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
 //   v    [X, N, V'] contiguous: v from W_UV (columns [V, V') zeroed when padded)
 void up_project(const MlaAttention::Impl& impl, const Tensor& kv_c, const Tensor& k_pe, const Tensor& k,
                 const Tensor& v);
+
+// The two per-head GEMMs of the absorbed form (decode rows, sparse rows):
+//   absorb_q_nope  q [T, N, P+R] (rows strided; its first P columns) · W_UK_T[n] [P, L]
+//                  -> out [T, N, >= L] (its first L columns; row and head strides its own)
+//   up_project_v   latent [T, N, L] contiguous · W_UV[n] [L, V]
+//                  -> out_rows [T, N*V] (rows may be strided), in out_rows' dtype
+void absorb_q_nope(const MlaAttention::Impl& impl, const Tensor& q, const Tensor& out);
+void up_project_v(const MlaAttention::Impl& impl, const Tensor& latent, const Tensor& out_rows);
 
 // Grows the context-chunk scratch (gathered latents, up-projected K and V)
 // to `workspace_rows` rows, as the largest chunk of the plan would.

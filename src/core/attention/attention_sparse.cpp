@@ -16,7 +16,6 @@
 #include "core/attention/attention_impl.h"
 #include "core/ops/device_ops.h"
 #include "core/ops/forward_ops.h"
-#include "core/ops/gemm.h"
 #include "lattn/check.h"
 #include "lattn/sparse.h"
 
@@ -59,9 +58,8 @@ void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   const MlaDims& d = impl.dims();
   const MlaAttentionConfig& c = impl.config;
   const int64_t Tc = out_rows.size(0), N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim,
-                R = d.qk_rope_head_dim, V = d.v_head_dim;
+                R = d.qk_rope_head_dim;
   const DType dtype = c.dtype;
-  const RunContext ctx = impl.run_context();
   const Stream stream = c.stream;
   const bool on_device = c.device.is_cuda();
 
@@ -86,12 +84,7 @@ void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   // 3. Absorb W_UK into q_nope (one GEMM per head) and append q_pe.
   const Tensor q = args.q.narrow(0, 0, Tc);  // [Tc, N, P+R], strided
   const Tensor qa = impl.workspace.get(WorkspaceSlot::sparse_q, {Tc, N, L + R}, dtype);
-  GemmProblem absorb;
-  absorb.m = Tc, absorb.n = L, absorb.k = P, absorb.batch = N;
-  absorb.a = q.data(), absorb.a_dtype = dtype, absorb.lda = q.stride(0), absorb.batch_stride_a = q.stride(1);
-  absorb.b = impl.w_uk_t->data(), absorb.b_dtype = dtype, absorb.ldb = L, absorb.batch_stride_b = P * L;
-  absorb.c = qa.data(), absorb.c_dtype = dtype, absorb.ldc = N * (L + R), absorb.batch_stride_c = L + R;
-  gemm(absorb, ctx);
+  absorb_q_nope(impl, q, qa);
   copy_leading_columns(q.narrow(2, P, R), qa.narrow(2, L, R), stream);
 
   // 4. Sparse attention over the picked slots (latent output, no LSE needed).
@@ -104,12 +97,7 @@ void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   impl.sparse_class->run(sa, cache, stream);  // the indices come from the indexer: in range or -1
 
   // 5. V up-projection into out's head columns.
-  GemmProblem v_up;
-  v_up.m = Tc, v_up.n = V, v_up.k = L, v_up.batch = N;
-  v_up.a = latent_out.data(), v_up.a_dtype = dtype, v_up.lda = N * L, v_up.batch_stride_a = L;
-  v_up.b = impl.w_uv->data(), v_up.b_dtype = dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
-  v_up.c = out_rows.data(), v_up.c_dtype = out_rows.dtype(), v_up.ldc = out_rows.stride(0), v_up.batch_stride_c = V;
-  gemm(v_up, ctx);
+  up_project_v(impl, latent_out, out_rows);
 }
 
 }  // namespace lattn::detail

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "core/attention/attention_impl.h"
+#include "core/metadata/view_pairs.h"
+#include "core/types/cache_checks.h"
 #include "core/types/host_index.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
@@ -26,14 +28,8 @@ void check_index_array(const char* name, const Tensor& t, std::initializer_list<
 }
 
 // The device copy X of a host index array X_cpu: defined, on `device`, same shape.
-void check_device_copy(const std::string& name, const Tensor& device_copy, const Tensor& host, Device device) {
-  const std::string arg = name + " (device copy)";
-  check_defined(kOp, arg.c_str(), device_copy);
-  check_device(kOp, arg.c_str(), device_copy, device);
-  check_dtype(kOp, arg.c_str(), device_copy, host.dtype());
-  check_arg(std::equal(device_copy.shape().begin(), device_copy.shape().end(), host.shape().begin(),
-                       host.shape().end()),
-            kOp, arg.c_str(), "have the host copy's shape " + host.shape_str(), device_copy.shape_str());
+void check_device_copy(const char* name, const Tensor& device_copy, const Tensor& host, Device device) {
+  check_view_pair(kOp, {name, &host, &device_copy}, device);
 }
 
 // query_start_loc [n+1]: starts at 0, every request has >= 1 token, ends at num_tokens.
@@ -216,11 +212,10 @@ ForwardArgs validate_forward(const MlaAttention::Impl& impl, const Tensor& q, co
 
   // The cache: this layer's, in the configured dtype.
   cache.validate(kOp);
-  check_dtype(kOp, "cache", cache.data, c.kv_cache_dtype);
+  // Its block size is checked against the metadata's below (config.block_size
+  // only chose the backends).
+  check_cache_matches(kOp, cache, c.kv_cache_spec(), "the layer", /*check_block_size=*/false);
   check_device(kOp, "cache", cache.data, c.device);
-  check_arg(cache.kv_lora_rank == L && cache.qk_rope_head_dim == R, kOp, "cache",
-            "have latent dims (kv_lora_rank, qk_rope_head_dim) = (" + str(L) + ", " + str(R) + ")",
-            "(" + str(cache.kv_lora_rank) + ", " + str(cache.qk_rope_head_dim) + ")");
   args.write_cache = cache.data.numel() > 0;
 
   // Outputs.

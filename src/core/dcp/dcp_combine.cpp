@@ -50,7 +50,8 @@ struct Shapes {
   int h0;  // first head of `out`
 };
 
-Shapes check_combine_args(const Communicator& comm, const DcpDecodePlan& plan, const Tensor& partial_out,
+Shapes check_combine_args(const Communicator& comm, const Tensor& plan_row_empty,
+                          const std::vector<int32_t>& plan_empty_rows, const Tensor& partial_out,
                           const Tensor& partial_lse, const Tensor& out, const Tensor& out_lse, DcpCombineMethod method,
                           const DcpCombineScratch* scratch) {
   static const char* op = "dcp_combine";
@@ -88,11 +89,11 @@ Shapes check_combine_args(const Communicator& comm, const DcpDecodePlan& plan, c
     check_contiguous(op, "out_lse", out_lse);
     check_device(op, "out_lse", out_lse, dev);
   }
-  if (plan.row_empty.tensor().defined()) {
-    check_shape(op, "plan.row_empty", plan.row_empty, {T});
-    check_device(op, "plan.row_empty", plan.row_empty, dev);
+  if (plan_row_empty.defined()) {
+    check_shape(op, "plan.row_empty", plan_row_empty, {T});
+    check_device(op, "plan.row_empty", plan_row_empty, dev);
   }
-  for (const int32_t row : plan.empty_rows) {
+  for (const int32_t row : plan_empty_rows) {
     check_arg(row >= 0 && row < T, op, "plan.empty_rows", "list rows in [0, " + std::to_string(T) + ")",
               std::to_string(row));
   }
@@ -108,7 +109,16 @@ enum Slot { kOwnLse, kLseAll, kScaled, kSummed, kLse, kRowEmpty };
 void dcp_combine(Communicator& comm, const DcpDecodePlan& plan, const Tensor& partial_out, const Tensor& partial_lse,
                  const Tensor& out, const Tensor& out_lse, DcpCombineMethod method, Stream stream,
                  DcpCombineScratch* scratch) {
-  const Shapes s = check_combine_args(comm, plan, partial_out, partial_lse, out, out_lse, method, scratch);
+  detail::dcp_combine_rows(comm, plan.row_empty.tensor(), plan.empty_rows, partial_out, partial_lse, out, out_lse,
+                           method, stream, scratch);
+}
+
+void detail::dcp_combine_rows(Communicator& comm, const Tensor& plan_row_empty,
+                              const std::vector<int32_t>& plan_empty_rows, const Tensor& partial_out,
+                              const Tensor& partial_lse, const Tensor& out, const Tensor& out_lse,
+                              DcpCombineMethod method, Stream stream, DcpCombineScratch* scratch) {
+  const Shapes s = check_combine_args(comm, plan_row_empty, plan_empty_rows, partial_out, partial_lse, out, out_lse,
+                                      method, scratch);
   const Device dev = comm.device();
   DcpCombineScratch temporaries(dev);
   DcpCombineScratch& ws = scratch ? *scratch : temporaries;
@@ -118,10 +128,10 @@ void dcp_combine(Communicator& comm, const DcpDecodePlan& plan, const Tensor& pa
   const int64_t Hs = s.H / W;  // head slice (meaningful when H % W == 0)
 
   // Which rows saw no key here: the plan's mask, or its list (uploaded).
-  Tensor row_empty = plan.row_empty.tensor().defined() ? plan.row_empty.tensor() : Tensor();
-  if (!row_empty.defined() && !plan.empty_rows.empty()) {
+  Tensor row_empty = plan_row_empty;
+  if (!row_empty.defined() && !plan_empty_rows.empty()) {
     OwnedTensor host = OwnedTensor::zeros({s.T}, DType::u8);
-    for (const int32_t row : plan.empty_rows) host.data_as<uint8_t>()[row] = 1;
+    for (const int32_t row : plan_empty_rows) host.data_as<uint8_t>()[row] = 1;
     row_empty = ws.get(kRowEmpty, {s.T}, DType::u8);
     detail::device_ops(dev, Device::cpu())
         .memcpy(row_empty.data(), dev, host.data(), Device::cpu(), size_t(s.T), stream);

@@ -12,6 +12,9 @@
 // never read; a NaN LSE makes the row NaN. Shapes (contiguous; f32 unless said):
 #pragma once
 
+#include <vector>
+
+#include "lattn/dcp.h"
 #include "lattn/stream.h"
 #include "lattn/tensor.h"
 
@@ -34,7 +37,18 @@ struct DcpKernels {
   //   lse [Ho, T] copied to out_lse [Ho, T] when out_lse is defined
   void (*finish)(const Tensor& summed, const Tensor& lse, const Tensor& out, const Tensor& out_lse,
                  Stream stream) = nullptr;
+  //   lse [any shape] f32 contiguous: every element set to -inf (an attention
+  //   state that saw no key yet: merge_attn_states never reads its output)
+  void (*fill_neg_inf)(const Tensor& lse, Stream stream) = nullptr;
 };
+
+// dcp_combine (lattn/dcp.h) with the rows to ignore given directly: row_empty
+// [T] u8 on comm.device() or undefined, and/or empty_rows (host list); for a
+// combine that is not a decode plan's (the DCP prefill's context partials,
+// whose empty rows already carry LSE -inf).
+void dcp_combine_rows(Communicator& comm, const Tensor& row_empty, const std::vector<int32_t>& empty_rows,
+                      const Tensor& partial_out, const Tensor& partial_lse, const Tensor& out, const Tensor& out_lse,
+                      DcpCombineMethod method, Stream stream, DcpCombineScratch* scratch);
 
 const DcpKernels& dcp_host_kernels();
 const DcpKernels& dcp_cuda_kernels();

@@ -123,10 +123,15 @@ void finish(const Tensor& summed, const Tensor& lse, const Tensor& out, const Te
   }
 }
 
+void fill_neg_inf(const Tensor& lse, Stream) {
+  float* p = lse.data_as<float>();
+  std::fill(p, p + lse.numel(), kNegInf);
+}
+
 }  // namespace
 
 const DcpKernels& dcp_host_kernels() {
-  static const DcpKernels k{mask_lse, rescale, pack_rows, merge_rows, finish};
+  static const DcpKernels k{mask_lse, rescale, pack_rows, merge_rows, finish, fill_neg_inf};
   return k;
 }
 

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/types/cache_checks.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
 #include "lattn/functional.h"
@@ -17,7 +18,7 @@ namespace lattn {
 
 struct DecodePlan::Impl {
   DecodePlanParams params;
-  int block_size = 0;
+  KvCacheSpec cache;  // what the plan serves: L, R, kv_cache_dtype, block size
   int num_requests = 0;
   int num_tokens = 0;
   MlaMetadata metadata;  // decode-only; metadata.decode is set
@@ -114,7 +115,7 @@ DecodePlan::DecodePlan(const DecodePlanParams& params, const Tensor& block_table
   check_arg(im.metadata.decode.has_value() && im.metadata.num_prefills == 0, kPlanOp, "query_len",
             "a decode-only batch", "a batch with prefills");
   im.metadata.to_device(params.device, params.stream);
-  im.block_size = block_size;
+  im.cache = {params.kv_lora_rank, params.qk_rope_head_dim, params.kv_cache_dtype, block_size};
   im.num_requests = int(B);
   im.num_tokens = int(B) * params.query_len;
 
@@ -131,7 +132,7 @@ DecodePlan::DecodePlan(const DecodePlanParams& params, const MlaMetadata& metada
             ">= the metadata's max_decode_query_len " + std::to_string(metadata.decode->max_decode_query_len),
             std::to_string(params.query_len));
   im.metadata = metadata;
-  im.block_size = metadata.decode->block_size;
+  im.cache = {params.kv_lora_rank, params.qk_rope_head_dim, params.kv_cache_dtype, metadata.decode->block_size};
   im.num_requests = metadata.decode->num_decodes;
   im.num_tokens = metadata.decode->num_decode_tokens;
   select_backend(im);
@@ -139,15 +140,11 @@ DecodePlan::DecodePlan(const DecodePlanParams& params, const MlaMetadata& metada
 
 void DecodePlan::select_backend(Impl& im) {
   const DecodePlanParams& params = im.params;
-  const int block_size = im.block_size;
   SelectorConfig selector;
   selector.dtype = params.dtype;
   selector.device = params.device;
   selector.num_heads = params.num_heads;
-  selector.kv_lora_rank = params.kv_lora_rank;
-  selector.qk_rope_head_dim = params.qk_rope_head_dim;
-  selector.kv_cache_dtype = params.kv_cache_dtype;
-  selector.block_size = block_size;
+  selector.set_kv_cache_spec(im.cache);
   selector.max_query_tokens_per_request = params.query_len;
   selector.decode_backend = params.backend;
   im.cls = get_mla_decode_backend(selector);
@@ -162,7 +159,8 @@ const DecodePlanParams& DecodePlan::params() const { return impl_->params; }
 const std::string& DecodePlan::backend_name() const { return impl_->backend_name; }
 int DecodePlan::num_requests() const { return impl_->num_requests; }
 int DecodePlan::num_tokens() const { return impl_->num_tokens; }
-int DecodePlan::block_size() const { return impl_->block_size; }
+int DecodePlan::block_size() const { return impl_->cache.block_size; }
+KvCacheSpec DecodePlan::kv_cache_spec() const { return impl_->cache; }
 const DecodeMetadata& DecodePlan::metadata() const { return *impl_->metadata.decode; }
 void DecodePlan::set_stream(Stream stream) { impl_->params.stream = stream; }
 DecodePlan::Impl& DecodePlan::impl() { return *impl_; }
@@ -188,13 +186,7 @@ void mla_decode(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& ca
     check_device(kDecodeOp, "lse", lse, p.device);
   }
   cache.validate(kDecodeOp);
-  check_arg(cache.kv_lora_rank == L && cache.qk_rope_head_dim == R, kDecodeOp, "cache",
-            "latent dims (L, R) = (" + std::to_string(L) + ", " + std::to_string(R) + ") of the plan",
-            "(" + std::to_string(cache.kv_lora_rank) + ", " + std::to_string(cache.qk_rope_head_dim) + ")");
-  check_arg(cache.block_size() == plan.block_size(), kDecodeOp, "cache",
-            "block size " + std::to_string(plan.block_size()) + " of the plan", std::to_string(cache.block_size()));
-  check_arg(cache.dtype() == p.kv_cache_dtype, kDecodeOp, "cache",
-            std::string("dtype ") + dtype_name(p.kv_cache_dtype) + " of the plan", dtype_name(cache.dtype()));
+  detail::check_cache_matches(kDecodeOp, cache, plan.kv_cache_spec(), "the plan", /*check_block_size=*/true);
   check_arg(cache.device() == p.device, kDecodeOp, "cache", "on " + device_name(p.device) + " (the plan's device)",
             device_name(cache.device()));
   DecodeBackend& backend = plan.impl().instance(scale);

@@ -2,62 +2,81 @@
 // lattn/metadata.h, lattn/common_metadata.h).
 #include "lattn/metadata.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/metadata/metadata_storage.h"
+#include "core/metadata/view_pairs.h"
 #include "core/ops/device_ops.h"
+#include "lattn/check.h"
 #include "lattn/errors.h"
 
 namespace lattn {
+namespace detail {
 namespace {
 
-// Calls f(host_view, device_view) for every (X_cpu, X) pair of the metadata.
-template <class F>
-void for_each_view_pair(MlaMetadata& m, F&& f) {
-  f(m.query_start_loc_cpu, m.query_start_loc);
-  f(m.seq_start_loc_cpu, m.seq_start_loc);
-  f(m.seq_lens_cpu, m.seq_lens);
-  f(m.context_lens_cpu, m.context_lens);
-  f(m.block_table_cpu, m.block_table);
-  f(m.slot_mapping_cpu, m.slot_mapping);
+// The one list of the (X_cpu, X) pairs; M is MlaMetadata or const MlaMetadata.
+template <class Pair, class M>
+std::vector<Pair> list_view_pairs(M& m) {
+  std::vector<Pair> v = {{"metadata.query_start_loc", &m.query_start_loc_cpu, &m.query_start_loc},
+                         {"metadata.seq_start_loc", &m.seq_start_loc_cpu, &m.seq_start_loc},
+                         {"metadata.seq_lens", &m.seq_lens_cpu, &m.seq_lens},
+                         {"metadata.context_lens", &m.context_lens_cpu, &m.context_lens},
+                         {"metadata.block_table", &m.block_table_cpu, &m.block_table},
+                         {"metadata.slot_mapping", &m.slot_mapping_cpu, &m.slot_mapping}};
   if (m.decode) {
-    DecodeMetadata& d = *m.decode;
-    f(d.query_start_loc_cpu, d.query_start_loc);
-    f(d.seq_lens_cpu, d.seq_lens);
-    f(d.seq_start_loc_cpu, d.seq_start_loc);
-    f(d.block_table_cpu, d.block_table);
-    f(d.slot_mapping_cpu, d.slot_mapping);
+    auto& d = *m.decode;
+    v.insert(v.end(), {{"metadata.decode.query_start_loc", &d.query_start_loc_cpu, &d.query_start_loc},
+                       {"metadata.decode.seq_lens", &d.seq_lens_cpu, &d.seq_lens},
+                       {"metadata.decode.seq_start_loc", &d.seq_start_loc_cpu, &d.seq_start_loc},
+                       {"metadata.decode.block_table", &d.block_table_cpu, &d.block_table},
+                       {"metadata.decode.slot_mapping", &d.slot_mapping_cpu, &d.slot_mapping}});
   }
   if (m.prefill) {
-    PrefillMetadata& p = *m.prefill;
-    f(p.query_start_loc_cpu, p.query_start_loc);
-    f(p.seq_lens_cpu, p.seq_lens);
-    f(p.context_lens_cpu, p.context_lens);
-    f(p.seq_start_loc_cpu, p.seq_start_loc);
-    f(p.block_table_cpu, p.block_table);
-    f(p.slot_mapping_cpu, p.slot_mapping);
-    f(p.chunks.starts_cpu, p.chunks.starts);
-    f(p.chunks.cu_seq_lens_cpu, p.chunks.cu_seq_lens);
+    auto& p = *m.prefill;
+    v.insert(v.end(), {{"metadata.prefill.query_start_loc", &p.query_start_loc_cpu, &p.query_start_loc},
+                       {"metadata.prefill.seq_lens", &p.seq_lens_cpu, &p.seq_lens},
+                       {"metadata.prefill.context_lens", &p.context_lens_cpu, &p.context_lens},
+                       {"metadata.prefill.seq_start_loc", &p.seq_start_loc_cpu, &p.seq_start_loc},
+                       {"metadata.prefill.block_table", &p.block_table_cpu, &p.block_table},
+                       {"metadata.prefill.slot_mapping", &p.slot_mapping_cpu, &p.slot_mapping},
+                       {"metadata.prefill.chunks.starts", &p.chunks.starts_cpu, &p.chunks.starts},
+                       {"metadata.prefill.chunks.cu_seq_lens", &p.chunks.cu_seq_lens_cpu, &p.chunks.cu_seq_lens}});
   }
+  return v;
 }
 
 }  // namespace
 
-namespace detail {
+std::vector<ViewPair> view_pairs(MlaMetadata& m) { return list_view_pairs<ViewPair>(m); }
+std::vector<ConstViewPair> view_pairs(const MlaMetadata& m) { return list_view_pairs<ConstViewPair>(m); }
+
+void check_view_pair(const char* op, const ConstViewPair& pair, Device device) {
+  const std::string arg = std::string(pair.name) + " (device copy)";
+  const Tensor& host = *pair.host;
+  const Tensor& copy = *pair.device;
+  check_defined(op, arg.c_str(), copy);
+  check_device(op, arg.c_str(), copy, device);
+  check_dtype(op, arg.c_str(), copy, host.dtype());
+  check_arg(std::equal(copy.shape().begin(), copy.shape().end(), host.shape().begin(), host.shape().end()), op,
+            arg.c_str(), "have the host copy's shape " + host.shape_str(), copy.shape_str());
+}
 
 void bind_device_views(MlaMetadata& m, Device target) {
   if (target.is_cpu()) {
-    for_each_view_pair(m, [](const Tensor& host, Tensor& dev) { dev = host; });
+    for (const ViewPair& pair : view_pairs(m)) *pair.device = *pair.host;
     m.device = target;
     return;
   }
   std::byte* const host_base = m.storage->host_base();
   std::byte* const device_base = static_cast<std::byte*>(m.storage->device.data());
-  for_each_view_pair(m, [&](const Tensor& host, Tensor& dev) {
-    if (!host.defined()) return;
+  for (const ViewPair& pair : view_pairs(m)) {
+    const Tensor& host = *pair.host;
+    if (!host.defined()) continue;
     std::byte* p = device_base + (static_cast<std::byte*>(host.data()) - host_base);
-    dev = Tensor(p, host.dtype(), host.shape(), host.strides(), target);
-  });
+    *pair.device = Tensor(p, host.dtype(), host.shape(), host.strides(), target);
+  }
   m.device = target;
 }
 

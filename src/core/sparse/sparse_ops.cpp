@@ -68,7 +68,7 @@ std::optional<DeviceCapability> capability_of(Device device) {
 
 std::string cache_dtype_name(DType t) { return t == kFp8DsMla ? "fp8_ds_mla" : dtype_torch_name(t); }
 
-// The `cuda` sparse class: the simple sm80+ kernel of src/cuda/smxx/sparse_mla.cu.
+// The `cuda` sparse class: the kernels behind src/cuda/smxx/sparse_mla.cu (tensor cores for DeepSeek dims).
 class CudaSparseClass final : public SparseMlaBackendClass {
  public:
   std::string name() const override { return "cuda"; }

@@ -2,8 +2,11 @@
 #include "lattn/cache.h"
 
 #include <cmath>
+#include <cstdint>
+#include <string>
 
 #include "core/sparse/sparse_internal.h"
+#include "core/types/cache_checks.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
 #include "lattn/metadata.h"
@@ -29,17 +32,63 @@ void LatentCache::validate(const char* op) const {
 
 std::vector<int> MlaCommonBackend::get_supported_head_sizes() { return mla_supported_head_sizes(); }
 
-OwnedLatentCache::OwnedLatentCache(int64_t num_blocks, int64_t block_size, const MlaDims& dims, DType dtype,
-                                   Device device, float scale) {
-  if (num_blocks < 0 || block_size < 1) {
-    throw ValueError("OwnedLatentCache: need num_blocks >= 0 and block_size >= 1, got " + std::to_string(num_blocks) +
-                     " and " + std::to_string(block_size));
+namespace {
+
+// The block size as the spec's int, after the owning cache's own check.
+int checked_block_size(int64_t num_blocks, int64_t block_size) {
+  if (num_blocks < 0 || block_size < 1 || block_size > INT32_MAX) {
+    throw ValueError("OwnedLatentCache: need num_blocks >= 0 and block_size in [1, " + std::to_string(INT32_MAX) +
+                     "], got " + std::to_string(num_blocks) + " and " + std::to_string(block_size));
   }
-  const int64_t width = dtype == kFp8DsMla ? fp8_ds_mla_entry_bytes(dims.kv_lora_rank, dims.qk_rope_head_dim)
-                                           : int64_t(dims.cache_entry_dim());
-  storage_ = OwnedTensor::empty({num_blocks, block_size, width}, dtype, device);
-  cache_ = LatentCache{storage_.tensor(), dims.kv_lora_rank, dims.qk_rope_head_dim, scale};
+  return int(block_size);
+}
+
+}  // namespace
+
+OwnedLatentCache::OwnedLatentCache(int64_t num_blocks, int64_t block_size, const MlaDims& dims, DType dtype,
+                                   Device device, float scale)
+    : OwnedLatentCache(num_blocks,
+                       KvCacheSpec{dims.kv_lora_rank, dims.qk_rope_head_dim, dtype,
+                                   checked_block_size(num_blocks, block_size), scale},
+                       device) {}
+
+OwnedLatentCache::OwnedLatentCache(int64_t num_blocks, const KvCacheSpec& spec, Device device) {
+  const int block_size = checked_block_size(num_blocks, spec.block_size);
+  const int64_t width = spec.dtype == kFp8DsMla ? fp8_ds_mla_entry_bytes(spec.kv_lora_rank, spec.qk_rope_head_dim)
+                                                : int64_t(spec.entry_dim());
+  storage_ = OwnedTensor::empty({num_blocks, block_size, width}, spec.dtype, device);
+  cache_ = LatentCache{storage_.tensor(), spec.kv_lora_rank, spec.qk_rope_head_dim, spec.scale};
   cache_.validate("OwnedLatentCache");
 }
 
+std::string KvCacheSpec::str() const {
+  std::string s = "L=" + std::to_string(kv_lora_rank) + " R=" + std::to_string(qk_rope_head_dim) + " " +
+                  (dtype == kFp8DsMla ? std::string("fp8_ds_mla") : std::string(dtype_name(dtype))) +
+                  " block_size=" + std::to_string(block_size);
+  if (dtype == DType::fp8_e4m3) s += " scale=" + std::to_string(scale);
+  return s;
+}
+
+namespace detail {
+
+void check_cache_matches(const char* op, const LatentCache& cache, const KvCacheSpec& expected, const char* whose,
+                         bool check_block_size) {
+  const auto str = [](int64_t v) { return std::to_string(v); };
+  const auto dtype_str = [](DType t) {
+    return t == kFp8DsMla ? std::string("fp8_ds_mla (u8)") : std::string(dtype_name(t));
+  };
+  check_arg(cache.dtype() == expected.dtype, op, "cache",
+            "have dtype " + dtype_str(expected.dtype) + " (that of " + whose + ")", dtype_str(cache.dtype()));
+  check_arg(cache.kv_lora_rank == expected.kv_lora_rank && cache.qk_rope_head_dim == expected.qk_rope_head_dim, op,
+            "cache",
+            "have latent dims (kv_lora_rank, qk_rope_head_dim) = (" + str(expected.kv_lora_rank) + ", " +
+                str(expected.qk_rope_head_dim) + ") (those of " + whose + ")",
+            "(" + str(cache.kv_lora_rank) + ", " + str(cache.qk_rope_head_dim) + ")");
+  if (check_block_size) {
+    check_arg(cache.block_size() == expected.block_size, op, "cache",
+              "have block size " + str(expected.block_size) + " (that of " + whose + ")", str(cache.block_size()));
+  }
+}
+
+}  // namespace detail
 }  // namespace lattn

@@ -17,6 +17,7 @@ const DcpKernels& dcp_cuda_kernels() {
       [](const Tensor&, const Tensor&, const Tensor&, Stream) { no_cuda(); },
       [](const Tensor&, const Tensor&, const Tensor&, Stream) { no_cuda(); },
       [](const Tensor&, const Tensor&, const Tensor&, const Tensor&, Stream) { no_cuda(); },
+      [](const Tensor&, Stream) { no_cuda(); },
   };
   return k;
 }

@@ -107,6 +107,11 @@ __global__ void finish_kernel(const float* summed, int n, const float* lse, void
   if (out_lse && d == 0) out_lse[i] = lse[i];
 }
 
+__global__ void fill_neg_inf_kernel(float* p, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = -INFINITY;
+}
+
 void mask_lse(const Tensor& partial_lse, const Tensor& row_empty, const Tensor& own_lse, Stream stream) {
   const int64_t H = partial_lse.size(0), T = partial_lse.size(1);
   if (H * T == 0) return;
@@ -158,10 +163,18 @@ void finish(const Tensor& summed, const Tensor& lse, const Tensor& out, const Te
   LATTN_CUDA_CHECK_LAUNCH("dcp finish_kernel");
 }
 
+void fill_neg_inf(const Tensor& lse, Stream stream) {
+  const int64_t n = lse.numel();
+  if (n == 0) return;
+  DeviceGuard guard(lse.device().index);
+  fill_neg_inf_kernel<<<blocks_for(n), kThreads, 0, as_cuda(stream)>>>(lse.data_as<float>(), n);
+  LATTN_CUDA_CHECK_LAUNCH("dcp fill_neg_inf_kernel");
+}
+
 }  // namespace
 
 const DcpKernels& dcp_cuda_kernels() {
-  static const DcpKernels k{mask_lse, rescale, pack_rows, merge_rows, finish};
+  static const DcpKernels k{mask_lse, rescale, pack_rows, merge_rows, finish, fill_neg_inf};
   return k;
 }
 

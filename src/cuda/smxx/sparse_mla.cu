@@ -1,10 +1,11 @@
-// Sparse absorbed MLA on CUDA (lattn/sparse.h), the simple portable version
-// (sm80+, no tensor cores): one block per (token, group of 8 heads), one
-// warp per head. Key rows of a tile of 16 indices are loaded once per block
+// Sparse absorbed MLA on CUDA (lattn/sparse.h). DeepSeek's dims (L = 512,
+// R = 64) run on the tensor-core kernel (sm80/sparse/sparse_mla_mma.cuh); other
+// dims, and caches whose rows are not 16-byte aligned, run this file's simple
+// portable kernel (sm80+, no tensor cores): one block per (token, group of 8
+// heads), one warp per head. Key rows of a tile of 16 indices are loaded once per block
 // into shared memory (fp8_ds_mla dequantized there, invalid indices zeroed),
 // each warp scores them (a warp reduction per key) and keeps an online
-// softmax with its 512-wide output spread over its lanes. Correct first: it
-// is not the fast Hopper kernel (docs/sparse.md lists what is missing).
+// softmax with its 512-wide output spread over its lanes.
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -14,6 +15,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/smxx/sparse_mla_params.h"
 
 namespace lattn::cuda {
 namespace {
@@ -21,19 +23,6 @@ namespace {
 constexpr int kHeadsPerBlock = 8;  // one warp each
 constexpr int kKeyTile = 16;
 constexpr int kMaxOutPerLane = 32;  // L <= 1024 latent columns over 32 lanes
-
-struct SparseParams {
-  const bf16_t* q;            // [T, N, D] (D = L + R), strides q_stride_t / q_stride_h (elements)
-  const int32_t* indices;     // [T, topk], row stride idx_stride
-  const float* sink;          // [N] (stride sink_stride) or nullptr
-  const uint8_t* cache;       // [num_blocks, block_size, entry] (bf16 elements or fp8_ds_mla bytes)
-  bf16_t* out;                // [T, N, L], strides out_stride_t / out_stride_h
-  float* lse;                 // [N, T], strides lse_stride_h / lse_stride_t, or nullptr
-  int64_t q_stride_t, q_stride_h, idx_stride, sink_stride, out_stride_t, out_stride_h, lse_stride_h, lse_stride_t;
-  int64_t block_stride_bytes, entry_stride_bytes, block_size, num_slots;
-  int T, N, L, R, topk;
-  float scale;
-};
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -68,7 +57,7 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32) sparse_mla_kernel(SparseP
 
   for (int i = threadIdx.x; i < kHeadsPerBlock * D; i += blockDim.x) {
     const int hh = h0 + i / D;
-    qs[i] = hh < p.N ? __bfloat162float(p.q[t * p.q_stride_t + hh * p.q_stride_h + i % D]) : 0.f;
+    qs[i] = hh < p.N ? __bfloat162float(static_cast<const bf16_t*>(p.q)[t * p.q_stride_t + hh * p.q_stride_h + i % D]) : 0.f;
   }
   float o[kMaxOutPerLane];
 #pragma unroll
@@ -131,7 +120,7 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32) sparse_mla_kernel(SparseP
     factor = 1.f / l;
     if (p.sink) factor /= 1.f + expf(p.sink[h * p.sink_stride] - row_lse);
   }
-  bf16_t* out = p.out + t * p.out_stride_t + h * p.out_stride_h;
+  bf16_t* out = static_cast<bf16_t*>(p.out) + t * p.out_stride_t + h * p.out_stride_h;
 #pragma unroll
   for (int i = 0; i < kMaxOutPerLane; ++i) {
     const int d = lane + 32 * i;
@@ -148,12 +137,12 @@ namespace lattn::cuda {
 void sparse_mla(const SparseMlaArgs& a, const LatentCache& cache, Stream stream) {
   DeviceGuard guard(cache.device().index);
   SparseParams p{};
-  p.q = a.q.data_as<const bf16_t>();
+  p.q = a.q.data();
   p.indices = a.indices.data_as<const int32_t>();
   p.sink = a.attn_sink.defined() ? a.attn_sink.data_as<const float>() : nullptr;
   p.sink_stride = a.attn_sink.defined() ? a.attn_sink.stride(0) : 0;
   p.cache = static_cast<const uint8_t*>(cache.data.data());
-  p.out = a.out.data_as<bf16_t>();
+  p.out = a.out.data();
   p.lse = a.lse.defined() ? a.lse.data_as<float>() : nullptr;
   p.q_stride_t = a.q.stride(0);
   p.q_stride_h = a.q.stride(1);
@@ -173,10 +162,12 @@ void sparse_mla(const SparseMlaArgs& a, const LatentCache& cache, Stream stream)
   p.R = cache.qk_rope_head_dim;
   p.topk = int(a.indices.size(1));
   p.scale = a.scale;
+  if (p.T == 0 || p.N == 0) return;
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  if (launch_sparse_mla_mma(p, cache.is_fp8_ds_mla(), s)) return;
   const int D = p.L + p.R;
   const size_t smem = size_t(kHeadsPerBlock + kKeyTile) * D * 4 + kKeyTile * 4;
   const dim3 grid(unsigned(p.T), unsigned((p.N + kHeadsPerBlock - 1) / kHeadsPerBlock));
-  auto s = reinterpret_cast<cudaStream_t>(stream);
   if (cache.is_fp8_ds_mla()) {
     LATTN_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     sparse_mla_kernel<true><<<grid, kHeadsPerBlock * 32, smem, s>>>(p);

@@ -10,6 +10,7 @@
 
 #include "cuda/sm80/decode/decode_epilogue.cuh"
 #include "cuda/sm80/decode/decode_mainloop.cuh"
+#include "cuda/smxx/decode_pieces.cuh"
 
 namespace lattn::cuda::sm80 {
 
@@ -137,39 +138,30 @@ __global__ void __launch_bounds__(K::kThreads, 1) mla_decode_kernel(const __grid
 #endif
 }
 
+// Request r as this CTA (M tile blockIdx.x) sees it; rv.row0 >= rv.rows
+// when the tile lies past the request's packed rows (nothing to do).
+template <class K>
+__device__ __forceinline__ RequestView make_request_view(const DecodeParams& p, int r) {
+  RequestView rv;
+  rv.request = r;
+  rv.q0 = p.query_start_loc[r];
+  rv.s_q = p.query_start_loc[r + 1] - rv.q0;
+  rv.seq_len = p.seq_lens[r];
+  rv.rows = rv.s_q * p.num_heads;
+  rv.row0 = blockIdx.x * K::kBlockM;
+  rv.table = p.block_table + r * p.block_table_stride;
+  return rv;
+}
+
 template <class K>
 __device__ __forceinline__ void decode_kernel_body(const DecodeParams& p) {
   extern __shared__ __align__(128) char smem[];
-  const DecodePlan& plan = p.plan;
-  const int part = blockIdx.y;
-  const int w = plan.header[0], total = plan.header[1];
-  const int begin = part * w, end = min(begin + w, total);
-  if (begin >= end) return;
-  const int ovh = plan.overhead_tiles;
-  for (int r = plan.part_first_req[part]; r < p.batch; ++r) {
-    const int c0 = plan.cost_prefix[r];
-    if (c0 >= end) break;
-    const int c1 = plan.cost_prefix[r + 1];
-    if (c1 == c0) continue;  // no keys: decode_combine writes 0 / -inf
-    const int first_tile_pos = c0 + ovh;
-    const int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
-    // A batch-invariant plan rounds the cost up to whole splits: clamp to the request's tiles.
-    const int tile_end = min(min(end, c1) - first_tile_pos, (p.seq_lens[r] + K::kBlockN - 1) / K::kBlockN);
-    if (tile_end <= tile_begin) continue;
-
-    RequestView rv;
-    rv.request = r;
-    rv.q0 = p.query_start_loc[r];
-    rv.s_q = p.query_start_loc[r + 1] - rv.q0;
-    rv.seq_len = p.seq_lens[r];
-    rv.rows = rv.s_q * p.num_heads;
-    rv.row0 = blockIdx.x * K::kBlockM;
-    rv.table = p.block_table + r * p.block_table_stride;
-    if (rv.row0 >= rv.rows) continue;
-    const int n_splits = plan.num_splits[r];
-    const int slot = n_splits >= 2 ? plan.split_offset[r] + (part - first_tile_pos / w) : -1;
-    attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);
-  }
+  // The plan's pieces for this part (smxx/decode_pieces.cuh, shared with the
+  // Hopper kernel and decode_combine), restricted to this CTA's M tile.
+  for_each_decode_piece(p, blockIdx.y, K::kBlockN, [&](int r, int tile_begin, int tile_end, int slot) {
+    const RequestView rv = make_request_view<K>(p, r);
+    if (rv.row0 < rv.rows) attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);
+  });
 }
 
 }  // namespace lattn::cuda::sm80

@@ -5,12 +5,10 @@
 
 #include <cstdint>
 
-#include "cuda/sm80/prefill/prefill_ptx.cuh"
+#include "cuda/sm80/mma.cuh"
 #include "cuda/sm80/prefill/prefill_traits.cuh"
 
 namespace lattn::cuda::sm80 {
-
-using namespace prefill_ptx;  // cp.async / ldmatrix / mma wrappers of this kernel
 
 template <class Traits>
 struct PrefillEpilogue {

@@ -18,12 +18,10 @@
 
 #include <cstdint>
 
-#include "cuda/sm80/prefill/prefill_ptx.cuh"
+#include "cuda/sm80/mma.cuh"
 #include "cuda/sm80/prefill/prefill_traits.cuh"
 
 namespace lattn::cuda::sm80 {
-
-using namespace prefill_ptx;  // cp.async / ldmatrix / mma wrappers of this kernel
 
 template <class Traits, bool kCausal>
 struct PrefillMainloop {
@@ -62,7 +60,8 @@ struct PrefillMainloop {
       const bool valid = row_begin + r0 + j * kRowsPerPass < row_end;
 #pragma unroll
       for (int g = 0; g < kChunks / kGroup; ++g) {
-        cp_async_16(dst + j * kRowsPerPass * kPitch + g * kGroup * 16, valid ? src + g * kGroup * 8 : gmem, valid);
+        cp_async_16</*kPrefetchL2=*/true>(dst + j * kRowsPerPass * kPitch + g * kGroup * 16,
+                                          valid ? src + g * kGroup * 8 : gmem, valid ? 16 : 0);
       }
       src += pass_stride;
     }

@@ -27,7 +27,11 @@ struct HopperPrefillConfig {
   bool pingpong;
   // Producer warps that clean V tiles (1..3; PrefillMainloop::fix_v).
   int fix_warps;
-  bool candidate;   // true: kept for benchmarks and tests, never the default
+  // true: O leaves in 16-byte stores after a word transpose among the 4
+  // threads of a row (PrefillEpilogue::store); false: 4-byte stores straight
+  // from the accumulator layout.
+  bool wide_stores;
+  bool candidate;  // true: kept for benchmarks and tests, never the default
   const char* name;
 };
 
@@ -36,10 +40,11 @@ struct HopperPrefillConfig {
 // consumer warpgroup holds S (64x128 f32, 64 registers/thread) and O (64x128
 // f32, 64) plus P (32), well inside the 240 registers setmaxnreg gives it.
 inline constexpr HopperPrefillConfig kHopperPrefillConfigs[] = {
-    // qk   v   bm   bn  stages overlap pingpong fixers candidate
-    {192, 128, 128, 128, 2, true, true, 3, false, "qk192_v128_m128_n128_s2_pingpong"},
-    {192, 128, 128, 128, 2, true, false, 3, true, "qk192_v128_m128_n128_s2_overlap"},
-    {192, 128, 128, 128, 2, false, false, 3, true, "qk192_v128_m128_n128_s2_serial"},
+    // qk   v   bm   bn  stages overlap pingpong fixers wide candidate
+    {192, 128, 128, 128, 2, true, true, 3, true, false, "qk192_v128_m128_n128_s2_pingpong"},
+    {192, 128, 128, 128, 2, true, false, 3, true, true, "qk192_v128_m128_n128_s2_overlap"},
+    {192, 128, 128, 128, 2, false, false, 3, true, true, "qk192_v128_m128_n128_s2_serial"},
+    {192, 128, 128, 128, 2, true, true, 3, false, true, "qk192_v128_m128_n128_s2_pingpong_st4"},
 };
 inline constexpr int kNumHopperPrefillConfigs = int(sizeof(kHopperPrefillConfigs) / sizeof(kHopperPrefillConfigs[0]));
 

@@ -63,6 +63,8 @@ struct HopperPrefillTraits {
   static constexpr int kStages = kCfg.stages;
   static constexpr bool kOverlap = kCfg.overlap;
   static constexpr bool kPingPong = kCfg.pingpong;
+  static constexpr bool kWideStores = kCfg.wide_stores;
+  static_assert(!kWideStores || kHeadDimV % 32 == 0, "wide stores move 32 columns per group");
   static_assert(!kPingPong || kOverlap, "ping-pong is built on the overlapped consumer");
 
   // Named barriers kTurnBarrier + wg: "consumer warpgroup wg may issue" (both
@@ -93,7 +95,7 @@ struct HopperPrefillTraits {
   static_assert(kHeadDimV <= 256, "kHeadDimV is the wgmma N of P V");
   static_assert(kStages == 2, "PrefillBarriers holds two stages");
 
-  static constexpr int kQBoxBytes = kBlockM * 128;  // one [kBlockM][64] box
+  static constexpr int kQBoxBytes = kBlockM * 128;   // one [kBlockM][64] box
   static constexpr int kKVBoxBytes = kBlockN * 128;  // one [kBlockN][64] box
   static constexpr int kQBytes = kQBoxes * kQBoxBytes;
   static constexpr int kKBytes = kQBoxes * kKVBoxBytes;
