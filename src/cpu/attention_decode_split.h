@@ -103,18 +103,58 @@ void decode_query_row_f32(const DecodeSplitJob& job, int lane, float* row) {
   I::to_f32(qp, job.q_dtype, job.rope_dim, row + job.kv_lora_rank);
 }
 
-// The split's partial results (rows [W][L] and lse [W] are scratch).
+// The split's partial results (rows [W][L] and lse [W] are scratch). A full
+// group's rows are transposed straight into job.o: staging them in `rows`
+// and copying them was ~2 us per 32 KiB split on one thread, and on two
+// threads the copy alone showed as ~10 % of a B1 S1024 step's CPU samples
+// (docs/perf.md, "CPU decode at batch 1: fewer splits and a vectorized combine").
 template <class I>
 void decode_write_partials(const DecodeSplitJob& job, float* ot, const float* m, const float* l, float* rows,
                            float* lse) {
   constexpr int W = I::W;
   const int lanes = job.s_q * job.num_heads, latent = job.kv_lora_rank;
   for (int g = 0; g * W < lanes; ++g) {
-    finalize_group<I>(ot, m, l, g, latent, job.cache_scale, rows, lse);
+    float* o = job.o + size_t(g * W) * latent;
+    const bool full = (g + 1) * W <= lanes;
+    finalize_group<I>(ot, m, l, g, latent, job.cache_scale, full ? o : rows, lse);
     for (int i = 0; i < W && g * W + i < lanes; ++i) {
-      __builtin_memcpy(job.o + size_t(g * W + i) * latent, rows + size_t(i) * latent, size_t(latent) * 4);
+      if (!full) {
+        for (int d = 0; d < latent; ++d) o[size_t(i) * latent + d] = rows[size_t(i) * latent + d];
+      }
       job.lse[g * W + i] = lse[i];
     }
+  }
+}
+
+// One output row of the split-KV combine (docs/cpu.md, "Split-KV"):
+//   dst[d] = (sum_s weights[s] * parts[s][d]) * scale, d < n, rounded to dst_dtype,
+// the parts summed in the order given (the combine's fixed order). No parts:
+// 0 * scale (0, or NaN for a NaN scale). Vectorized and fused (one pass,
+// no [L] f32 row to fill, add into, scale and convert): at B1 S1024 on two
+// threads the combine of two splits took 2.0-3.3 us this way, 4.3 us before.
+template <class I>
+void combine_row(const float* const* parts, const float* weights, int num_parts, int64_t n, float scale,
+                 DType dst_dtype, void* dst) {
+  constexpr int W = I::W;
+  constexpr int kChunk = 8 * W;  // floats converted per from_f32 call
+  alignas(64) float buf[kChunk];
+  const typename I::F sv = I::set1(scale);
+  char* out = static_cast<char*>(dst);
+  const size_t esize = dtype_bytes(dst_dtype);
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    const int len = int(n - c0 < kChunk ? n - c0 : kChunk);
+    int d = 0;
+    for (; d + W <= len; d += W) {
+      typename I::F acc = I::zero();
+      for (int s = 0; s < num_parts; ++s) acc = I::fma(I::set1(weights[s]), I::load(parts[s] + c0 + d), acc);
+      I::store(buf + d, I::mul(acc, sv));
+    }
+    for (; d < len; ++d) {  // a ragged end (n not a multiple of W): the same sums one lane at a time
+      float acc = 0.f;
+      for (int s = 0; s < num_parts; ++s) acc = __builtin_fmaf(weights[s], parts[s][c0 + d], acc);
+      buf[d] = acc * scale;
+    }
+    I::from_f32(buf, len, dst_dtype, out + size_t(c0) * esize);
   }
 }
 

@@ -113,6 +113,10 @@ struct KernelTable {
   void (*to_f32)(const void* src, DType src_dtype, int64_t n, float* dst) = nullptr;
   // dst[i] = src[i] rounded to dst_dtype (f32/f16/bf16, round to nearest even) for i < n.
   void (*from_f32)(const float* src, int64_t n, DType dst_dtype, void* dst) = nullptr;
+  // The split-KV combine of one output row: dst[d] = (sum_s weights[s] *
+  // parts[s][d]) * scale rounded to dst_dtype for d < n, parts in the order given.
+  void (*combine_row)(const float* const* parts, const float* weights, int num_parts, int64_t n, float scale,
+                      DType dst_dtype, void* dst) = nullptr;
   // Value pairs for bf16_dot: dst[d] = even[d] | odd[d] << 16 for d < n
   // (bf16 bit patterns; odd == nullptr means a zero row).
   void (*pack_value_pairs)(const uint16_t* even, const uint16_t* odd, int64_t n, uint32_t* dst) = nullptr;

@@ -38,6 +38,7 @@ KernelTable f32_kernel_table(CpuIsa isa) {
   t.pack_prefill_queries = [](const PrefillTileJob& job, void* dst) { pack_prefill_queries_f32<I>(job, dst); };
   t.to_f32 = I::to_f32;
   t.from_f32 = I::from_f32;
+  t.combine_row = combine_row<I>;
   return t;
 }
 

@@ -61,17 +61,26 @@ class CpuDecodeBackend final : public DecodeBackend {
                        params_.context.batch_invariant ? kBatchInvariantSplitKeys : 0);
   }
 
-  // What a plan depends on besides the metadata's lengths.
-  std::string plan_key() const {
-    return "cpu decode plan: heads " + std::to_string(params_.num_heads) + ", lanes " +
-           std::to_string(kernel_table(cpu_isa()).lanes_per_group) + ", threads " +
-           std::to_string(thread_count(params_.context));
+  // What a plan depends on besides the metadata's lengths (compared every
+  // run; named only for the step's shared plans).
+  struct PlanKey {
+    int heads = 0, lanes = 0, threads = 0;
+    bool fixed_splits = false;
+    bool operator==(const PlanKey&) const = default;
+    std::string name() const {
+      return "cpu decode plan: heads " + std::to_string(heads) + ", lanes " + std::to_string(lanes) + ", threads " +
+             std::to_string(threads) + (fixed_splits ? ", fixed splits" : "");
+    }
+  };
+  PlanKey plan_key() const {
+    return {params_.num_heads, kernel_table(cpu_isa()).lanes_per_group, thread_count(params_.context),
+            params_.context.batch_invariant};
   }
 
   std::shared_ptr<const DecodePlan> shared_plan(const DecodeMetadata& md) {
     plan_key_ = plan_key();
     if (!md.plans) return std::make_shared<const DecodePlan>(plan_for(md));
-    return md.plans->get_or_make<DecodePlan>(plan_key_, [&] { return plan_for(md); });
+    return md.plans->get_or_make<DecodePlan>(plan_key_.name(), [&] { return plan_for(md); });
   }
 
   // Whether `plan` was made from md's query offsets and sequence lengths.
@@ -118,13 +127,22 @@ class CpuDecodeBackend final : public DecodeBackend {
     }
     cache.validate(kRunOp);
     check_device(kRunOp, "cache.data", cache.data, Device::cpu());
-    check_arg(cache.dtype() == params_.kv_cache_dtype, kRunOp, "cache", std::string("have the backend's kv cache dtype ") +
-              dtype_name(params_.kv_cache_dtype), dtype_name(cache.dtype()));
-    check_arg(cache.kv_lora_rank == latent && cache.qk_rope_head_dim == rope, kRunOp, "cache",
-              "have latent dims (" + std::to_string(latent) + ", " + std::to_string(rope) + ")",
-              "(" + std::to_string(cache.kv_lora_rank) + ", " + std::to_string(cache.qk_rope_head_dim) + ")");
-    check_arg(md.block_size == cache.block_size(), kRunOp, "metadata.block_size",
-              "equal the cache's block size " + std::to_string(cache.block_size()), std::to_string(md.block_size));
+    // The messages are built only for a failing check: this runs every step,
+    // and formatting them cost microseconds per call (one pair per block).
+    if (cache.dtype() != params_.kv_cache_dtype) {
+      check_arg(false, kRunOp, "cache",
+                std::string("have the backend's kv cache dtype ") + dtype_name(params_.kv_cache_dtype),
+                dtype_name(cache.dtype()));
+    }
+    if (cache.kv_lora_rank != latent || cache.qk_rope_head_dim != rope) {
+      check_arg(false, kRunOp, "cache",
+                "have latent dims (" + std::to_string(latent) + ", " + std::to_string(rope) + ")",
+                "(" + std::to_string(cache.kv_lora_rank) + ", " + std::to_string(cache.qk_rope_head_dim) + ")");
+    }
+    if (md.block_size != cache.block_size()) {
+      check_arg(false, kRunOp, "metadata.block_size",
+                "equal the cache's block size " + std::to_string(cache.block_size()), std::to_string(md.block_size));
+    }
     const std::vector<int32_t> q_begin =
         read_offsets(kRunOp, "metadata.query_start_loc_cpu", md.query_start_loc_cpu, md.num_decodes, t);
     const std::vector<int32_t> seq_lens = read_i32(kRunOp, "metadata.seq_lens_cpu", md.seq_lens_cpu, md.num_decodes);
@@ -132,22 +150,33 @@ class CpuDecodeBackend final : public DecodeBackend {
     check_device(kRunOp, "metadata.block_table_cpu", bt, Device::cpu());
     check_dtype(kRunOp, "metadata.block_table_cpu", bt, DType::i32);
     check_dim(kRunOp, "metadata.block_table_cpu", bt, 2);
-    check_arg(bt.size(0) >= md.num_decodes, kRunOp, "metadata.block_table_cpu",
-              "have at least num_decodes = " + std::to_string(md.num_decodes) + " rows", bt.shape_str());
+    if (bt.size(0) < md.num_decodes) {
+      check_arg(false, kRunOp, "metadata.block_table_cpu",
+                "have at least num_decodes = " + std::to_string(md.num_decodes) + " rows", bt.shape_str());
+    }
     check_last_dim_contiguous(kRunOp, "metadata.block_table_cpu", bt);
+    const int64_t num_blocks = cache.num_blocks();
     for (int r = 0; r < md.num_decodes; ++r) {
       const int32_t s_q = q_begin[r + 1] - q_begin[r], len = seq_lens[r];
-      const std::string req = "request " + std::to_string(r);
-      check_arg(s_q <= len, kRunOp, "metadata.seq_lens_cpu", "be >= the request's query length (" + req + ": " +
-                std::to_string(s_q) + ")", std::to_string(len));
+      if (s_q > len) {
+        check_arg(false, kRunOp, "metadata.seq_lens_cpu",
+                  "be >= the request's query length (request " + std::to_string(r) + ": " + std::to_string(s_q) + ")",
+                  std::to_string(len));
+      }
       const int64_t blocks = (int64_t(len) + md.block_size - 1) / md.block_size;
-      check_arg(blocks <= bt.size(1), kRunOp, "metadata.block_table_cpu",
-                "have ceil(seq_len / block_size) = " + std::to_string(blocks) + " columns for " + req, bt.shape_str());
+      if (blocks > bt.size(1)) {
+        check_arg(
+            false, kRunOp, "metadata.block_table_cpu",
+            "have ceil(seq_len / block_size) = " + std::to_string(blocks) + " columns for request " + std::to_string(r),
+            bt.shape_str());
+      }
       const int32_t* row = bt.data_as<int32_t>() + r * bt.stride(0);
       for (int64_t b = 0; b < blocks; ++b) {
-        check_arg(row[b] >= 0 && row[b] < cache.num_blocks(), kRunOp, "metadata.block_table_cpu",
-                  "hold block ids in [0, " + std::to_string(cache.num_blocks()) + ") for " + req,
-                  "block " + std::to_string(row[b]) + " at column " + std::to_string(b));
+        if (row[b] < 0 || row[b] >= num_blocks) {
+          check_arg(false, kRunOp, "metadata.block_table_cpu",
+                    "hold block ids in [0, " + std::to_string(num_blocks) + ") for request " + std::to_string(r),
+                    "block " + std::to_string(row[b]) + " at column " + std::to_string(b));
+        }
       }
     }
   }
@@ -156,7 +185,7 @@ class CpuDecodeBackend final : public DecodeBackend {
                const Tensor& out, const Tensor& lse);
 
   std::shared_ptr<const DecodePlan> plan_;
-  std::string plan_key_;
+  PlanKey plan_key_;
   HostWorkspace partials_;  // per split: o [lanes][L] f32, lse [lanes]
   HostWorkspace scratch_;   // per thread: the kernel's scratch and a combined row
   HostWorkspace pending_;   // per request: splits not finished yet
@@ -164,10 +193,10 @@ class CpuDecodeBackend final : public DecodeBackend {
 
 // Combines request r's splits into its output rows by LSE (arXiv:2501.01005 §2.2):
 //   o = sum_s e^(lse_s - M) o_s / sum_s e^(lse_s - M),  lse = M + log sum_s e^(lse_s - M),
-// the splits taken in key order. `row` is [L] f32 scratch.
+// the splits taken in key order. `parts` [splits] and `weights` [splits] are scratch.
 void combine_request(const DecodePlan& plan, int r, int heads, int latent, const float* partial,
                      const float* partial_lse, const KernelTable& kt, DType dt, char* out_base, const Tensor& out,
-                     float* lse_base, const Tensor& lse, float* row) {
+                     float* lse_base, const Tensor& lse, const float** parts, float* weights) {
   const size_t esize = size_t(dtype_size(dt));
   const int s0 = plan.split_begin[r], s1 = plan.split_begin[r + 1];
   for (int64_t t = plan.q_begin[r]; t < plan.q_begin[r + 1]; ++t) {
@@ -179,24 +208,21 @@ void combine_request(const DecodePlan& plan, int r, int heads, int latent, const
         const float x = partial_lse[plan.splits[s].first_row + lane];
         m = std::isnan(x) || std::isnan(m) ? NAN : std::max(m, x);
       }
-      std::fill(row, row + latent, 0.f);
-      float sum = 0.f;
-      if (std::isnan(m)) {
-        std::fill(row, row + latent, m);
-        sum = m;
-      } else if (m != -INFINITY) {
+      // No part and a scale of NaN (NaN row) or 0 (no key: zeros), else the weighted parts.
+      int n = 0;
+      float sum = 0.f, scale = std::isnan(m) ? m : 0.f;
+      if (m != -INFINITY && !std::isnan(m)) {
         for (int s = s0; s < s1; ++s) {
           const float w = std::exp(partial_lse[plan.splits[s].first_row + lane] - m);
           if (w == 0.f) continue;
-          const float* o = partial + (plan.splits[s].first_row + lane) * size_t(latent);
-          for (int d = 0; d < latent; ++d) row[d] += w * o[d];
+          parts[n] = partial + (plan.splits[s].first_row + lane) * size_t(latent);
+          weights[n++] = w;
           sum += w;
         }
-        const float inv = 1.f / sum;
-        for (int d = 0; d < latent; ++d) row[d] *= inv;
+        scale = 1.f / sum;
       }
-      kt.from_f32(row, latent, dt, out_base + (t * out.stride(0) + h * out.stride(1)) * esize);
-      if (lse_base) lse_base[h * lse.stride(0) + t * lse.stride(1)] = m == -INFINITY ? m : m + std::log(sum);
+      kt.combine_row(parts, weights, n, latent, scale, dt, out_base + (t * out.stride(0) + h * out.stride(1)) * esize);
+      if (lse_base) lse_base[h * lse.stride(0) + t * lse.stride(1)] = n == 0 ? m : m + std::log(sum);
     }
   }
 }
@@ -214,9 +240,10 @@ void CpuDecodeBackend::execute(const Tensor& ql_nope, const Tensor& q_pe, const 
 
   float* partial = static_cast<float*>(partials_.reserve((plan.partial_rows * (size_t(latent) + 1)) * 4));
   float* partial_lse = partial + plan.partial_rows * size_t(latent);
-  // Per thread: the kernel's scratch, then one combined row [L] f32.
+  // Per thread: the kernel's scratch, then the combine's part pointers and weights.
   const size_t kernel_bytes = round_up(kt.decode_scratch_bytes(plan.max_lanes, latent, rope), 64);
-  const size_t scratch_bytes = round_up(kernel_bytes + size_t(latent) * 4, 4096);
+  const size_t max_splits = size_t(plan.max_splits);
+  const size_t scratch_bytes = round_up(kernel_bytes + max_splits * (sizeof(float*) + sizeof(float)), 4096);
   char* scratch = static_cast<char*>(scratch_.reserve(scratch_bytes * size_t(threads)));
   // Splits of each request still running; whoever finishes the last one combines the request.
   auto* pending = static_cast<std::atomic<int>*>(pending_.reserve(sizeof(std::atomic<int>) * size_t(requests)));
@@ -268,8 +295,9 @@ void CpuDecodeBackend::execute(const Tensor& ql_nope, const Tensor& q_pe, const 
     kt.decode_split(job);
     // acq_rel: the combining thread sees every split's partial results.
     if (pending[r].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      combine_request(plan, r, heads, latent, partial, partial_lse, kt, dt, out_base, out, lse_base, lse,
-                      reinterpret_cast<float*>(my_scratch + kernel_bytes));
+      const auto** parts = reinterpret_cast<const float**>(my_scratch + kernel_bytes);
+      combine_request(plan, r, heads, latent, partial, partial_lse, kt, dt, out_base, out, lse_base, lse, parts,
+                      reinterpret_cast<float*>(parts + max_splits));
     }
   });
 }

@@ -29,20 +29,34 @@ DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<in
   for (int r = 0; r < requests; ++r) {
     const int len = seq_lens[r];
     const int lanes = (q_begin[r + 1] - q_begin[r]) * num_heads;
-    int64_t chunk = std::max<int64_t>(kMinSplitKeys, (work_per_job + groups[r] - 1) / std::max<int64_t>(groups[r], 1));
-    const int splits = std::max(1, int((len + chunk - 1) / chunk));
-    // Even pieces, aligned to the key tile.
-    chunk = (int64_t(len) + splits - 1) / splits;
-    chunk = (chunk + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
-    if (fixed_split_keys > 0) chunk = fixed_split_keys;
-    int begin = 0;
-    do {
-      const int end = int(std::min<int64_t>(len, begin + chunk));
+    const auto add_split = [&](int begin, int end) {
       plan.splits.push_back({r, begin, end, plan.partial_rows});
       plan.partial_rows += size_t(lanes);
-      begin = end;
-    } while (begin < len);
+    };
+    if (fixed_split_keys > 0) {
+      int begin = 0;
+      do {
+        const int end = int(std::min<int64_t>(len, int64_t(begin) + fixed_split_keys));
+        add_split(begin, end);
+        begin = end;
+      } while (begin < len);
+    } else {
+      // Keys per job for kJobsPerThread jobs per thread; one job per thread
+      // instead when that would cut jobs shorter than kPreferredSplitKeys.
+      int64_t chunk = (work_per_job + groups[r] - 1) / std::max<int64_t>(groups[r], 1);
+      if (chunk < kPreferredSplitKeys) chunk *= kJobsPerThread;
+      chunk = std::max<int64_t>(chunk, kMinSplitKeys);
+      const int64_t splits = std::max<int64_t>(1, std::min<int64_t>((len + chunk - 1) / chunk, len / kMinSplitKeys));
+      // Even pieces, cut at the key-tile multiple nearest to each i * len / splits.
+      int begin = 0;
+      for (int64_t i = 1; i <= splits; ++i) {
+        const int end = i == splits ? len : int((i * len / splits + kSplitAlign / 2) / kSplitAlign * kSplitAlign);
+        add_split(begin, end);
+        begin = end;
+      }
+    }
     plan.split_begin.push_back(int(plan.splits.size()));
+    plan.max_splits = std::max(plan.max_splits, plan.split_begin[size_t(r) + 1] - plan.split_begin[size_t(r)]);
   }
   plan.order.resize(plan.splits.size());
   std::iota(plan.order.begin(), plan.order.end(), 0);

@@ -3,12 +3,14 @@
 // tokens) against a contiguous range of its keys (a "split").
 //
 // A request's keys are split only when the batch alone cannot keep every
-// thread busy: the target is kJobsPerThread jobs per thread (so that
-// dynamic claiming evens out unequal lengths), each job at least
-// kMinSplitKeys keys (below that the per-job query packing and the combine
-// cost more than the parallelism gains), split boundaries on key-tile
-// multiples. Or, with a fixed split size, every request is cut at the same
-// keys whatever its batchmates and the thread count.
+// thread busy: the target is kJobsPerThread jobs per thread (so that a late
+// or slow thread leaves work the others can take), or one job per thread
+// when that many would be shorter than kPreferredSplitKeys keys; no split is
+// shorter than about kMinSplitKeys keys (each split costs a query packing, a
+// partial result written by one core and read by another, and its share of
+// the combine); cuts fall on key-tile multiples. Or, with a fixed split
+// size, every request is cut at the same keys whatever its batchmates and
+// the thread count.
 #pragma once
 
 #include <cstddef>
@@ -17,10 +19,14 @@
 
 namespace lattn::cpu {
 
-// Each split costs ~4 us of packing and combining (docs/cpu.md, "Split-KV"):
-// two jobs per thread, not more; lattn's pool needs no spare jobs to absorb a
-// late thread.
+// A split costs ~2.5 us of query packing and partial writes on one thread,
+// and ~5 us more when its partial result is combined on the other core,
+// against ~0.19 us per key at 16 heads (docs/cpu.md, "Split-KV"): two jobs
+// per thread, not more (lattn's pool needs no spare jobs to absorb a late
+// thread), and one of 512 keys per thread where a short batch allows only
+// that. A request of under 2 * kMinSplitKeys keys is never split.
 constexpr int kJobsPerThread = 2;
+constexpr int kPreferredSplitKeys = 512;
 constexpr int kMinSplitKeys = 256;
 constexpr int kSplitAlign = 64;  // = the kernels' key tile
 // Batch-invariant mode: every request is split every this many keys from its
@@ -43,6 +49,7 @@ struct DecodePlan {
   std::vector<int> order;              // execution order of the splits (most work first)
   size_t partial_rows = 0;             // sum over splits of the request's lanes
   int max_lanes = 0;                   // most query rows (s_q * heads) of one request
+  int max_splits = 0;                  // most splits of one request
   friend bool operator==(const DecodePlan&, const DecodePlan&) = default;
 };
 

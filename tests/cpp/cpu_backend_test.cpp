@@ -379,6 +379,19 @@ TEST_P(CpuBackendTest, DecodeLongRequestIsSplitAndCombined) {
   run_decode_check({20, 64, 16, DType::f16, DType::f16, 16, {2500}, 2}, threads(), rng_);
 }
 
+TEST_P(CpuBackendTest, DecodeLoneRequestAtSplitBoundaries) {
+  // Lengths around the plan's split rule (no split under 512 keys, one job
+  // per thread up to 2048, cuts on 64-key multiples): odd heads and latent
+  // width (partial vector groups, ragged combine rows), two query tokens,
+  // block size 7; then DeepSeek dims at 16 heads, the batch-1 case.
+  for (int len : {1, 511, 512, 513, 1023, 1024, 1025, 1088, 2049}) {
+    SCOPED_TRACE("len " + std::to_string(len));
+    run_decode_check({3, 17, 4, DType::bf16, DType::bf16, 7, {len}, len > 1 ? 2 : 1}, threads(), rng_);
+  }
+  run_decode_check({16, 512, 64, DType::bf16, DType::bf16, 64, {1024}}, threads(), rng_);
+  run_decode_check({16, 512, 64, DType::bf16, DType::fp8_e4m3, 64, {1025}}, threads(), rng_);
+}
+
 TEST_P(CpuBackendTest, DecodeWithoutLse) {
   DecodeCheck c{4, 32, 8, DType::bf16, DType::bf16, 16, {10, 20}};
   c.lse = false;

@@ -2,9 +2,14 @@
 // (src/cpu/decode_plan.h): splits tile every request's keys exactly, on
 // key-tile boundaries; by count, a lone long request is split for the
 // threads and a big batch is not; a fixed split size cuts every request at
-// the same keys whatever the batch and the thread count.
+// the same keys whatever the batch and the thread count; a short lone
+// request gets one job per thread rather than splits below 512 keys, and no
+// split is much shorter than kMinSplitKeys.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/decode_plan.h"
@@ -53,6 +58,73 @@ TEST(CpuDecodePlan, ByCountLeavesABigBatchWhole) {
   const DecodePlan plan = plan_decode(offsets(16), lens, 16, 16, 2);
   check_tiling(plan, lens, 16);
   EXPECT_EQ(plan.splits.size(), 16u);
+}
+
+// (key_begin, key_end) of request 0's splits.
+std::vector<std::pair<int, int>> ranges(const DecodePlan& plan) {
+  std::vector<std::pair<int, int>> r;
+  for (int s = plan.split_begin[0]; s < plan.split_begin[1]; ++s) {
+    r.emplace_back(plan.splits[size_t(s)].key_begin, plan.splits[size_t(s)].key_end);
+  }
+  return r;
+}
+
+TEST(CpuDecodePlan, ByCountShortLoneRequestGetsOneJobPerThread) {
+  using R = std::vector<std::pair<int, int>>;
+  // 16 heads = one vector group; 2 threads.
+  EXPECT_EQ(ranges(plan_decode(offsets(1), {1024}, 16, 16, 2)), (R{{0, 512}, {512, 1024}}));
+  EXPECT_EQ(ranges(plan_decode(offsets(1), {1025}, 16, 16, 2)), (R{{0, 512}, {512, 1025}}));
+  EXPECT_EQ(ranges(plan_decode(offsets(1), {1536}, 16, 16, 2)), (R{{0, 768}, {768, 1536}}));
+  EXPECT_EQ(ranges(plan_decode(offsets(1), {700}, 16, 16, 2)), (R{{0, 320}, {320, 700}}));
+  // Long enough for two jobs per thread of 512 keys or more.
+  EXPECT_EQ(ranges(plan_decode(offsets(1), {2048}, 16, 16, 2)), (R{{0, 512}, {512, 1024}, {1024, 1536}, {1536, 2048}}));
+  EXPECT_EQ(ranges(plan_decode(offsets(1), {4096}, 16, 16, 2)),
+            (R{{0, 1024}, {1024, 2048}, {2048, 3072}, {3072, 4096}}));
+  // 128 heads (8 groups): the same cut, the work per key being the same for every split.
+  EXPECT_EQ(ranges(plan_decode(offsets(1), {1024}, 128, 16, 2)), (R{{0, 512}, {512, 1024}}));
+  // Under 2 * kMinSplitKeys keys: never split.
+  EXPECT_EQ(ranges(plan_decode(offsets(1), {511}, 16, 16, 2)), (R{{0, 511}}));
+  EXPECT_EQ(ranges(plan_decode(offsets(1), {0}, 16, 16, 2)), (R{{0, 0}}));
+  // Small batches keep two jobs per thread when their pieces are long enough.
+  EXPECT_EQ(plan_decode(offsets(3), {1024, 1024, 1024}, 16, 16, 2).splits.size(), 6u);
+  EXPECT_EQ(plan_decode(offsets(2), {1024, 1024}, 16, 16, 2).splits.size(), 4u);
+}
+
+// Every length around the key-tile, kMinSplitKeys and kPreferredSplitKeys
+// boundaries, alone and beside a batchmate, odd and even head counts, 1-4
+// threads: exact tiling, max_splits right, no split much shorter than
+// kMinSplitKeys, never more jobs than kJobsPerThread per thread for a lone request.
+TEST(CpuDecodePlan, ByCountSplitBoundaries) {
+  const std::vector<int32_t> lens = {0,   1,    63,   64,   65,   255,  256,  257,  511,  512,  513,  767,
+                                     768, 1023, 1024, 1025, 1087, 1088, 1536, 2047, 2048, 2049, 4097, 65537};
+  for (int threads : {1, 2, 3, 4}) {
+    for (int heads : {1, 3, 16, 17, 128}) {
+      for (int32_t len : lens) {
+        for (const std::vector<int32_t>& batch : {std::vector<int32_t>{len}, std::vector<int32_t>{len, 5}}) {
+          SCOPED_TRACE("threads " + std::to_string(threads) + " heads " + std::to_string(heads) + " len " +
+                       std::to_string(len) + " batch " + std::to_string(batch.size()));
+          const DecodePlan plan = plan_decode(offsets(int(batch.size())), batch, heads, 16, threads);
+          check_tiling(plan, batch, heads);
+          int most = 0;
+          for (int r = 0; r < int(batch.size()); ++r) {
+            const int n = plan.split_begin[r + 1] - plan.split_begin[r];
+            most = std::max(most, n);
+            EXPECT_LE(n, std::max(1, batch[size_t(r)] / kMinSplitKeys));
+            for (int s = plan.split_begin[r]; n > 1 && s < plan.split_begin[r + 1]; ++s) {
+              EXPECT_GE(plan.splits[size_t(s)].key_end - plan.splits[size_t(s)].key_begin, kMinSplitKeys - kSplitAlign);
+            }
+          }
+          EXPECT_EQ(plan.max_splits, most);
+          if (batch.size() == 1) {
+            EXPECT_LE(int(plan.splits.size()), kJobsPerThread * threads);
+          }
+          if (threads == 1) {
+            EXPECT_EQ(plan.splits.size(), batch.size());
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(CpuDecodePlan, FixedSplitSizeIgnoresBatchmatesAndThreads) {
