@@ -90,7 +90,9 @@ double float_arg(py::handle obj, const char* op, const char* arg, bool finite) {
 
 bool bool_arg(py::handle obj, const char* op, const char* arg) {
   if (PyBool_Check(obj.ptr())) return obj.ptr() == Py_True;
-  if (type_str(obj) == "<class 'numpy.bool_'>") return PyObject_IsTrue(obj.ptr()) == 1;
+  // NumPy's bool scalar: numpy.bool_ (NumPy 1), numpy.bool (NumPy 2).
+  const std::string type = type_str(obj);
+  if (type == "<class 'numpy.bool_'>" || type == "<class 'numpy.bool'>") return PyObject_IsTrue(obj.ptr()) == 1;
   throw py::type_error(std::string(op) + ": argument '" + arg + "' must be a bool, got " + type_str(obj));
 }
 

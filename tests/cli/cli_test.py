@@ -667,7 +667,8 @@ def shape(text):
 def first_words(text):
     # Progress lines ("step 189: ...") and the count of MOVED bench cases depend on timing and
     # load; the other lines' heads do not.
-    return [line.split(" ")[0] for line in text.split("\n")
+    # The device line names the GPU where there is one ("cuda:0"); the page shows a machine without.
+    return [re.sub(r"^cuda:\d+$", "cuda", line.split(" ")[0]) for line in text.split("\n")
             if line and not re.match(r"step \d+:|\d+ case\(s\) MOVED", line)]
 
 

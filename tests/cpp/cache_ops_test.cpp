@@ -256,6 +256,25 @@ TEST(CopyBlocks, RefusesIdsPastAnyCacheAndChangesNoLayer) {
                  "block_mapping");
 }
 
+// Pairs are copied concurrently: a block both read and written (2 -> 0 beside 0 -> 1, or 1 -> 1), or written
+// twice, in one call is refused before any layer changes.
+TEST(CopyBlocks, RefusesDestinationsThatAreSourcesOrRepeated) {
+  const OwnedLatentCache a = numbered_cache(6, 2, DType::bf16), b = numbered_cache(6, 2, DType::bf16);
+  const std::vector<LatentCache> layers{a, b};
+  const uint64_t b_hash = hash_bytes(b.cache().data);
+  for (const std::vector<int64_t>& pairs :
+       {std::vector<int64_t>{0, 1, 2, 0}, std::vector<int64_t>{1, 1}, std::vector<int64_t>{0, 3, 2, 3}}) {
+    expect_refused(
+        [&] {
+          copy_blocks(layers, host_tensor<int64_t>({int64_t(pairs.size() / 2), 2}, DType::i64, pairs));
+        },
+        a.cache().data, "block_mapping");
+    EXPECT_EQ(hash_bytes(b.cache().data), b_hash);
+  }
+  copy_blocks(layers, host_tensor<int64_t>({2, 2}, DType::i64, {0, 4, 0, 5}));  // one source, two copies: fine
+  EXPECT_EQ(entry(a.cache(), 5, 1, 0), entry(a.cache(), 0, 1, 0));
+}
+
 TEST(SwapBlocks, HostToHost) {
   const OwnedLatentCache src = numbered_cache(3, 2, DType::f16);
   OwnedLatentCache dst(5, 2, kSmall, DType::f16);

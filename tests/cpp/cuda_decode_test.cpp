@@ -348,10 +348,11 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
                                           : std::string("sm80 mma.sync decode"));
   EXPECT_EQ(label.rfind(expected, 0), 0u) << c.name << " on " << name << " ran " << label;
   // The one-launch kernel: sm90, 16-row tiles (at most 16 rows), a cache of
-  // the activation dtype, at most 8 requests (the default limit).
+  // the activation dtype, at most 8 requests (the default limit), its own
+  // tile configuration (a forced LATTN_DECODE_TILES may pick another).
   const bool fused = !wgmma && !generic && c.cache_dtype == c.dtype && c.heads * max_s_q <= 16 &&
                      c.seq_lens.size() <= 8 && device_capability(0)->major == 9 &&
-                     std::getenv("LATTN_DECODE_FUSED") == nullptr &&
+                     std::getenv("LATTN_DECODE_FUSED") == nullptr && std::getenv("LATTN_DECODE_TILES") == nullptr &&
                      std::getenv("LATTN_DECODE_FUSED_MAX_BATCH") == nullptr;
   if (fused) {
     EXPECT_TRUE(runs_fused(*backend)) << c.name << " on " << name << " ran " << label;

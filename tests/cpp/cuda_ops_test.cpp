@@ -252,7 +252,7 @@ TEST(CudaCopyBlocks, CopiesWholeBlocksInEveryLayer) {
     devs.push_back(to_device(h.tensor()));
     caches.push_back(LatentCache{devs.back().tensor(), dims.kv_lora_rank, dims.qk_rope_head_dim, 1.f});
   }
-  const std::vector<int64_t> pairs = {0, 5, 3, 3, 7, 11, 2, 0};
+  const std::vector<int64_t> pairs = {0, 5, 3, 4, 7, 11, 2, 1};  // fresh destinations (docs/mla.md)
   OwnedTensor mapping = OwnedTensor::empty({4, 2}, DType::i64);
   std::memcpy(mapping.data(), pairs.data(), pairs.size() * 8);
   copy_blocks(caches, mapping.tensor(), nullptr);

@@ -7,6 +7,7 @@
 #include "lattn/ops.h"
 
 #include <string>
+#include <unordered_map>
 
 #include "core/ops/device_ops.h"
 #include "core/ops/forward_ops.h"
@@ -40,6 +41,27 @@ void check_block_mapping(const char* op, const Tensor& block_mapping, int64_t sr
               "hold source block ids in [0, " + std::to_string(src_blocks) + ")", at_index(src, i, 0));
     check_arg(dst >= 0 && dst < dst_blocks, op, "block_mapping",
               "hold destination block ids in [0, " + std::to_string(dst_blocks) + ")", at_index(dst, i, 1));
+  }
+}
+
+// copy_blocks copies its pairs concurrently (one CUDA launch; threads on the
+// CPU), so a block written twice, or read and written, in one call would end
+// with an order-dependent value. vLLM's copy-on-write only copies into freshly
+// allocated blocks; we refuse the rest (docs/mla.md).
+void check_copy_targets_are_fresh(const char* op, const Tensor& block_mapping) {
+  std::unordered_map<int64_t, int64_t> source_row, destination_row;
+  for (int64_t i = 0; i < block_mapping.size(0); ++i) source_row.emplace(index_at(block_mapping, i, 0), i);
+  for (int64_t i = 0; i < block_mapping.size(0); ++i) {
+    const int64_t dst = index_at(block_mapping, i, 1);
+    const auto src = source_row.find(dst);
+    check_arg(src == source_row.end(), op, "block_mapping",
+              "destination blocks that are not also sources in the same call",
+              "block " + std::to_string(dst) + " as the destination of row " + std::to_string(i) +
+                  " and the source of row " + std::to_string(src == source_row.end() ? -1 : src->second));
+    const auto [first, fresh] = destination_row.emplace(dst, i);
+    check_arg(
+        fresh, op, "block_mapping", "each destination block at most once",
+        "block " + std::to_string(dst) + " in rows " + std::to_string(first->second) + " and " + std::to_string(i));
   }
 }
 
@@ -222,6 +244,7 @@ void copy_blocks(std::span<const LatentCache> caches, const Tensor& block_mappin
     check_device(op, "kv_caches", cache.data, device);
     check_block_mapping(op, block_mapping, cache.num_blocks(), cache.num_blocks());
   }
+  check_copy_targets_are_fresh(op, block_mapping);
   detail::device_ops(device).copy_blocks(caches, block_mapping, stream);
 }
 
