@@ -120,6 +120,15 @@ void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
 void up_project(const MlaAttention::Impl& impl, const Tensor& kv_c, const Tensor& k_pe, const Tensor& k,
                 const Tensor& v);
 
+// One context chunk of a prefill (the single-rank and the DCP chunk loops):
+// gathers chunk i's latent rows from the cache into the workspace, up-projects
+// them and runs the backend's non-causal pass of q over them.
+//   latent_all [W, L+R], k_all [W, N, P+R], v_all [W, N, V'] workspace (W >= the chunk's rows)
+//   chunk_out [Tp, N, V'] activation dtype, chunk_lse [N, Tp] f32
+void attend_context_chunk(MlaAttention::Impl& impl, const LatentCache& cache, const PrefillMetadata& pm, int i,
+                          const Tensor& q, const Tensor& latent_all, const Tensor& k_all, const Tensor& v_all,
+                          const Tensor& chunk_out, const Tensor& chunk_lse);
+
 // The two per-head GEMMs of the absorbed form (decode rows, sparse rows):
 //   absorb_q_nope  q [T, N, P+R] (rows strided; its first P columns) · W_UK_T[n] [P, L]
 //                  -> out [T, N, >= L] (its first L columns; row and head strides its own)

@@ -62,6 +62,19 @@ void reserve_context_workspace(MlaAttention::Impl& impl, int64_t workspace_rows)
   impl.workspace.get(WorkspaceSlot::context_v, {workspace_rows, N, v_width}, dtype);
 }
 
+void attend_context_chunk(MlaAttention::Impl& impl, const LatentCache& cache, const PrefillMetadata& pm, int i,
+                          const Tensor& q, const Tensor& latent_all, const Tensor& k_all, const Tensor& v_all,
+                          const Tensor& chunk_out, const Tensor& chunk_lse) {
+  const int64_t L = impl.dims().kv_lora_rank, R = impl.dims().qk_rope_head_dim;
+  const int64_t rows = pm.chunks.seq_tot[size_t(i)];
+  const Tensor latent = latent_all.narrow(0, 0, rows);
+  gather_cache_unchecked(cache, latent, pm.block_table, pm.chunks.cu_seq_lens.select(0, i), pm.num_prefills,
+                         pm.chunks.starts.select(0, i), impl.config.stream);
+  const Tensor k = k_all.narrow(0, 0, rows), v = v_all.narrow(0, 0, rows);
+  up_project(impl, latent.narrow(1, 0, L), latent.narrow(1, L, R), k, v);
+  impl.prefill->run_prefill_context_chunk(i, q, k, v, chunk_out, chunk_lse);
+}
+
 namespace {
 
 // The new tokens' attention merged with their whole context, chunk by chunk,
@@ -96,13 +109,7 @@ void attend_context(MlaAttention::Impl& impl, const LatentCache& cache, const Pr
   }
 
   for (int i = 0; i < num_chunks; ++i) {
-    const int64_t rows = pm.chunks.seq_tot[size_t(i)];
-    const Tensor latent = latent_all.narrow(0, 0, rows);
-    gather_cache_unchecked(cache, latent, pm.block_table, pm.chunks.cu_seq_lens.select(0, i), pm.num_prefills,
-                           pm.chunks.starts.select(0, i), stream);
-    const Tensor k = k_all.narrow(0, 0, rows), v = v_all.narrow(0, 0, rows);
-    up_project(impl, latent.narrow(1, 0, L), latent.narrow(1, L, R), k, v);
-    impl.prefill->run_prefill_context_chunk(i, q, k, v, chunk_out, chunk_lse);
+    attend_context_chunk(impl, cache, pm, i, q, latent_all, k_all, v_all, chunk_out, chunk_lse);
     const Tensor chunk = chunk_out.narrow(2, 0, V);
     const bool last = i == num_chunks - 1;
     if (i == 0) {

@@ -47,13 +47,7 @@ Tensor attend_local_context(MlaAttention::Impl& impl, const LatentCache& cache, 
   const Tensor chunk_out = ws.get(WorkspaceSlot::chunk_out, {Tp, N, v_width}, dtype);
   const Tensor chunk_lse = ws.get(WorkspaceSlot::chunk_lse, {N, Tp}, DType::f32);
   for (int i = 0; i < num_chunks; ++i) {
-    const int64_t rows = pm.chunks.seq_tot[size_t(i)];
-    const Tensor latent = latent_all.narrow(0, 0, rows);
-    gather_cache_unchecked(cache, latent, pm.block_table, pm.chunks.cu_seq_lens.select(0, i), pm.num_prefills,
-                           pm.chunks.starts.select(0, i), stream);
-    const Tensor k = k_all.narrow(0, 0, rows), v = v_all.narrow(0, 0, rows);
-    up_project(impl, latent.narrow(1, 0, L), latent.narrow(1, L, R), k, v);
-    impl.prefill->run_prefill_context_chunk(i, q, k, v, chunk_out, chunk_lse);
+    attend_context_chunk(impl, cache, pm, i, q, latent_all, k_all, v_all, chunk_out, chunk_lse);
     // The output may alias the prefix (elementwise); the LSE may not, hence two LSE buffers.
     merge_attn_states_unchecked(mine_out, next_lse, mine_out, mine_lse, chunk_out.narrow(2, 0, V), chunk_lse, stream);
     std::swap(mine_lse, next_lse);
