@@ -445,6 +445,11 @@ int64_t decode_plans_launched(const DecodeBackend& backend) {
   return cuda_backend ? cuda_backend->plans_launched() : -1;
 }
 
+int decode_plan_num_parts(const DecodeBackend& backend) {
+  const auto* cuda_backend = dynamic_cast<const CudaDecodeBackend*>(&backend);
+  return cuda_backend ? cuda_backend->num_parts() : -1;
+}
+
 std::vector<int32_t> decode_plan_num_splits(const DecodeBackend& backend) {
   const auto* cuda_backend = dynamic_cast<const CudaDecodeBackend*>(&backend);
   if (!cuda_backend || !cuda_backend->plan().num_splits || cuda_backend->planned_batch() <= 0) return {};

@@ -117,6 +117,11 @@ int64_t decode_plans_launched(const DecodeBackend& backend);
 // one-launch small-batch kernel or the generic kernel).
 std::vector<int32_t> decode_plan_num_splits(const DecodeBackend& backend);
 
+// For tests: the split-KV parts of the last plan; -1 for any other backend
+// (as decode_plans_launched: a test must not name the CUDA class, which a
+// build without CUDA does not have).
+int decode_plan_num_parts(const DecodeBackend& backend);
+
 class CudaDecodeBackendClass final : public DecodeBackendClass {
  public:
   std::string name() const override { return "cuda"; }

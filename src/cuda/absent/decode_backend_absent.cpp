@@ -6,5 +6,6 @@ namespace lattn::cuda {
 
 int64_t decode_plans_launched(const DecodeBackend&) { return -1; }
 std::vector<int32_t> decode_plan_num_splits(const DecodeBackend&) { return {}; }
+int decode_plan_num_parts(const DecodeBackend&) { return -1; }
 
 }  // namespace lattn::cuda
