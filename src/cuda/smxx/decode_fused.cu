@@ -250,14 +250,7 @@ __device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid
     const int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
     const int tile_end = min(end, c1) - first_tile_pos;
     if (tile_end <= tile_begin) continue;
-    sm80::RequestView rv;
-    rv.request = r;
-    rv.q0 = p.query_start_loc[r];
-    rv.s_q = p.query_start_loc[r + 1] - rv.q0;
-    rv.seq_len = p.seq_lens[r];
-    rv.rows = rv.s_q * p.num_heads;
-    rv.row0 = blockIdx.x * K::kBlockM;
-    rv.table = p.block_table + r * p.block_table_stride;
+    const sm80::RequestView rv = sm80::make_request_view<K>(p, r);
     if (rv.row0 >= rv.rows) continue;
     const int slot = sp.splits[r] >= 2 ? sp.slot0[r] + (part - first_tile_pos / w) : -1;
     sm80::attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);
