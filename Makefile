@@ -2,7 +2,8 @@
 #   make demo   install deps, build, run the main job on the embedded default (CPU)
 #   make test   install deps, build, run every test (C++, sanitizers, Python)
 #
-# Variables: BUILD (build dir), JOBS (parallel jobs), CUDA (AUTO/ON/OFF), WERROR
+# Variables: BUILD (build dir), JOBS (parallel jobs), CUDA (AUTO/ON/OFF),
+# CUDA_ARCHS (LATTN_CUDA_ARCHS; empty keeps the build's own, "80;90a" by default), WERROR
 # (ON: warnings in lattn's own code are errors; CI sets it),
 # PYTHON (Debian's interpreter, named explicitly: another python3 may come
 # first on PATH).
@@ -13,6 +14,7 @@ ASAN_BUILD ?= build-asan
 JOBS   ?= $(shell nproc)
 CUDA   ?= AUTO
 WERROR ?= OFF
+CUDA_ARCHS ?=
 PYTHON ?= /usr/bin/python3
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
@@ -25,7 +27,7 @@ deps:
 
 configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLATTN_CUDA=$(CUDA) -DLATTN_WERROR=$(WERROR) \
-	  -DLATTN_PYTHON=ON -DLATTN_PYTHON_EXECUTABLE=$(PYTHON) -DLATTN_TESTS=ON -DLATTN_BENCH=ON >/dev/null
+	  $(if $(CUDA_ARCHS),-DLATTN_CUDA_ARCHS="$(CUDA_ARCHS)") -DLATTN_PYTHON=ON -DLATTN_PYTHON_EXECUTABLE=$(PYTHON) -DLATTN_TESTS=ON -DLATTN_BENCH=ON >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
