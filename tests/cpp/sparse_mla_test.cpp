@@ -466,62 +466,62 @@ TEST(SparseMlaGpu, TensorCoreKernelMatchesTheReferenceOnHostileCases) {
     add(64, 2, 128, 5, -1, false, 16, 12);   // a NaN in a selected key of token 0: its rows are NaN
   }
   for (const Kernel& k : kernels) {
-  const ScopedEnv kernel_env("LATTN_SPARSE_KERNEL", k.kernel), batch_env("LATTN_SPARSE_FP8_BATCH", k.fp8_batch);
-  for (const SparseCase& c : cases) {
-    if (std::string(k.kernel) == "wgmma" && c.N <= 16) continue;  // refused: the 16-row tiles serve these
-    SCOPED_TRACE(std::string("kernel '") + k.kernel + "' fp8 batch " + k.fp8_batch + " case seed " +
-                 std::to_string(c.seed) + " N " + std::to_string(c.N) + " topk " + std::to_string(c.topk));
-    // Pattern 5: element 7 of the key token 0 lists at position 5 becomes NaN.
-    auto plant_nan = [&](SparseData& d) {
-      if (c.pattern != 5) return;
-      const int64_t slot = d.indices.data_as<int32_t>()[5];
-      uint8_t* entry = static_cast<uint8_t*>(d.cache.cache().data.data()) + slot * d.cache.cache().data.stride(1) *
-                                                                             d.cache.cache().data.element_size();
-      if (c.cache_dtype == kFp8DsMla) {
-        entry[7] = 0xff;  // e4m3 NaN
-      } else {
-        entry[14] = entry[15] = 0xff;  // bf16 NaN
+    const ScopedEnv kernel_env("LATTN_SPARSE_KERNEL", k.kernel), batch_env("LATTN_SPARSE_FP8_BATCH", k.fp8_batch);
+    for (const SparseCase& c : cases) {
+      if (std::string(k.kernel) == "wgmma" && c.N <= 16) continue;  // refused: the 16-row tiles serve these
+      SCOPED_TRACE(std::string("kernel '") + k.kernel + "' fp8 batch " + k.fp8_batch + " case seed " +
+                   std::to_string(c.seed) + " N " + std::to_string(c.N) + " topk " + std::to_string(c.topk));
+      // Pattern 5: element 7 of the key token 0 lists at position 5 becomes NaN.
+      auto plant_nan = [&](SparseData& d) {
+        if (c.pattern != 5) return;
+        const int64_t slot = d.indices.data_as<int32_t>()[5];
+        uint8_t* entry = static_cast<uint8_t*>(d.cache.cache().data.data()) + slot * d.cache.cache().data.stride(1) *
+                                                                               d.cache.cache().data.element_size();
+        if (c.cache_dtype == kFp8DsMla) {
+          entry[7] = 0xff;  // e4m3 NaN
+        } else {
+          entry[14] = entry[15] = 0xff;  // bf16 NaN
+        }
+      };
+      SparseData host = make_case(c);
+      plant_nan(host);
+      const int64_t capacity = int64_t(c.num_blocks) * c.block_size;
+      int32_t* ix = host.indices.data_as<int32_t>();
+      if (c.pattern == 4) {
+        for (int64_t i = 0; i < int64_t(c.T) * c.topk; ++i) {
+          if (i % 5 == 3) ix[i] = int32_t(capacity + i % 7);
+        }
       }
-    };
-    SparseData host = make_case(c);
-    plant_nan(host);
-    const int64_t capacity = int64_t(c.num_blocks) * c.block_size;
-    int32_t* ix = host.indices.data_as<int32_t>();
-    if (c.pattern == 4) {
-      for (int64_t i = 0; i < int64_t(c.T) * c.topk; ++i) {
-        if (i % 5 == 3) ix[i] = int32_t(capacity + i % 7);
-      }
-    }
-    const OwnedTensor q = test::to_device(host.q, gpu), idx = test::to_device(host.indices, gpu);
-    OwnedTensor sink = c.sink ? test::to_device(host.sink, gpu) : OwnedTensor{};
-    OwnedLatentCache dev(c.num_blocks, c.block_size, MlaDims{c.N, c.L, 128, c.R, 128}, c.cache_dtype, gpu);
-    copy_tensor(host.cache.cache().data, dev.cache().data);
-    OwnedTensor out = OwnedTensor::empty({c.T, c.N, c.L}, c.dtype, gpu), lse = OwnedTensor::empty({c.N, c.T}, DType::f32, gpu);
-    test::poison(out);
-    test::poison(lse);
-    SparseMlaArgs a;
-    a.q = q, a.indices = idx, a.attn_sink = sink.tensor(), a.out = out, a.lse = lse, a.scale = scale_of(c);
-    sparse_mla(a, dev, "cuda");
-    copy_tensor(out, host.out);
-    copy_tensor(lse, host.lse);
+      const OwnedTensor q = test::to_device(host.q, gpu), idx = test::to_device(host.indices, gpu);
+      OwnedTensor sink = c.sink ? test::to_device(host.sink, gpu) : OwnedTensor{};
+      OwnedLatentCache dev(c.num_blocks, c.block_size, MlaDims{c.N, c.L, 128, c.R, 128}, c.cache_dtype, gpu);
+      copy_tensor(host.cache.cache().data, dev.cache().data);
+      OwnedTensor out = OwnedTensor::empty({c.T, c.N, c.L}, c.dtype, gpu), lse = OwnedTensor::empty({c.N, c.T}, DType::f32, gpu);
+      test::poison(out);
+      test::poison(lse);
+      SparseMlaArgs a;
+      a.q = q, a.indices = idx, a.attn_sink = sink.tensor(), a.out = out, a.lse = lse, a.scale = scale_of(c);
+      sparse_mla(a, dev, "cuda");
+      copy_tensor(out, host.out);
+      copy_tensor(lse, host.lse);
 
-    SparseData ref = make_case(c);  // the same data; slots past the cache become -1 on the host
-    plant_nan(ref);
-    if (c.pattern == 4) {
-      int32_t* rx = ref.indices.data_as<int32_t>();
-      for (int64_t i = 0; i < int64_t(c.T) * c.topk; ++i) {
-        if (i % 5 == 3) rx[i] = -1;
+      SparseData ref = make_case(c);  // the same data; slots past the cache become -1 on the host
+      plant_nan(ref);
+      if (c.pattern == 4) {
+        int32_t* rx = ref.indices.data_as<int32_t>();
+        for (int64_t i = 0; i < int64_t(c.T) * c.topk; ++i) {
+          if (i % 5 == 3) rx[i] = -1;
+        }
+      }
+      sparse_mla(args_of(ref, scale_of(c)), ref.cache, "reference");
+      expect_matches(c, host, ref.out, ref.lse, test::rel_tolerance(c.dtype));
+      if (c.pattern == 3) {
+        for (int h = 0; h < c.N; ++h) EXPECT_EQ(host.lse.data_as<float>()[h * c.T + 1], -INFINITY);
+      }
+      if (c.pattern == 5) {
+        for (int h = 0; h < c.N; ++h) EXPECT_TRUE(std::isnan(host.lse.data_as<float>()[h * c.T])) << "head " << h;
       }
     }
-    sparse_mla(args_of(ref, scale_of(c)), ref.cache, "reference");
-    expect_matches(c, host, ref.out, ref.lse, test::rel_tolerance(c.dtype));
-    if (c.pattern == 3) {
-      for (int h = 0; h < c.N; ++h) EXPECT_EQ(host.lse.data_as<float>()[h * c.T + 1], -INFINITY);
-    }
-    if (c.pattern == 5) {
-      for (int h = 0; h < c.N; ++h) EXPECT_TRUE(std::isnan(host.lse.data_as<float>()[h * c.T])) << "head " << h;
-    }
-  }
   }
 }
 
