@@ -304,15 +304,14 @@ int bench_command(const BenchOptions& o) {
   bench::Ceilings ceilings = runner->measure_ceilings({});
 
   // Short probes between cases (each serves the case before and the one
-  // after it) show whether a case ran with the ceilings it is judged by.
-  // Each compute probe is the best of three 10 ms trials (one 30 ms trial
-  // read up to 40 % low on an idle machine whenever the OS took the core
-  // once). Their triad is smaller than the start's and partly fits in the
-  // last-level cache, so it reads 5-20 % higher on an idle machine: probe
-  // bandwidths are compared with each other, never with the start's.
-  bench::CeilingOptions probe = bench::RunOptions{}.pair_options;
-  probe.seconds_per_probe = 0.01;
-  probe.trials = 3;
+  // after it) show whether a case ran with the ceilings it is judged by:
+  // the paired mode's probes (one 30 ms trial per compute peak: sensitive to
+  // another process, as they should be; a best of three 10 ms trials flagged
+  // fewer of the cases that the load disturbed). Their triad is smaller than
+  // the start's and partly fits in the last-level cache, so it reads 5-20 %
+  // higher on an idle machine: probe bandwidths are compared with each
+  // other, never with the start's.
+  const bench::CeilingOptions probe = bench::RunOptions{}.pair_options;
   std::vector<bench::Ceilings> probes;  // probes[i] before case i, probes[i + 1] after it
   if (check) probes.push_back(runner->measure_ceilings(probe));
   std::vector<bench::BenchCase> ran_cases;
@@ -335,7 +334,7 @@ int bench_command(const BenchOptions& o) {
   // compute peak: a start measured while another process held a core would
   // otherwise lower the peaks and inflate every fraction of the run. The
   // probes' bandwidths are compared with their median (the triad varies by
-  // about ±10 % between probes on an idle machine; the compute probes by 4 %).
+  // about ±10 % between probes on an idle machine, the bf16 peak by 4 %).
   bench::Ceilings reference = ceilings;  // what the probes are compared with
   if (!probes.empty()) {
     for (const bench::Ceilings& p : probes) reference = bench::best_of(reference, p);
