@@ -39,6 +39,20 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
   const int count = plan.header[2];
   const int warps = gridDim.x * kCombineWarps;
   const int64_t items = int64_t(count) * plan.rows_capacity;
+  if (plan.batch_invariant) {  // one warp per 128-column slice of a row
+    const int slices = (p.L / 4 + 31) / 32;
+    for (int64_t item = int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32; item < items * slices;
+         item += warps) {
+      const int64_t pair = item / slices;
+      const int r = decode_combine_reqs(plan)[pair / plan.rows_capacity];
+      const int row = int(pair % plan.rows_capacity);
+      const int s_q = p.query_start_loc[r + 1] - p.query_start_loc[r];
+      if (row >= s_q * p.num_heads) continue;
+      combine_decode_row_slice<T>(p, r, row, plan.num_splits[r], plan.split_offset[r], int(item % slices),
+                                  StreamLoads{});
+    }
+    return;
+  }
   for (int64_t item = int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32; item < items; item += warps) {
     const int r = decode_combine_reqs(plan)[item / plan.rows_capacity];
     const int row = int(item % plan.rows_capacity);
@@ -58,8 +72,9 @@ void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t 
     throw RuntimeError("decode_combine: " + std::to_string(p.plan.slot_capacity) + " split slots exceed the limit " +
                        std::to_string(kMaxSplits));
   }
-  // Enough warps for every (request, row) pair when all are listed, at most one wave.
-  const int64_t pairs = int64_t(p.batch) * p.plan.rows_capacity;
+  // Enough warps for every (request, row) pair when all are listed (every
+  // row slice in batch-invariant plans), at most one wave.
+  const int64_t pairs = int64_t(p.batch) * p.plan.rows_capacity * (p.plan.batch_invariant ? (p.L / 4 + 31) / 32 : 1);
   const unsigned ctas = unsigned(std::clamp<int64_t>((pairs + kCombineWarps - 1) / kCombineWarps, 1, kMaxCombineCtas));
   LATTN_DISPATCH_HALF_TYPES(out_dtype, "decode", "out",
                             [&] { decode_combine_kernel<T><<<ctas, kCombineThreads, 0, stream>>>(p); });

@@ -128,9 +128,10 @@ __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) 
 // 16th split (every split's partial of the chunk loaded at once: about 8
 // loads per thread at 132 splits). The partials were written by this launch,
 // so they are read through L2 (ld.global.cg), never the non-coherent path.
-// Batch-invariant plans: one warp per (request, row), with the combine
-// kernel's arithmetic (decode_combine_row.cuh), so that a request's bits are
-// the same whether this kernel or the combine kernel merged it.
+// Batch-invariant plans: one warp per (request, row, 128-column slice), with
+// the combine kernel's arithmetic for those plans (decode_combine_row.cuh),
+// so that a request's bits are the same whether this kernel or the combine
+// kernel merged it.
 struct CoherentLoads {
   __device__ __forceinline__ float operator()(const float* x) const { return __ldcg(x); }
   __device__ __forceinline__ float4 operator()(const float4* x) const { return __ldcg(x); }
@@ -138,15 +139,17 @@ struct CoherentLoads {
 template <class K>
 __device__ __forceinline__ void combine_phase_invariant(const DecodeParams& p, const SmallPlan& sp) {
   const int rows = p.plan.rows_capacity;
+  const int slices = (K::kL / 4 + 31) / 32;
   const int warps = gridDim.x * gridDim.y * (K::kThreads / 32);
   const int warp = (blockIdx.y * gridDim.x + blockIdx.x) * (K::kThreads / 32) + threadIdx.x / 32;
-  for (int item = warp; item < p.batch * rows; item += warps) {
-    const int r = item / rows, row = item % rows;
+  for (int item = warp; item < p.batch * rows * slices; item += warps) {
+    const int pair = item / slices;
+    const int r = pair / rows, row = pair % rows;
     const int n = sp.splits[r];
     if (n == 1) continue;  // written by its only part
     const int s_q = p.query_start_loc[r + 1] - p.query_start_loc[r];
     if (row >= s_q * p.num_heads) continue;
-    combine_decode_row<typename K::T>(p, r, row, n, sp.slot0[r], CoherentLoads{});
+    combine_decode_row_slice<typename K::T>(p, r, row, n, sp.slot0[r], item % slices, CoherentLoads{});
   }
 }
 
