@@ -8,7 +8,9 @@
 //    output rows are bit-identical alone, in a batch of 40 and at another
 //    position of that batch — decodes with one and with three query tokens,
 //    and prefills with a chunked context; on the GPU also decodes whose
-//    lengths sit on both sides of the points where the split size changes.
+//    lengths sit on both sides of the points where the split size changes,
+//    and decodes at 32 heads (64-row tiles, hopper's wgmma kernel); on sm90
+//    the request alone takes the one-launch kernel, the batches the three.
 // (NaN/inf semantics are cases of the shared backend driver: nonfinite_*.)
 #include <gtest/gtest.h>
 
