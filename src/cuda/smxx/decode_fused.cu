@@ -121,13 +121,6 @@ __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) 
   return r;
 }
 
-// The combine (decode_combine.cu's arithmetic) after the grid barrier. The
-// work (request, row, column chunk) is cut so that there are about as many
-// items as CTAs: a batch of one has 16 rows x 8 chunks of 64 columns, each
-// CTA merging its chunk's partials with 16 groups of threads taking every
-// 16th split (every split's partial of the chunk loaded at once: about 8
-// loads per thread at 132 splits). The partials were written by this launch,
-// so they are read through L2 (ld.global.cg), never the non-coherent path.
 // Batch-invariant plans: one warp per (request, row, 128-column slice), with
 // the combine kernel's arithmetic for those plans (decode_combine_row.cuh),
 // so that a request's bits are the same whether this kernel or the combine
@@ -153,6 +146,13 @@ __device__ __forceinline__ void combine_phase_invariant(const DecodeParams& p, c
   }
 }
 
+// The combine (decode_combine.cu's arithmetic) after the grid barrier. The
+// work (request, row, column chunk) is cut so that there are about as many
+// items as CTAs: a batch of one has 16 rows x 8 chunks of 64 columns, each
+// CTA merging its chunk's partials with 16 groups of threads taking every
+// 16th split (every split's partial of the chunk loaded at once: about 8
+// loads per thread at 132 splits). The partials were written by this launch,
+// so they are read through L2 (ld.global.cg), never the non-coherent path.
 template <class K>
 __device__ __forceinline__ void combine_phase(const DecodeParams& p, const SmallPlan& sp, char* smem) {
   using T = typename K::T;
