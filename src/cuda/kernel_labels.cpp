@@ -65,9 +65,9 @@ std::string CudaDecodeBackend::kernel_label() const {
     s += std::string(hopper_ ? "sm90a wgmma + TMA or sm80 mma.sync" : "sm80 mma.sync") +
          " tensor-core decode; tile configuration and split-KV parts are chosen by each step's plan (none yet)";
   } else {
-    // The wgmma kernel's schedule, "exchange" or "serial" (docs/hopper.md).
-    s += sm90_ ? "sm90a wgmma + TMA decode (" + std::string(sm90::decode_sm90_schedule()) + " schedule)"
-               : std::string("sm80 mma.sync decode");
+    // The wgmma kernel runs S, softmax and P V of each tile in turn: its
+    // "serial schedule" (docs/hopper.md).
+    s += sm90_ ? std::string("sm90a wgmma + TMA decode (serial schedule)") : std::string("sm80 mma.sync decode");
     if (hopper_ && !sm90_) {
       // Why plan() kept this hopper instance on the sm80 kernel, in its order.
       const std::string layout = sm90::decode_sm90_unsupported_reason(

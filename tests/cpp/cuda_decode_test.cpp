@@ -249,13 +249,6 @@ std::unique_ptr<DecodeBackend> make_backend(const DecodeBatch& b, Stream stream 
 
 // Empty when `backend` can run on this GPU (cuda: sm80+; hopper: sm90 with
 // sm_90a code built), else why not.
-// The wgmma kernel's schedule the label names: LATTN_HOPPER_DECODE or the
-// default (docs/hopper.md, "Schedules").
-std::string hopper_schedule() {
-  const char* env = std::getenv("LATTN_HOPPER_DECODE");
-  return env && *env ? env : "exchange";
-}
-
 std::string backend_unusable(const std::string& backend) {
   const auto cls = mla_decode_backend_registry().get_class(backend);
   if (!cls->is_available()) return backend + " is not available in this build";
@@ -350,7 +343,7 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
                      c.block_size % 64 == 0 && c.heads * max_s_q > 16;
   const bool generic = c.L != 512 || c.R != 64 || (c.cache_dtype != c.dtype && c.cache_dtype != DType::fp8_e4m3);
   const std::string expected = name + ": " +
-                               (wgmma     ? "sm90a wgmma + TMA decode (" + hopper_schedule() + " schedule)"
+                               (wgmma     ? std::string("sm90a wgmma + TMA decode (serial schedule)")
                                 : generic ? std::string("generic SIMT decode kernel")
                                           : std::string("sm80 mma.sync decode"));
   EXPECT_EQ(label.rfind(expected, 0), 0u) << c.name << " on " << name << " ran " << label;

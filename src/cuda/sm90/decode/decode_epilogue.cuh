@@ -1,6 +1,6 @@
 // src/cuda/sm90/decode/decode_epilogue.cuh — the end of one (request, key
-// range) piece: the row sums are completed (serial schedule: the two
-// warpgroups' partial sums added, they share the row max), O is normalized and written with the
+// range) piece: the two warpgroups' partial row sums are added (they share the
+// row max, so their sums add directly), O is normalized and written with the
 // LSE — the final output when the request is not split, else a partial result
 // (O / l and LSE, f32) for decode_combine, exactly as the `cuda` backend does.
 #pragma once
@@ -25,20 +25,15 @@ __device__ __forceinline__ void write_o(const DecodeParams& p, const PieceView& 
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
   }
-  // Serial schedule: each warpgroup summed its own 32 keys of every tile
-  // (one shared max), so the two sums add; exchange schedule: each summed
-  // all 64 keys against its own max, so its sum is the row's.
-  if constexpr (!K::kExchange) {
-    if (lane % 4 == 0) {
-      row_sum[g * K::kBlockM + r0] = l[0];
-      row_sum[g * K::kBlockM + r0 + 8] = l[1];
-    }
-    named_barrier_sync(kBarConsumers, K::kConsumerThreads);
+  if (lane % 4 == 0) {
+    row_sum[g * K::kBlockM + r0] = l[0];
+    row_sum[g * K::kBlockM + r0 + 8] = l[1];
   }
+  named_barrier_sync(kBarConsumers, K::kConsumerThreads);
   float inv[2], lse[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const float total = K::kExchange ? l[i] : l[i] + row_sum[(1 - g) * K::kBlockM + r0 + 8 * i];
+    const float total = l[i] + row_sum[(1 - g) * K::kBlockM + r0 + 8 * i];
     // A row that saw no key: output 0, LSE -inf. A NaN sum (the row saw a
     // non-finite value, sanitize_masked_keys) passes through: NaN O and LSE.
     const bool seen = !(total <= 0.f);

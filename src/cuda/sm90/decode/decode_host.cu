@@ -54,23 +54,6 @@ uint64_t kv_cache_hint() {
 
 }  // namespace
 
-// The schedule of the wgmma kernel: "exchange" (one warpgroup meeting per
-// tile, the default), "pipelined" (exchange with the next tile's S issued
-// behind this tile's P V) or "serial" (two meetings; the earlier kernel, kept
-// to measure against). LATTN_HOPPER_DECODE forces one (benchmarks).
-const char* decode_sm90_schedule() {
-  static const char* const name = [] {
-    const char* env = std::getenv("LATTN_HOPPER_DECODE");
-    if (!env || !*env) return "exchange";
-    const std::string v = env;
-    if (v == "exchange") return "exchange";
-    if (v == "serial") return "serial";
-    if (v == "pipelined") return "pipelined";
-    throw ValueError("LATTN_HOPPER_DECODE: expected exchange, pipelined or serial, got '" + v + "'");
-  }();
-  return name;
-}
-
 std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
                                            const void* cache, int64_t block_stride_elems) {
   if (L != 512 || R != 64) return "latent dims (" + std::to_string(L) + ", " + std::to_string(R) + ") are not (512, 64)";
@@ -85,13 +68,11 @@ std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream) {
   const CUtensorMap map = cache_tensor_map(p, dtype, num_blocks);
   const uint64_t hint = kv_cache_hint();
-  const std::string sched = decode_sm90_schedule();
-  const int schedule = sched == "serial" ? 0 : sched == "pipelined" ? 2 : 1;
   switch (dtype) {
     case DType::bf16:
-      return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, schedule, stream);
+      return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, stream);
     case DType::f16:
-      return DecodeKernelInstance<__half>::launch(p, map, m_tiles, hint, schedule, stream);
+      return DecodeKernelInstance<__half>::launch(p, map, m_tiles, hint, stream);
     default:
       throw NotImplementedError(std::string("hopper decode: activation dtype ") + dtype_name(dtype) +
                                 " (supported: f16, bf16)");

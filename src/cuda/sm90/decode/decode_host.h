@@ -22,11 +22,6 @@ constexpr int kDecodeBlockM = 64, kDecodeBlockN = 64;
 std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
                                            const void* cache, int64_t block_stride_elems);
 
-// The wgmma kernel's schedule, "exchange" (default), "pipelined" or "serial"
-// (LATTN_HOPPER_DECODE; docs/hopper.md, "Schedules"). Throws ValueError for
-// another value of the variable.
-const char* decode_sm90_schedule();
-
 // Launches the kernel (docs/hopper.md, "Decode"): grid (m_tiles, p.plan.num_parts), 384 threads.
 // num_blocks = the cache's page count (the tensor map's outer extent).
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream);

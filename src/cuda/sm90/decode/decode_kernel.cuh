@@ -14,7 +14,6 @@
 #include <climits>
 
 #include "cuda/sm90/decode/decode_epilogue.cuh"
-#include "cuda/sm90/decode/decode_exchange.cuh"
 #include "cuda/sm90/decode/decode_mainloop.cuh"
 #include "cuda/smxx/decode_pieces.cuh"
 
@@ -48,7 +47,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   float* row_sum = reinterpret_cast<float*>(smem + K::kRowSumOffset);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + K::kBarrierOffset);
   uint64_t* empty = full + K::kStages;
-  int* bad_key = reinterpret_cast<int*>(smem + K::kBadKeyOffset);  // serial: [2], by tile parity; exchange: [3]
+  int* bad_key = reinterpret_cast<int*>(smem + K::kBadKeyOffset);  // [2], by tile parity
   const int part = blockIdx.y;
 
   if (threadIdx.x == 0) {
@@ -57,7 +56,6 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       mbarrier_init(&empty[s], K::kConsumerThreads);     // every consumer thread, after its wgmmas
     }
     fence_barrier_init();
-    for (int i = 0; i < 3; ++i) bad_key[i] = INT_MAX;  // exchange_tile resets them after this
   }
   __syncthreads();
 
@@ -102,22 +100,11 @@ __global__ void __launch_bounds__(K::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < K::kColsPerWarpgroup / 2; ++i) o[i] = 0.f;
 
-    if constexpr (K::kPipelined) {
-      exchange_piece_pipelined<K>(p, pv, q_smem, kv_smem, smem, full, empty, g, tile_begin, tile_end, mask_from,
-                                  key_limit, it, bad_key, st, o);
-      tile_end = tile_begin;  // done: skip the loop below
-    }
     for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
       const int s = it % K::kStages, round = it / K::kStages;
       uint8_t* kv = kv_smem + s * K::kKVTileBytes;
       mbarrier_wait(&full[s], round & 1);
       const int key0 = tile * K::kBlockN;
-      if constexpr (K::kExchange) {
-        float* xmax = reinterpret_cast<float*>(smem + K::kXMaxOffset) + s * 2 * K::kBlockM;
-        exchange_tile<K>(p, pv, q_smem, kv, xmax, g, key0, mask_from, key_limit, it, bad_key, st, o);
-        mbarrier_arrive(&empty[s]);  // this thread's wgmmas have read the stage
-        continue;
-      }
       if (key0 + K::kBlockN > pv.seq_len) zero_tail_rows<K>(kv, pv.seq_len - key0, g);
 
       // Keys only some rows may see (the request's last s_q - 1) lie in this

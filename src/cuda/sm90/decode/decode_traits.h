@@ -19,14 +19,6 @@
 //    f32 = 128 registers per thread), wgmma m64n256k16 over the 64 keys with
 //    P as A and V (the first 512 columns of the same K tile) as an MN-major B.
 //
-// The exchange schedule (kExchange, decode_exchange.cuh; the default) keeps
-// the S split but replaces the row-max and P exchanges by one: each
-// warpgroup publishes its P (f16, relative to its own running max) and its
-// row maxima, both read the other's after one named barrier, rescale it to
-// their own max in registers and run P V with P as a register A operand
-// (wgmma RS form). P goes into the k_pe rows of the stage that only the
-// publishing warpgroup's S read, so the shared P box is not used.
-//
 // Every tile in shared memory is stored as 64-column boxes of [rows][64]
 // 16-bit elements with the 128-byte swizzle (what TMA writes with
 // CU_TENSOR_MAP_SWIZZLE_128B and wgmma reads through its descriptors).
@@ -37,14 +29,9 @@
 
 namespace lattn::cuda::sm90 {
 
-// kSchedule_: 0 serial, 1 exchange, 2 exchange with the next tile's S issued
-// right behind this tile's P V ("pipelined"; decode_exchange.cuh).
-template <class T_, int kSchedule_ = 1>
+template <class T_>
 struct DecodeTraits {
   using T = T_;  // activations, cache and MMA operands: __nv_bfloat16 or __half
-  static constexpr int kSchedule = kSchedule_;
-  static constexpr bool kExchange = kSchedule_ != 0;
-  static constexpr bool kPipelined = kSchedule_ == 2;
   static constexpr int kL = 512, kR = 64, kD = kL + kR;
   static constexpr int kBlockM = 64, kBlockN = 64;
   static constexpr int kBoxCols = 64;                 // 128 bytes of 16-bit elements
@@ -71,17 +58,8 @@ struct DecodeTraits {
   static constexpr size_t kRowMaxOffset = kPOffset + kBoxBytes;             // [2][64] f32
   static constexpr size_t kRowSumOffset = kRowMaxOffset + 2 * kBlockM * 4;  // [2][64] f32
   static constexpr size_t kBarrierOffset = kRowSumOffset + 2 * kBlockM * 4; // full[kStages], empty[kStages]
-  static constexpr size_t kBadKeyOffset = kBarrierOffset + 2 * kStages * 8;  // int[3]: the masked keys' flag
-  static constexpr size_t kUsedBytes = kBadKeyOffset + 3 * 4;
-  // Exchange schedule: the published row maxima [kStages][2 warpgroups][64]
-  // f32 (1 KB) live where the serial schedule's P box is.
-  static constexpr size_t kXMaxOffset = kPOffset;
-  static_assert(kStages * 2 * kBlockM * 4 <= kBoxBytes, "row maxima must fit the P box");
-  // Exchange schedule: warpgroup g's P goes into the k_pe rows [32g, +32)
-  // of the stage (4 KB: [2 k16 steps][128 threads][16 bytes], f16).
-  static constexpr size_t kXPOffsetInTile = size_t(kVBoxes) * kBlockN * 128;
-  static constexpr size_t kXPBytes = size_t(kKeysPerWarpgroup) * 128;
-  static_assert(kXPBytes == 2 * 128 * 16, "one thread's 16 f16 P values per warpgroup thread");
+  static constexpr size_t kBadKeyOffset = kBarrierOffset + 2 * kStages * 8;  // int[2]: sanitize_masked_keys' flag
+  static constexpr size_t kUsedBytes = kBadKeyOffset + 2 * 4;
   // + 1024: the dynamic window is only guaranteed 16-byte aligned; the kernel
   // rounds its base up to 1024 (the 128-byte swizzle's repeat).
   static constexpr size_t kSmemBytes = kUsedBytes + 1024;
