@@ -442,6 +442,7 @@ struct KernelCase {
   std::vector<int32_t> cu_q, cu_k;
   int heads;
   bool hopper = false;
+  sm90::HopperPrefillSchedule schedule = sm90::HopperPrefillSchedule::automatic;  // hopper only
 };
 
 // The dims and name of a KernelCase's configuration.
@@ -499,7 +500,7 @@ void run_kernel_case(const KernelCase& c, uint64_t seed) {
   p.causal = c.causal;
   p.element = c.dtype == DType::bf16 ? sm80::PrefillElement::bf16 : sm80::PrefillElement::f16;
   if (c.hopper) {
-    sm90::run_hopper_prefill_attention(p, tq, std::max<int64_t>(tk, 1), nullptr, c.config);
+    sm90::run_hopper_prefill_attention(p, tq, std::max<int64_t>(tk, 1), nullptr, c.config, c.schedule);
   } else {
     sm80::run_prefill_attention(p, nullptr, c.config);
   }
@@ -595,12 +596,60 @@ TEST(HopperPrefillKernel, LongestFirstAndManyRequests) {
   run_kernel_case({0, DType::bf16, false, many, many, 2, true}, 703);
 }
 
+// Both tile walks explicitly (the cases above take the default, dynamic):
+// the static pairs and the dynamic heaviest-first walk, on many tiles per
+// CTA, varlen batches in no length order, and the request-order fallback
+// past 256 requests; and one request of 9200 keys at 5 heads, whose heads
+// the dynamic walk splits into sections of 2 and 3 on an H100 (K + V of 2
+// heads fit its section budget, a third of the 50 MB L2, and the last
+// section takes the remainder). After the dynamic launches every tile
+// counter is back at 0.
+TEST(HopperPrefillKernel, StaticAndDynamicWalks) {
+  SKIP_WITHOUT_GPU_FOR("hopper");
+  using sm90::HopperPrefillSchedule;
+  std::vector<int32_t> varlen = {0};
+  for (int len : {5, 300, 0, 129, 640, 1, 260, 700}) varlen.push_back(varlen.back() + len);
+  std::vector<int32_t> many = {0};
+  for (int b = 0; b < 300; ++b) many.push_back(many.back() + (b * 37) % 7 * (b % 11 == 0 ? 29 : 1));
+  const std::vector<int32_t> many_tiles = {0, 1, 128, 256, 385, 685};
+  int seed = 800;
+  for (HopperPrefillSchedule schedule : {HopperPrefillSchedule::static_pairs, HopperPrefillSchedule::dynamic}) {
+    SCOPED_TRACE(schedule == HopperPrefillSchedule::dynamic ? "dynamic" : "static");
+    for (bool causal : {true, false}) {
+      run_kernel_case({0, DType::bf16, causal, many_tiles, many_tiles, 48, true, schedule}, seed++);
+      run_kernel_case({0, DType::bf16, causal, varlen, varlen, 40, true, schedule}, seed++);
+      run_kernel_case({0, DType::f16, causal, many, many, 3, true, schedule}, seed++);
+      // Fewer keys than queries in one request (tiles that see no key are
+      // handed to the consumers with no Q load), more in another.
+      run_kernel_case({0, DType::bf16, causal, {0, 300, 310}, {0, 100, 700}, 5, true, schedule}, seed++);
+    }
+    run_kernel_case({0, DType::bf16, true, {0, 129}, {0, 9200}, 5, true, schedule}, seed++);
+  }
+  EXPECT_TRUE(sm90::hopper_prefill_counters_idle());
+}
+
+// The dynamic walk's counter is set back to 0 by each launch: many launches
+// in a row (more than the ring of counters holds) stay correct.
+TEST(HopperPrefillKernel, DynamicCountersResetAcrossLaunches) {
+  SKIP_WITHOUT_GPU_FOR("hopper");
+  for (int i = 0; i < 1100; ++i) {
+    run_kernel_case({0, DType::bf16, true, {0, 130, 200}, {0, 130, 260}, 2, true,
+                     sm90::HopperPrefillSchedule::dynamic},
+                    uint64_t(900 + i % 3));
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_TRUE(sm90::hopper_prefill_counters_idle());
+}
+
 // A small case for compute-sanitizer (scripts/gpu-check.sh runs *Sanitizer*).
 TEST(HopperPrefillKernel, SanitizerCase) {
   SKIP_WITHOUT_GPU_FOR("hopper");
   for (int config = 0; config < sm90::kNumHopperPrefillConfigs; ++config) {
-    run_kernel_case({config, DType::bf16, true, {0, 70, 70, 200}, {0, 90, 95, 225}, 2, true}, 600);
-    run_kernel_case({config, DType::bf16, false, {0, 70, 70, 200}, {0, 90, 95, 225}, 2, true}, 601);
+    for (sm90::HopperPrefillSchedule schedule :
+         {sm90::HopperPrefillSchedule::dynamic, sm90::HopperPrefillSchedule::static_pairs}) {
+      run_kernel_case({config, DType::bf16, true, {0, 70, 70, 200}, {0, 90, 95, 225}, 2, true, schedule}, 600);
+      run_kernel_case({config, DType::bf16, false, {0, 70, 70, 200}, {0, 90, 95, 225}, 2, true, schedule}, 601);
+    }
   }
 }
 
