@@ -100,7 +100,6 @@ constexpr int kCounterSlots = 1024;
 struct DeviceCounters {
   int* base = nullptr;  // device, kCounterSlots ints, zeroed once
   std::atomic<uint32_t> next{0};
-  int l2_bytes = 0;
 };
 
 std::mutex counters_mutex;
@@ -117,7 +116,6 @@ DeviceCounters* device_counters(int device, bool may_allocate) {
   if (c == nullptr) {
     if (!may_allocate) return nullptr;
     auto fresh = std::make_unique<DeviceCounters>();
-    LATTN_CUDA_CHECK(cudaDeviceGetAttribute(&fresh->l2_bytes, cudaDevAttrL2CacheSize, device));
     LATTN_CUDA_CHECK(cudaMalloc(&fresh->base, kCounterSlots * sizeof(int)));
     LATTN_CUDA_CHECK(cudaMemset(fresh->base, 0, kCounterSlots * sizeof(int)));
     c = std::move(fresh);
@@ -137,23 +135,24 @@ HopperPrefillSchedule resolve(HopperPrefillSchedule schedule) {
   return from_env;
 }
 
-// Bytes of K + V that one section of heads of the dynamic walk may hold:
-// a third of L2 (the CTAs running at one time span at most two sections,
-// beside the Q and O they stream), or LATTN_HOPPER_PREFILL_SECTION_MB
-// (read once; for measurements).
-int64_t section_bytes(const DeviceCounters& c) {
+// Bytes of K + V that one section of heads of the dynamic walk may hold
+// (LATTN_HOPPER_PREFILL_SECTION_MB, read once; for measurements). Default
+// 0: one head per section, so a head's tiles are handed out one after the
+// other and run at the same time, on neighbouring CTAs, sharing its K/V in
+// L2 (docs/perf.md measures this against sections of many heads).
+int64_t section_bytes() {
   static const int64_t from_env = [] {
     const char* v = std::getenv("LATTN_HOPPER_PREFILL_SECTION_MB");
     if (v == nullptr || *v == '\0') return int64_t{0};
     char* end = nullptr;
     const long mb = std::strtol(v, &end, 10);
-    if (*end != '\0' || mb <= 0 || mb > 4096) {
-      throw ValueError(std::string("LATTN_HOPPER_PREFILL_SECTION_MB must be an integer in [1, 4096], got '") + v +
+    if (*end != '\0' || mb < 0 || mb > 4096) {
+      throw ValueError(std::string("LATTN_HOPPER_PREFILL_SECTION_MB must be an integer in [0, 4096], got '") + v +
                        "'");
     }
     return int64_t(mb) << 20;
   }();
-  return from_env > 0 ? from_env : int64_t(c.l2_bytes) / 3;
+  return from_env;
 }
 
 // The kernel argument for this launch.
@@ -170,7 +169,7 @@ PrefillSchedule make_schedule(const PrefillParams& p, HopperPrefillSchedule kind
   if (c == nullptr) return s;  // capturing, no counters yet: the static walk
   s.counter = c->base + c->next.fetch_add(1, std::memory_order_relaxed) % kCounterSlots;
   const int64_t row_bytes = int64_t(p.head_dim_qk + p.head_dim_v) * 2;
-  s.section_rows = int(std::min<int64_t>(section_bytes(*c) / row_bytes, 0x7fffffff));
+  s.section_rows = int(std::min<int64_t>(section_bytes() / row_bytes, 0x7fffffff));
   return s;
 }
 

@@ -7,17 +7,18 @@
 // order and handed out by an atomic counter: CTA c starts with tile c, and
 // takes tile `grid + atomicAdd(counter, 1)` whenever it starts a tile, so a
 // CTA that finished early takes more. The order: requests longest first,
-// and within a request, heads in sections whose K and V fit a slice of L2
-// (`section_rows` key rows of K + V; the last section also takes the
-// remainder of the heads), section by section; inside a section query block
-// M - 1 first (causal: the one that sees the most keys), each block over
-// the section's heads. So the expensive tiles of every section
-// come first and the last tiles handed out are the cheapest (query block 0
-// of the last request's last section), and the CTAs running at one time
-// read the K/V of a few heads that L2 holds. The counter is one int of a
-// ring the launcher owns; the launch that takes value total - 1 (the last
-// one taken) sets it back to 0, so the next launch on that slot finds 0
-// (prefill_launch.cu explains the ring).
+// and within a request, heads in sections of `section_rows` key rows of
+// K + V (0: one head per section), section by section; inside a section
+// query block M - 1 first (causal: the one that sees the most keys), each
+// block over the section's heads. The last section of a request takes the
+// remainder of the heads, and that of the walk's last request enough heads
+// that its heaviest tiles are not left for the end (tile_at). So the
+// expensive tiles of every section come first, the last tiles handed out
+// are the cheapest (query block 0 of the last request's last section), and
+// the CTAs running at one time share the K/V of a few heads in L2. The
+// counter is one int of a ring the launcher owns; the launch that takes
+// value total - 1 (the last one taken) sets it back to 0, so the next
+// launch on that slot finds 0 (prefill_launch.cu explains the ring).
 //
 // Static pairs (the earlier walk, kept selectable to measure against).
 // Work comes in units of two tiles of one (request, head): query blocks
@@ -148,30 +149,25 @@ struct PrefillTileScheduler {
   __device__ static bool tile_at(const PrefillParams& p, const PrefillSchedule& s, uint32_t order, int index,
                                  PrefillTileId& id) {
     int m_blocks, local;
+    bool last_request;  // the last request with tiles in the walk's order
     if (sorted(p)) {
       const int rank = rank_of(p, order, index);
       id.batch = ld_shared_s32(PrefillRequestOrder::request_at(order, rank));
       local = index - ld_shared_s32(PrefillRequestOrder::begin_at(order, rank));
+      last_request = ld_shared_s32(PrefillRequestOrder::begin_at(order, rank + 1)) ==
+                     ld_shared_s32(PrefillRequestOrder::begin_at(order, p.batch));
       m_blocks = (__ldg(p.cu_seqlens_q + id.batch + 1) - __ldg(p.cu_seqlens_q + id.batch) + kBlockM - 1) / kBlockM;
     } else {
       m_blocks = max_m_blocks(p);
       id.batch = index / (m_blocks * p.num_heads);
       local = index - id.batch * (m_blocks * p.num_heads);
+      last_request = id.batch == p.batch - 1;
     }
     const int seqlen_k = __ldg(p.cu_seqlens_k + id.batch + 1) - __ldg(p.cu_seqlens_k + id.batch);
-    // Heads per section: as many as fit section_rows key rows, 1..num_heads;
-    // the last section also takes the remainder (per_section to
-    // 2 per_section - 1 heads), so that the work handed out after its
-    // heaviest tiles keeps the other CTAs busy until those end (a last
-    // section of 1 or 2 heads would start its M - 1 blocks too late).
-    const int per_section = max(1, min(p.num_heads, s.section_rows / max(1, seqlen_k)));
-    const int sections = p.num_heads / per_section;
-    const int section = min(local / (per_section * m_blocks), sections - 1);
-    const int in_section = local - section * (per_section * m_blocks);
-    const int heads = section == sections - 1 ? p.num_heads - section * per_section : per_section;
-    const int rank_m = in_section / heads;
-    id.head = section * per_section + (in_section - rank_m * heads);
-    id.m_block = m_blocks - 1 - rank_m;
+    const int per_section = prefill_heads_per_section(s.section_rows, seqlen_k, p.num_heads);
+    const int last_heads = prefill_last_section_heads(p.num_heads, per_section, m_blocks, kCausal && last_request,
+                                                      int(gridDim.x));
+    prefill_section_tile(local, m_blocks, p.num_heads, per_section, last_heads, id.head, id.m_block);
     if (!sorted(p)) {
       const int sq = __ldg(p.cu_seqlens_q + id.batch + 1) - __ldg(p.cu_seqlens_q + id.batch);
       return id.m_block * kBlockM < sq;
