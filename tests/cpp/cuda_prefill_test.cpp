@@ -600,7 +600,7 @@ TEST(HopperPrefillKernel, LongestFirstAndManyRequests) {
   run_kernel_case({0, DType::bf16, false, many, many, 2, true}, 703);
 }
 
-// Both tile walks explicitly (the cases above take the default, dynamic):
+// Both tile walks explicitly (the cases above take the default, static):
 // the static pairs and the dynamic heaviest-first walk, on varlen batches in
 // no length order with more tiles than SMs (21 query blocks x 8 heads), the
 // request-order fallback past 256 requests, tiles that see no key (handed

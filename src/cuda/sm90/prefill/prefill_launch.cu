@@ -123,13 +123,15 @@ DeviceCounters* device_counters(int device, bool may_allocate) {
   return c.get();
 }
 
-// LATTN_HOPPER_PREFILL_SCHEDULE ("dynamic" or "static"; read once), else dynamic.
+// LATTN_HOPPER_PREFILL_SCHEDULE ("dynamic" or "static"; read once), else
+// static: in the same-run A/B of docs/perf.md the dynamic walk was not
+// faster on any shape (5 % slower at 16 x 1024).
 HopperPrefillSchedule resolve(HopperPrefillSchedule schedule) {
   if (schedule != HopperPrefillSchedule::automatic) return schedule;
   static const HopperPrefillSchedule from_env = [] {
     const char* v = std::getenv("LATTN_HOPPER_PREFILL_SCHEDULE");
-    if (v == nullptr || std::string(v).empty() || std::string(v) == "dynamic") return HopperPrefillSchedule::dynamic;
-    if (std::string(v) == "static") return HopperPrefillSchedule::static_pairs;
+    if (v == nullptr || std::string(v).empty() || std::string(v) == "static") return HopperPrefillSchedule::static_pairs;
+    if (std::string(v) == "dynamic") return HopperPrefillSchedule::dynamic;
     throw ValueError(std::string("LATTN_HOPPER_PREFILL_SCHEDULE must be 'dynamic' or 'static', got '") + v + "'");
   }();
   return from_env;
@@ -139,7 +141,8 @@ HopperPrefillSchedule resolve(HopperPrefillSchedule schedule) {
 // (LATTN_HOPPER_PREFILL_SECTION_MB, read once; for measurements). Default
 // 0: one head per section, so a head's tiles are handed out one after the
 // other and run at the same time, on neighbouring CTAs, sharing its K/V in
-// L2 (docs/perf.md measures this against sections of many heads).
+// L2 (the sections of a third of L2 that were measured, docs/perf.md, lost
+// 5 % at 16 x 1024 against the static pairs; this default is not measured).
 int64_t section_bytes() {
   static const int64_t from_env = [] {
     const char* v = std::getenv("LATTN_HOPPER_PREFILL_SECTION_MB");

@@ -15,7 +15,7 @@
 namespace lattn::cuda::sm90 {
 
 enum class HopperPrefillSchedule {
-  automatic,     // LATTN_HOPPER_PREFILL_SCHEDULE (read once: "dynamic" or "static"), else dynamic
+  automatic,     // LATTN_HOPPER_PREFILL_SCHEDULE (read once: "dynamic" or "static"), else static
   static_pairs,  // the static round robin over paired query blocks
   dynamic,       // heaviest first from an atomic tile counter
 };
