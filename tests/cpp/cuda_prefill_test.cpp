@@ -631,8 +631,8 @@ TEST(HopperPrefillKernel, StaticAndDynamicWalks) {
 // each, stay correct, and every counter ends at 0.
 TEST(HopperPrefillKernel, DynamicCountersResetAcrossLaunches) {
   SKIP_WITHOUT_GPU_FOR("hopper");
-  KernelCase c{0, DType::bf16, true, {0, 130, 200, 460}, {0, 130, 260, 520}, 4, true,
-               sm90::HopperPrefillSchedule::dynamic};
+  KernelCase c{
+      0, DType::bf16, true, {0, 130, 200, 460}, {0, 130, 260, 520}, 4, true, sm90::HopperPrefillSchedule::dynamic};
   c.repeat = 1100;
   run_kernel_case(c, 900);
   EXPECT_TRUE(sm90::hopper_prefill_counters_idle());

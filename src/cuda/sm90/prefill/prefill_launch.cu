@@ -130,7 +130,8 @@ HopperPrefillSchedule resolve(HopperPrefillSchedule schedule) {
   if (schedule != HopperPrefillSchedule::automatic) return schedule;
   static const HopperPrefillSchedule from_env = [] {
     const char* v = std::getenv("LATTN_HOPPER_PREFILL_SCHEDULE");
-    if (v == nullptr || std::string(v).empty() || std::string(v) == "static") return HopperPrefillSchedule::static_pairs;
+    if (v == nullptr || std::string(v).empty() || std::string(v) == "static")
+      return HopperPrefillSchedule::static_pairs;
     if (std::string(v) == "dynamic") return HopperPrefillSchedule::dynamic;
     throw ValueError(std::string("LATTN_HOPPER_PREFILL_SCHEDULE must be 'dynamic' or 'static', got '") + v + "'");
   }();
@@ -150,8 +151,7 @@ int64_t section_bytes() {
     char* end = nullptr;
     const long mb = std::strtol(v, &end, 10);
     if (*end != '\0' || mb < 0 || mb > 4096) {
-      throw ValueError(std::string("LATTN_HOPPER_PREFILL_SECTION_MB must be an integer in [0, 4096], got '") + v +
-                       "'");
+      throw ValueError(std::string("LATTN_HOPPER_PREFILL_SECTION_MB must be an integer in [0, 4096], got '") + v + "'");
     }
     return int64_t(mb) << 20;
   }();
@@ -205,8 +205,8 @@ bool hopper_prefill_compiled() {
 #endif
 }
 
-void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_t kv_rows, Stream stream,
-                                  int config, HopperPrefillSchedule schedule) {
+void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_t kv_rows, Stream stream, int config,
+                                  HopperPrefillSchedule schedule) {
   if (config < 0) {
     config = hopper_prefill_config(p.head_dim_qk, p.head_dim_v);
     if (config < 0) {

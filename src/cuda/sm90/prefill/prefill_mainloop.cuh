@@ -90,8 +90,8 @@ struct PrefillMainloop {
     const auto hand_over = [&](const PrefillTileId& id, bool with_q) {
       mbarrier_wait(bar(offsetof(PrefillBarriers, q_empty), 0), (q_iter & 1) ^ 1);
       ++q_iter;
-      st_shared_v4(bar(offsetof(PrefillBarriers, tile), 0), make_uint4(uint32_t(id.batch), uint32_t(id.head),
-                                                                        uint32_t(id.m_block), 0u));
+      st_shared_v4(bar(offsetof(PrefillBarriers, tile), 0),
+                   make_uint4(uint32_t(id.batch), uint32_t(id.head), uint32_t(id.m_block), 0u));
       if (with_q) {
         mbarrier_arrive_expect_tx(bar(offsetof(PrefillBarriers, q_full), 0), Traits::kQBytes);
       } else {

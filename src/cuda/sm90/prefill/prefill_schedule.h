@@ -48,7 +48,7 @@ LATTN_HOST_DEVICE constexpr int prefill_heads_per_section(int section_rows, int 
 // its block M - 1 would start only M tiles before the end of the launch:
 // about half a tile of idle tail on every other CTA.)
 LATTN_HOST_DEVICE constexpr int prefill_last_section_heads(int num_heads, int per_section, int m_blocks, bool tail,
-                                                            int grid) {
+                                                           int grid) {
   int k = per_section + num_heads % per_section;
   if (tail) {
     const int need = m_blocks > 1 ? (2 * (grid - 1) + m_blocks - 2) / (m_blocks - 1) : num_heads;

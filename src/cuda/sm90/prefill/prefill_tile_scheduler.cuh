@@ -68,8 +68,8 @@ struct PrefillTile {
 // shared address: the producer walks it with 40 registers.
 inline constexpr int kMaxSortedRequests = 256;
 struct PrefillRequestOrder {
-  int32_t request[kMaxSortedRequests];     // request of rank i (cost descending)
-  int32_t begin[kMaxSortedRequests + 1];   // first tile (dynamic) or unit (static) of rank i; [batch] = all
+  int32_t request[kMaxSortedRequests];    // request of rank i (cost descending)
+  int32_t begin[kMaxSortedRequests + 1];  // first tile (dynamic) or unit (static) of rank i; [batch] = all
   __device__ static uint32_t request_at(uint32_t order, int i) { return order + 4u * uint32_t(i); }
   __device__ static uint32_t begin_at(uint32_t order, int i) { return order + 4u * uint32_t(kMaxSortedRequests + i); }
 };
@@ -165,8 +165,8 @@ struct PrefillTileScheduler {
     }
     const int seqlen_k = __ldg(p.cu_seqlens_k + id.batch + 1) - __ldg(p.cu_seqlens_k + id.batch);
     const int per_section = prefill_heads_per_section(s.section_rows, seqlen_k, p.num_heads);
-    const int last_heads = prefill_last_section_heads(p.num_heads, per_section, m_blocks, kCausal && last_request,
-                                                      int(gridDim.x));
+    const int last_heads =
+        prefill_last_section_heads(p.num_heads, per_section, m_blocks, kCausal && last_request, int(gridDim.x));
     prefill_section_tile(local, m_blocks, p.num_heads, per_section, last_heads, id.head, id.m_block);
     if (!sorted(p)) {
       const int sq = __ldg(p.cu_seqlens_q + id.batch + 1) - __ldg(p.cu_seqlens_q + id.batch);
