@@ -13,6 +13,7 @@
 #include "cuda/common/dtype_device.cuh"
 #include "cuda/sm80/decode/decode_kernel.cuh"
 #include "cuda/smxx/decode_combine.h"
+#include "cuda/smxx/decode_combine_row.cuh"
 #include "cuda/smxx/decode_plan_math.cuh"
 #include "lattn/errors.h"
 
@@ -44,10 +45,11 @@ __device__ __forceinline__ void plan_in_warp(const DecodeParams& p, SmallPlan& s
   const int lane = threadIdx.x % 32;
   const DecodePlan& plan = p.plan;
   const int ovh = plan.overhead_tiles;
-  const int cost = lane < p.batch ? decode_request_cost(p.seq_lens[lane], plan.tile_keys, ovh, false) : 0;
+  const int cost =
+      lane < p.batch ? decode_request_cost(p.seq_lens[lane], plan.tile_keys, ovh, plan.batch_invariant) : 0;
   const int incl = warp_inclusive_scan(cost);
   const int total = __shfl_sync(0xffffffffu, incl, 31);
-  const int w = decode_part_width(total, plan.num_parts, false);
+  const int w = decode_part_width(total, plan.num_parts, plan.batch_invariant);
   const int n = lane < p.batch ? decode_request_splits(incl - cost, incl, ovh, w) : 0;
   const int slots = n >= 2 ? n : 0;
   const int slot_incl = warp_inclusive_scan(slots);
@@ -117,6 +119,31 @@ __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) 
   for (int w = 1; w < kThreads / 32; ++w) r = is_max ? max_nan(r, red[w]) : r + red[w];
   __syncthreads();
   return r;
+}
+
+// Batch-invariant plans: one warp per (request, row, 128-column slice), with
+// the combine kernel's arithmetic for those plans (decode_combine_row.cuh),
+// so that a request's bits are the same whether this kernel or the combine
+// kernel merged it.
+struct CoherentLoads {
+  __device__ __forceinline__ float operator()(const float* x) const { return __ldcg(x); }
+  __device__ __forceinline__ float4 operator()(const float4* x) const { return __ldcg(x); }
+};
+template <class K>
+__device__ __forceinline__ void combine_phase_invariant(const DecodeParams& p, const SmallPlan& sp) {
+  const int rows = p.plan.rows_capacity;
+  const int slices = (K::kL / 4 + 31) / 32;
+  const int warps = gridDim.x * gridDim.y * (K::kThreads / 32);
+  const int warp = (blockIdx.y * gridDim.x + blockIdx.x) * (K::kThreads / 32) + threadIdx.x / 32;
+  for (int item = warp; item < p.batch * rows * slices; item += warps) {
+    const int pair = item / slices;
+    const int r = pair / rows, row = pair % rows;
+    const int n = sp.splits[r];
+    if (n == 1) continue;  // written by its only part
+    const int s_q = p.query_start_loc[r + 1] - p.query_start_loc[r];
+    if (row >= s_q * p.num_heads) continue;
+    combine_decode_row_slice<typename K::T>(p, r, row, n, sp.slot0[r], item % slices, CoherentLoads{});
+  }
 }
 
 // The combine (decode_combine.cu's arithmetic) after the grid barrier. The
@@ -247,8 +274,13 @@ __device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid
     const int c1 = sp.prefix[r + 1];
     if (c1 == c0) continue;  // no keys: the combine phase writes 0 / -inf
     const int first_tile_pos = c0 + ovh;
-    const int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
-    const int tile_end = min(end, c1) - first_tile_pos;
+    int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
+    int tile_end = min(end, c1) - first_tile_pos;
+    // A batch-invariant plan's cost unit is one split: its tiles (as decode_pieces.cuh).
+    if (p.plan.batch_invariant) {
+      const int tiles = (p.seq_lens[r] + K::kBlockN - 1) / K::kBlockN;
+      batch_invariant_split_range(tiles, tile_begin, tile_begin, tile_end);
+    }
     if (tile_end <= tile_begin) continue;
     const sm80::RequestView rv = sm80::make_request_view<K>(p, r);
     if (rv.row0 >= rv.rows) continue;
@@ -257,7 +289,13 @@ __device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid
   }
   // Every CTA (with or without pieces) joins the barrier and the combine.
   grid_barrier(grid_sync, gridDim.x * gridDim.y);
-  if (stages & kFusedStageCombine) combine_phase<K>(p, sp, smem);
+  if (stages & kFusedStageCombine) {
+    if (p.plan.batch_invariant) {
+      combine_phase_invariant<K>(p, sp);
+    } else {
+      combine_phase<K>(p, sp, smem);
+    }
+  }
 }
 
 template <class K>
