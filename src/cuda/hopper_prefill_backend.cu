@@ -26,7 +26,11 @@ bool is_sm90(std::optional<DeviceCapability> capability) {
 
 class HopperPrefillBackend final : public CudaPrefillBackend {
  public:
-  using CudaPrefillBackend::CudaPrefillBackend;
+  // The dynamic tile walk's counters are allocated here, not at the first
+  // launch, which may be inside a CUDA graph capture.
+  explicit HopperPrefillBackend(const PrefillBackendParams& params) : CudaPrefillBackend(params) {
+    cuda::sm90::reserve_hopper_prefill_counters(params.context.device.index);
+  }
   std::string name() const override { return "hopper"; }
 
  protected:

@@ -442,6 +442,8 @@ struct KernelCase {
   std::vector<int32_t> cu_q, cu_k;
   int heads;
   bool hopper = false;
+  sm90::HopperPrefillSchedule schedule = sm90::HopperPrefillSchedule::automatic;  // hopper only
+  int repeat = 1;  // launches, the output poisoned before each; the last one is checked
 };
 
 // The dims and name of a KernelCase's configuration.
@@ -498,10 +500,13 @@ void run_kernel_case(const KernelCase& c, uint64_t seed) {
   p.scale = scale;
   p.causal = c.causal;
   p.element = c.dtype == DType::bf16 ? sm80::PrefillElement::bf16 : sm80::PrefillElement::f16;
-  if (c.hopper) {
-    sm90::run_hopper_prefill_attention(p, tq, std::max<int64_t>(tk, 1), nullptr, c.config);
-  } else {
-    sm80::run_prefill_attention(p, nullptr, c.config);
+  for (int i = 0; i < c.repeat; ++i) {
+    if (i > 0) test::poison(out.tensor());
+    if (c.hopper) {
+      sm90::run_hopper_prefill_attention(p, tq, std::max<int64_t>(tk, 1), nullptr, c.config, c.schedule);
+    } else {
+      sm80::run_prefill_attention(p, nullptr, c.config);
+    }
   }
 
   const OwnedTensor ref_out = OwnedTensor::empty({tq, c.heads, cfg.head_dim_v}, DType::f32);
@@ -595,12 +600,96 @@ TEST(HopperPrefillKernel, LongestFirstAndManyRequests) {
   run_kernel_case({0, DType::bf16, false, many, many, 2, true}, 703);
 }
 
+// Both tile walks explicitly (the cases above take the default, static):
+// the static pairs and the dynamic heaviest-first walk, on varlen batches in
+// no length order with more tiles than SMs (21 query blocks x 8 heads), the
+// request-order fallback past 256 requests, tiles that see no key (handed
+// to the consumers with no Q load). After the dynamic launches every tile
+// counter is back at 0.
+TEST(HopperPrefillKernel, StaticAndDynamicWalks) {
+  SKIP_WITHOUT_GPU_FOR("hopper");
+  using sm90::HopperPrefillSchedule;
+  std::vector<int32_t> varlen = {0};
+  for (int len : {5, 300, 0, 129, 640, 1, 260, 700}) varlen.push_back(varlen.back() + len);
+  std::vector<int32_t> many = {0};
+  for (int b = 0; b < 300; ++b) many.push_back(many.back() + (b * 37) % 7 * (b % 11 == 0 ? 29 : 1));
+  int seed = 800;
+  for (HopperPrefillSchedule schedule : {HopperPrefillSchedule::static_pairs, HopperPrefillSchedule::dynamic}) {
+    SCOPED_TRACE(schedule == HopperPrefillSchedule::dynamic ? "dynamic" : "static");
+    for (bool causal : {true, false}) {
+      run_kernel_case({0, DType::bf16, causal, varlen, varlen, 8, true, schedule}, seed++);
+      run_kernel_case({0, DType::f16, causal, many, many, 3, true, schedule}, seed++);
+      // Fewer keys than queries in one request, more in the other.
+      run_kernel_case({0, DType::bf16, causal, {0, 300, 310}, {0, 100, 700}, 5, true, schedule}, seed++);
+    }
+  }
+  EXPECT_TRUE(sm90::hopper_prefill_counters_idle());
+}
+
+// The dynamic walk's counter is set back to 0 by each launch: more launches
+// in a row than the ring holds counters (1024), the output poisoned before
+// each, stay correct, and every counter ends at 0.
+TEST(HopperPrefillKernel, DynamicCountersResetAcrossLaunches) {
+  SKIP_WITHOUT_GPU_FOR("hopper");
+  KernelCase c{
+      0, DType::bf16, true, {0, 130, 200, 460}, {0, 130, 260, 520}, 4, true, sm90::HopperPrefillSchedule::dynamic};
+  c.repeat = 1100;
+  run_kernel_case(c, 900);
+  EXPECT_TRUE(sm90::hopper_prefill_counters_idle());
+}
+
+// The dynamic walk's order inside one request (prefill_schedule.h), on the
+// host: every (head, query block) exactly once, query blocks non-increasing
+// inside each section, the last section last and, in the walk's last
+// request, large enough that its heaviest tiles leave grid - 1 CTAs about a
+// tile each of work after them.
+TEST(HopperPrefillSchedule, DynamicOrderCoversEveryTileHeaviestFirst) {
+  for (int heads : {1, 2, 3, 5, 16, 40, 128}) {
+    for (int m_blocks : {1, 2, 3, 8, 64}) {
+      for (int per_section : {1, 2, 3, 7, 1000}) {
+        for (bool tail : {false, true}) {
+          for (int grid : {1, 7, 132}) {
+            const int ps = sm90::prefill_heads_per_section(per_section * 100, 100, heads);
+            ASSERT_EQ(ps, std::min(per_section, heads));
+            const int last = sm90::prefill_last_section_heads(heads, ps, m_blocks, tail, grid);
+            SCOPED_TRACE("H " + std::to_string(heads) + " M " + std::to_string(m_blocks) + " per_section " +
+                         std::to_string(ps) + " last " + std::to_string(last) + " grid " + std::to_string(grid));
+            ASSERT_GE(last, 1);
+            ASSERT_LE(last, heads);
+            if (tail && m_blocks > 1) {
+              EXPECT_GE(last * (m_blocks - 1), std::min(heads * (m_blocks - 1), 2 * (grid - 1)));
+            }
+            std::vector<int> seen(size_t(heads * m_blocks), 0);
+            int prev_head0 = -1, prev_m = m_blocks;
+            for (int local = 0; local < heads * m_blocks; ++local) {
+              int head = -1, m = -1;
+              sm90::prefill_section_tile(local, m_blocks, heads, ps, last, head, m);
+              ASSERT_TRUE(head >= 0 && head < heads && m >= 0 && m < m_blocks) << local;
+              ++seen[size_t(head * m_blocks + m)];
+              // The section a head belongs to: front sections of ps heads, then the last.
+              const int head0 = head >= heads - last ? heads - last : head / ps * ps;
+              if (head0 == prev_head0) EXPECT_LE(m, prev_m) << local;
+              if (local >= (heads - last) * m_blocks) EXPECT_GE(head, heads - last) << local;
+              prev_head0 = head0;
+              prev_m = m;
+            }
+            for (int n : seen) ASSERT_EQ(n, 1);
+          }
+        }
+      }
+    }
+  }
+}
+
 // A small case for compute-sanitizer (scripts/gpu-check.sh runs *Sanitizer*).
 TEST(HopperPrefillKernel, SanitizerCase) {
   SKIP_WITHOUT_GPU_FOR("hopper");
   for (int config = 0; config < sm90::kNumHopperPrefillConfigs; ++config) {
-    run_kernel_case({config, DType::bf16, true, {0, 70, 70, 200}, {0, 90, 95, 225}, 2, true}, 600);
-    run_kernel_case({config, DType::bf16, false, {0, 70, 70, 200}, {0, 90, 95, 225}, 2, true}, 601);
+    for (sm90::HopperPrefillSchedule schedule :
+         {sm90::HopperPrefillSchedule::dynamic, sm90::HopperPrefillSchedule::static_pairs}) {
+      run_kernel_case({config, DType::bf16, true, {0, 70, 70, 200}, {0, 90, 95, 225}, 2, true, schedule}, 600);
+      run_kernel_case({config, DType::bf16, false, {0, 70, 70, 200}, {0, 90, 95, 225}, 2, true, schedule}, 601);
+    }
   }
 }
 

@@ -18,9 +18,13 @@ namespace lattn::cuda::sm90 {
 
 bool hopper_prefill_compiled() { return false; }
 
-void run_hopper_prefill_attention(const sm80::PrefillParams&, int64_t, int64_t, Stream, int) {
+void run_hopper_prefill_attention(const sm80::PrefillParams&, int64_t, int64_t, Stream, int, HopperPrefillSchedule) {
   throw ValueError("hopper prefill attention: lattn was built without CUDA");
 }
+
+void reserve_hopper_prefill_counters(int) {}
+
+bool hopper_prefill_counters_idle() { return true; }
 
 }  // namespace lattn::cuda::sm90
 

@@ -3,8 +3,10 @@
 // fed by the bulk tensor copy engine (roles and memory map in
 // prefill_traits.cuh, the walk over tiles in prefill_tile_scheduler.cuh).
 //
-// Per tile (request, head, 128 query rows), consumer warpgroup wg (64 rows),
-// serial variant:
+// The producer thread walks the tiles (dynamic or static, see the
+// scheduler) and names each one to the consumers with its Q. Per tile
+// (request, head, 128 query rows), consumer warpgroup wg (64 rows), serial
+// variant:
 //   wait Q; for key block n = last .. 0 (the diagonal / ragged end first):
 //     wait K[n]; S = Q K[n]ᵀ; release K[n] (last block: and Q);
 //     mask (only blocks crossing the keys' end or the causal diagonal);
@@ -44,8 +46,9 @@ namespace lattn::cuda::sm90 {
 
 template <class Traits, bool kCausal>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
-    hopper_prefill_kernel(const __grid_constant__ PrefillParams params, const __grid_constant__ CUtensorMap tmap_q,
-                          const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v) {
+    hopper_prefill_kernel(const __grid_constant__ PrefillParams params, const __grid_constant__ PrefillSchedule sched,
+                          const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
+                          const __grid_constant__ CUtensorMap tmap_v) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Element = typename Traits::Element;
   using Mainloop = PrefillMainloop<Traits, kCausal>;
@@ -73,15 +76,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
     fence_barrier_init();
   }
-  Scheduler::build_order(params, *reinterpret_cast<PrefillRequestOrder*>(smem + Traits::kSmemOrder), int(threadIdx.x),
-                         Traits::kThreads);
+  Scheduler::build_order(params, *reinterpret_cast<PrefillRequestOrder*>(smem + Traits::kSmemOrder),
+                         sched.counter != nullptr, int(threadIdx.x), Traits::kThreads);
   __syncthreads();
 
   const int wg = warpgroup_index();
   if (wg == 0) {
     setmaxnreg_dec<Traits::kProducerRegs>();
     if (threadIdx.x == 0) {
-      Mainloop::produce(params, &tmap_q, &tmap_k, &tmap_v, smem_u32(smem), smem_u32(bars), order);
+      Mainloop::produce(params, sched, &tmap_q, &tmap_k, &tmap_v, smem_u32(smem), smem_u32(bars), order);
     } else if (threadIdx.x >= 32 && threadIdx.x < 32 + Traits::kFixThreads) {
       Mainloop::fix_v(smem_u32(smem), smem_u32(bars), int(threadIdx.x) - 32);
     }
@@ -92,7 +95,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int warp = warp_in_warpgroup();
     const int lane = int(threadIdx.x % 32);
     const float scale_log2 = params.scale * 1.4426950408889634f;  // softmax in base 2
-    const int num_units = Scheduler::num_units(params, order);
     const uint8_t* q_rows = smem + Traits::kSmemQ + cwg * Traits::kRowsPerWarpgroup * 128;
     uint32_t kv_iter = 0;
     uint32_t q_iter = 0;
@@ -115,17 +117,29 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (lane == 0) mbarrier_arrive(bar);
     };
 
-    // The walk of PrefillMainloop::produce: units c, c + grid, ..., two halves each.
-    for (int work = 2 * blockIdx.x; work < 2 * num_units; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
+    // The tiles PrefillMainloop::produce hands over, one per q_full phase,
+    // until one named batch -1. One lane per warp reads the name (and that
+    // lane releases Q for the warp, so the producer's next write is ordered
+    // after every read of this one).
+    for (;; ++q_iter) {
+      mbarrier_wait(&bars->q_full, q_iter & 1);
+      uint4 name = make_uint4(0, 0, 0, 0);
+      if (lane == 0) name = ld_shared_v4(smem_u32(bars->tile));
+      PrefillTileId id;
+      id.batch = __shfl_sync(0xffffffffu, int(name.x), 0);
+      id.head = __shfl_sync(0xffffffffu, int(name.y), 0);
+      id.m_block = __shfl_sync(0xffffffffu, int(name.z), 0);
+      if (id.batch < 0) break;
       PrefillTile t;
-      if (!Scheduler::get_tile(params, order, work / 2, work & 1, t)) continue;
+      Scheduler::make_tile(params, id, t);
       const int wg_row0 = t.row0 + cwg * Traits::kRowsPerWarpgroup;  // request-relative
       const int wg_rows = min(Traits::kRowsPerWarpgroup, t.seqlen_q - wg_row0);  // may be <= 0
       Element* out_rows = static_cast<Element*>(params.out) + int64_t(t.q_start + wg_row0) * params.out_row_stride +
                           int64_t(t.head) * params.out_head_stride;
       float* lse_rows =
           params.lse == nullptr ? nullptr : params.lse + int64_t(t.head) * params.lse_head_stride + t.q_start + wg_row0;
-      if (t.n_blocks == 0) {
+      if (t.n_blocks == 0) {  // no Q was loaded
+        release(&bars->q_empty);
         if (wg_rows > 0) Epilogue::store_empty(out_rows, params.out_row_stride, lse_rows, wg_rows, wg_thread);
         continue;
       }
@@ -144,8 +158,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       float m[2] = {-INFINITY, -INFINITY};
       float l[2] = {0.f, 0.f};
 
-      mbarrier_wait(&bars->q_full, q_iter & 1);
-      ++q_iter;
       const auto k_tile_of = [&](int stage) { return smem + Traits::kSmemK + stage * Traits::kKBytes; };
       const auto v_tile_of = [&](int stage) { return smem + Traits::kSmemV + stage * Traits::kVBytes; };
       // V of a block is usable once it landed, or, for a block the fixer

@@ -8,13 +8,19 @@
 #include <cuda_fp16.h>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
 #include "cuda/common/context.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_guard.h"
 #include "cuda/sm90/common/tma_host.h"
 #include "cuda/sm90/prefill/prefill_instantiations.h"
 #include "lattn/errors.h"
@@ -25,8 +31,8 @@ namespace {
 using sm80::PrefillElement;
 using sm80::PrefillParams;
 
-using LaunchFn = void (*)(const PrefillParams&, const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
-                          cudaStream_t);
+using LaunchFn = void (*)(const PrefillParams&, const PrefillSchedule&, const CUtensorMap&, const CUtensorMap&,
+                          const CUtensorMap&, cudaStream_t);
 
 struct ConfigLaunchers {
   LaunchFn bf16[2];  // [causal]
@@ -80,7 +86,116 @@ void check_strides(const char* name, int64_t row_stride, int64_t head_stride) {
   }
 }
 
+// ---- the dynamic walk's tile counters ----------------------------------------------
+// A dynamic launch needs an int that is 0 when it starts; the kernel sets it
+// back to 0 when its last tile is taken (prefill_tile_scheduler.cuh), so no
+// memset runs before a launch. Launches on one stream run one after the
+// other, but launches on different streams may overlap, so each launch takes
+// the next of kCounterSlots ints of its device, round robin: two launches
+// share an int only kCounterSlots launches apart, and would disturb each
+// other only if both were in flight at once. (A launch captured into a CUDA
+// graph keeps its int; the graph's replays run one after the other.)
+constexpr int kCounterSlots = 1024;
+
+struct DeviceCounters {
+  int* base = nullptr;  // device, kCounterSlots ints, zeroed once
+  std::atomic<uint32_t> next{0};
+};
+
+std::mutex counters_mutex;
+std::map<int, std::unique_ptr<DeviceCounters>>& all_counters() {
+  static auto* m = new std::map<int, std::unique_ptr<DeviceCounters>>;  // never freed: used until exit
+  return *m;
+}
+
+// The device's counters; allocated here unless `may_allocate` is false
+// (then nullptr when they do not exist yet).
+DeviceCounters* device_counters(int device, bool may_allocate) {
+  const std::lock_guard<std::mutex> lock(counters_mutex);
+  std::unique_ptr<DeviceCounters>& c = all_counters()[device];
+  if (c == nullptr) {
+    if (!may_allocate) return nullptr;
+    auto fresh = std::make_unique<DeviceCounters>();
+    LATTN_CUDA_CHECK(cudaMalloc(&fresh->base, kCounterSlots * sizeof(int)));
+    LATTN_CUDA_CHECK(cudaMemset(fresh->base, 0, kCounterSlots * sizeof(int)));
+    c = std::move(fresh);
+  }
+  return c.get();
+}
+
+// LATTN_HOPPER_PREFILL_SCHEDULE ("dynamic" or "static"; read once), else
+// static: in the same-run A/B of docs/perf.md the dynamic walk was not
+// faster on any shape (5 % slower at 16 x 1024).
+HopperPrefillSchedule resolve(HopperPrefillSchedule schedule) {
+  if (schedule != HopperPrefillSchedule::automatic) return schedule;
+  static const HopperPrefillSchedule from_env = [] {
+    const char* v = std::getenv("LATTN_HOPPER_PREFILL_SCHEDULE");
+    if (v == nullptr || std::string(v).empty() || std::string(v) == "static")
+      return HopperPrefillSchedule::static_pairs;
+    if (std::string(v) == "dynamic") return HopperPrefillSchedule::dynamic;
+    throw ValueError(std::string("LATTN_HOPPER_PREFILL_SCHEDULE must be 'dynamic' or 'static', got '") + v + "'");
+  }();
+  return from_env;
+}
+
+// Bytes of K + V that one section of heads of the dynamic walk may hold
+// (LATTN_HOPPER_PREFILL_SECTION_MB, read once; for measurements). Default
+// 0: one head per section, so a head's tiles are handed out one after the
+// other and run at the same time, on neighbouring CTAs, sharing its K/V in
+// L2 (the sections of a third of L2 that were measured, docs/perf.md, lost
+// 5 % at 16 x 1024 against the static pairs; this default is not measured).
+int64_t section_bytes() {
+  static const int64_t from_env = [] {
+    const char* v = std::getenv("LATTN_HOPPER_PREFILL_SECTION_MB");
+    if (v == nullptr || *v == '\0') return int64_t{0};
+    char* end = nullptr;
+    const long mb = std::strtol(v, &end, 10);
+    if (*end != '\0' || mb < 0 || mb > 4096) {
+      throw ValueError(std::string("LATTN_HOPPER_PREFILL_SECTION_MB must be an integer in [0, 4096], got '") + v + "'");
+    }
+    return int64_t(mb) << 20;
+  }();
+  return from_env;
+}
+
+// The kernel argument for this launch.
+PrefillSchedule make_schedule(const PrefillParams& p, HopperPrefillSchedule kind, int device, cudaStream_t stream) {
+  PrefillSchedule s;
+  if (resolve(kind) != HopperPrefillSchedule::dynamic) return s;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    // The legacy stream while another stream is captured: allocate nothing.
+    (void)cudaGetLastError();
+    capture = cudaStreamCaptureStatusActive;
+  }
+  DeviceCounters* c = device_counters(device, capture == cudaStreamCaptureStatusNone);
+  if (c == nullptr) return s;  // capturing, no counters yet: the static walk
+  s.counter = c->base + c->next.fetch_add(1, std::memory_order_relaxed) % kCounterSlots;
+  const int64_t row_bytes = int64_t(p.head_dim_qk + p.head_dim_v) * 2;
+  s.section_rows = int(std::min<int64_t>(section_bytes() / row_bytes, 0x7fffffff));
+  return s;
+}
+
 }  // namespace
+
+void reserve_hopper_prefill_counters(int device) {
+  const DeviceGuard guard(device);
+  device_counters(device, true);
+}
+
+bool hopper_prefill_counters_idle() {
+  int device = 0;
+  LATTN_CUDA_CHECK(cudaGetDevice(&device));
+  const DeviceCounters* c = device_counters(device, false);
+  if (c == nullptr) return true;
+  LATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  std::array<int, kCounterSlots> host{};
+  LATTN_CUDA_CHECK(cudaMemcpy(host.data(), c->base, sizeof(host), cudaMemcpyDeviceToHost));
+  for (int v : host) {
+    if (v != 0) return false;
+  }
+  return true;
+}
 
 bool hopper_prefill_compiled() {
 #if defined(LATTN_WITH_SM90A)  // a build with sm_90a code (src/CMakeLists.txt)
@@ -90,8 +205,8 @@ bool hopper_prefill_compiled() {
 #endif
 }
 
-void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_t kv_rows, Stream stream,
-                                  int config) {
+void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_t kv_rows, Stream stream, int config,
+                                  HopperPrefillSchedule schedule) {
   if (config < 0) {
     config = hopper_prefill_config(p.head_dim_qk, p.head_dim_v);
     if (config < 0) {
@@ -154,7 +269,7 @@ void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_
     throw ValueError(std::string("hopper prefill attention: candidate config ") + cfg.name +
                      " is compiled for bf16 only");
   }
-  fn(p, tq, tk, tv, stream);
+  fn(p, make_schedule(p, schedule, device, stream), tq, tk, tv, stream);
 }
 
 }  // namespace lattn::cuda::sm90

@@ -7,6 +7,7 @@
 
 #include "cuda/sm80/prefill/prefill_params.h"
 #include "cuda/sm90/prefill/prefill_config.h"
+#include "cuda/sm90/prefill/prefill_schedule.h"
 #include "lattn/stream.h"
 
 namespace lattn::cuda::sm90 {
@@ -21,8 +22,22 @@ bool hopper_prefill_compiled();
 // params' dims. The current device must be compute capability 9.0. Throws ValueError for unsupported dims, pointers or
 // strides the copy engine cannot address (16-byte alignment, strides
 // multiples of 8 elements) and RuntimeError for a device that is not sm90 or
-// a CUDA failure; nothing is launched then.
+// a CUDA failure; nothing is launched then. schedule: how the persistent
+// CTAs walk the tiles (prefill_schedule.h; the dynamic walk falls back to
+// the static one while `stream` is being captured into a CUDA graph before
+// the device's tile counters exist: reserve_hopper_prefill_counters).
 void run_hopper_prefill_attention(const sm80::PrefillParams& params, int64_t q_rows, int64_t kv_rows, Stream stream,
-                                  int config = -1);
+                                  int config = -1, HopperPrefillSchedule schedule = HopperPrefillSchedule::automatic);
+
+// Allocates the tile counters of the dynamic walk on `device` if they do
+// not exist yet (4 KB, kept until the process ends). The backend calls it
+// when it is created, so that no allocation happens later, while a CUDA
+// graph may be being captured.
+void reserve_hopper_prefill_counters(int device);
+
+// Testing: true when every tile counter of the current device is 0 (each
+// dynamic launch leaves its counter at 0 when it completes); synchronizes
+// the device. True when the counters were never allocated.
+bool hopper_prefill_counters_idle();
 
 }  // namespace lattn::cuda::sm90

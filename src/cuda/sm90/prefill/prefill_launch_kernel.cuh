@@ -18,16 +18,20 @@
 namespace lattn::cuda::sm90 {
 
 template <int kConfig, class Element, bool kCausal>
-void launch_hopper_prefill_kernel(const sm80::PrefillParams& params, const CUtensorMap& tmap_q,
-                                  const CUtensorMap& tmap_k, const CUtensorMap& tmap_v, cudaStream_t stream) {
+void launch_hopper_prefill_kernel(const sm80::PrefillParams& params, const PrefillSchedule& schedule,
+                                  const CUtensorMap& tmap_q, const CUtensorMap& tmap_k, const CUtensorMap& tmap_v,
+                                  cudaStream_t stream) {
   using Traits = HopperPrefillTraits<kConfig, Element>;
   using Scheduler = PrefillTileScheduler<Traits::kBlockM, Traits::kBlockN, kCausal>;
   auto* kernel = &hopper_prefill_kernel<Traits, kCausal>;
 
-  const long long units = Scheduler::max_units(params);
+  // Work items of the walk: tiles (dynamic) or pairs of tiles (static); an
+  // upper bound of what the CTAs find (exact past kMaxSortedRequests).
+  const long long units = schedule.counter != nullptr ? Scheduler::max_tiles(params) : Scheduler::max_units(params);
   if (units == 0) return;
-  if (units > 0x3fffffffLL) {
-    throw ValueError("hopper prefill attention: " + std::to_string(units) + " work units exceed 2^30 - 1");
+  if (Scheduler::max_tiles(params) > 0x3fffffffLL) {
+    throw ValueError("hopper prefill attention: " + std::to_string(Scheduler::max_tiles(params)) +
+                     " tiles exceed 2^30 - 1");
   }
   int device = 0;
   LATTN_CUDA_CHECK(cudaGetDevice(&device));
@@ -48,7 +52,7 @@ void launch_hopper_prefill_kernel(const sm80::PrefillParams& params, const CUten
 
   // Persistent: one CTA per SM at most (the tiles fill an SM's shared memory).
   const unsigned grid = static_cast<unsigned>(std::min<long long>(units, ctx.sm_count));
-  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, tmap_q, tmap_k, tmap_v);
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, schedule, tmap_q, tmap_k, tmap_v);
   LATTN_CUDA_CHECK_LAUNCH("hopper_prefill_kernel");
 }
 

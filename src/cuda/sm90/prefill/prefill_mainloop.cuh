@@ -61,36 +61,53 @@ struct PrefillMainloop {
   static constexpr int kPVSteps = kBlockN / 16;
 
   // ---- producer (one thread) ---------------------------------------------------
-  // Walks the CTA's tiles exactly as the consumers do and keeps the K/V stages
-  // full: Q once per tile (after the consumers released the previous Q), then
-  // K[n] and V[n] for n = n_blocks - 1 down to 0, each into the next stage
-  // once every consumer warp released that stage's K (resp. V). K and V are
+  // Walks the CTA's tiles (prefill_tile_scheduler.cuh; `s.counter` set: the
+  // dynamic walk, else the static pairs) and keeps the K/V stages full. Per
+  // tile: once the consumers released the previous Q, it names the tile in
+  // PrefillBarriers::tile and loads its Q (a tile that sees no key: q_full
+  // armed with no copy, the consumers only write its empty rows); then K[n]
+  // and V[n] for n = n_blocks - 1 down to 0, each into the next stage once
+  // every consumer warp released that stage's K (resp. V). K and V are
   // released separately: with the overlapped consumer, K[n] is done long
   // before V[n], and the next K can land meanwhile. Boxes past the end of the
   // tensors are zero-filled by the copy engine; rows past a request's end
   // (the next request's) are masked or never written by the consumers, and
   // their V rows zeroed by the fixer warps (v_fix tells them, per block, what
-  // to clean; after the last block a kFixStop phase with no copy ends them).
-  // Shared memory by 32-bit address: 24 registers after setmaxnreg.
+  // to clean). After the last tile: a tile named batch -1 for the consumers,
+  // and a kFixStop phase with no copy for the fixers. Shared memory by 32-bit
+  // address: 40 registers after setmaxnreg.
   static constexpr int32_t kFixNone = -1;
   static constexpr int32_t kFixStop = -2;
-  __device__ static void produce(const PrefillParams& p, const CUtensorMap* tmap_q, const CUtensorMap* tmap_k,
-                                 const CUtensorMap* tmap_v, uint32_t smem, uint32_t bars, uint32_t order) {
+  __device__ static void produce(const PrefillParams& p, const PrefillSchedule& sched, const CUtensorMap* tmap_q,
+                                 const CUtensorMap* tmap_k, const CUtensorMap* tmap_v, uint32_t smem, uint32_t bars,
+                                 uint32_t order) {
     const auto bar = [&](size_t offset, uint32_t stage) { return bars + uint32_t(offset) + 8u * stage; };
-    const int num_units = Scheduler::num_units(p, order);
     uint32_t kv_iter = 0;  // key blocks loaded so far (stage = iter % 2, phase = iter / 2 % 2)
-    uint32_t q_iter = 0;   // Q tiles loaded so far
-    for (int work = 2 * blockIdx.x; work < 2 * num_units; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
-      PrefillTile t;
-      if (!Scheduler::get_tile(p, order, work / 2, work & 1, t) || t.n_blocks == 0) continue;
+    uint32_t q_iter = 0;   // tiles handed to the consumers so far
+    // Names the next tile to the consumers (batch -1: none left) once they
+    // are done with the previous Q, and arms q_full: with Q's bytes when
+    // `with_q`, else (a tile with no key, the end) a plain arrival.
+    const auto hand_over = [&](const PrefillTileId& id, bool with_q) {
       mbarrier_wait(bar(offsetof(PrefillBarriers, q_empty), 0), (q_iter & 1) ^ 1);
-      mbarrier_arrive_expect_tx(bar(offsetof(PrefillBarriers, q_full), 0), Traits::kQBytes);
+      ++q_iter;
+      st_shared_v4(bar(offsetof(PrefillBarriers, tile), 0),
+                   make_uint4(uint32_t(id.batch), uint32_t(id.head), uint32_t(id.m_block), 0u));
+      if (with_q) {
+        mbarrier_arrive_expect_tx(bar(offsetof(PrefillBarriers, q_full), 0), Traits::kQBytes);
+      } else {
+        mbarrier_arrive(bar(offsetof(PrefillBarriers, q_full), 0));
+      }
+    };
+    const auto produce_tile = [&](const PrefillTileId& id) {
+      PrefillTile t;
+      Scheduler::make_tile(p, id, t);
+      hand_over(id, t.n_blocks > 0);
+      if (t.n_blocks == 0) return;
 #pragma unroll
       for (int c = 0; c < Traits::kQBoxes; ++c) {
         tma_load_3d(smem + uint32_t(Traits::kSmemQ + c * Traits::kQBoxBytes), tmap_q,
                     bar(offsetof(PrefillBarriers, q_full), 0), c * Traits::kBoxCols, t.head, t.q_start + t.row0);
       }
-      ++q_iter;
       for (int nb = t.n_blocks - 1; nb >= 0; --nb, ++kv_iter) {
         const uint32_t stage = kv_iter % 2;
         const uint32_t phase = (kv_iter / 2) & 1;
@@ -114,7 +131,30 @@ struct PrefillMainloop {
                       tmap_v, bar(offsetof(PrefillBarriers, v_full), stage), c * Traits::kBoxCols, t.head, key_row);
         }
       }
+    };
+
+    PrefillTileId id;
+    if (sched.counter != nullptr) {
+      // Dynamic: the tile after this one is taken from the counter before
+      // this one is loaded, so the atomic's round trip is hidden behind the
+      // tile's copies. Every launch takes exactly `total` values (each CTA's
+      // takes end with its first value past the walk), so the CTA that takes
+      // total - 1 takes the last one and sets the counter back to 0.
+      const int total = Scheduler::num_tiles(p, order);
+      for (int index = int(blockIdx.x); index < total;) {
+        const int taken = atomicAdd(sched.counter, 1);
+        if (Scheduler::tile_at(p, sched, order, index, id)) produce_tile(id);
+        if (taken == total - 1) atomicExch(sched.counter, 0);
+        index = int(gridDim.x) + taken;
+      }
+    } else {
+      // Static pairs: units c, c + grid, ..., two halves each.
+      const int num_units = Scheduler::num_units(p, order);
+      for (int work = 2 * blockIdx.x; work < 2 * num_units; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
+        if (Scheduler::unit_tile(p, order, work / 2, work & 1, id)) produce_tile(id);
+      }
     }
+    hand_over(PrefillTileId{-1, 0, 0}, false);
     // The fixer warps' last phase: no copy, kFixStop.
     const uint32_t stage = kv_iter % 2;
     mbarrier_wait(bar(offsetof(PrefillBarriers, v_empty), stage), ((kv_iter / 2) & 1) ^ 1);

@@ -46,6 +46,10 @@ struct PrefillBarriers {
   // before it arms v_full[s]: PrefillMainloop::kFixNone, kFixStop, or
   // sanitize_from | zero_from << 16.
   int32_t v_fix[2];
+  // The tile whose Q the producer loads next (batch, head, m_block; batch
+  // -1: no more tiles), written before it arms q_full and read by one lane
+  // of each consumer warp after q_full (the next write waits for q_empty).
+  alignas(16) int32_t tile[4];
 };
 
 template <int kConfig, class Element_>

@@ -6,8 +6,10 @@
 namespace lattn::cuda::sm90 {
 static_assert(std::string_view(kHopperPrefillConfigs[2].name) == "qk192_v128_m128_n128_s2_serial",
               "instantiation file out of step with kHopperPrefillConfigs");
-template void launch_hopper_prefill_kernel<2, __nv_bfloat16, false>(const sm80::PrefillParams&, const CUtensorMap&,
-                                                            const CUtensorMap&, const CUtensorMap&, cudaStream_t);
-template void launch_hopper_prefill_kernel<2, __nv_bfloat16, true>(const sm80::PrefillParams&, const CUtensorMap&,
-                                                           const CUtensorMap&, const CUtensorMap&, cudaStream_t);
+template void launch_hopper_prefill_kernel<2, __nv_bfloat16, false>(const sm80::PrefillParams&, const PrefillSchedule&,
+                                                                    const CUtensorMap&, const CUtensorMap&,
+                                                                    const CUtensorMap&, cudaStream_t);
+template void launch_hopper_prefill_kernel<2, __nv_bfloat16, true>(const sm80::PrefillParams&, const PrefillSchedule&,
+                                                                   const CUtensorMap&, const CUtensorMap&,
+                                                                   const CUtensorMap&, cudaStream_t);
 }  // namespace lattn::cuda::sm90
