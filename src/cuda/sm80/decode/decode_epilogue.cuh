@@ -24,17 +24,19 @@ __device__ __forceinline__ void zero_o(float (&o)[K::kMTiles][K::kNTilesO][4]) {
 // Rows [0, n_rows) of the CTA are written (the rest are padding):
 //   1. row sums over all column groups give each row's natural-log LSE and
 //      its output factor factor(row, l, lse) (1 / l times what the caller
-//      scales by; called for written rows only); a row that saw no key gets
+//      scales by; called for padding rows too); a row that saw no key gets
 //      factor 0 and LSE -inf, a NaN row sum (the row attended to a NaN) NaN
 //      for both;
-//   2. store_pair(row, col, a, b) gets O[row][col, col + 1] times the factor
-//      (phase 2 layout: this warp's columns of every row);
+//   2. store_row(row, col0, pair) stores this thread's outputs of the row
+//      (phase 2 layout: this warp's columns of every row): pair(ni) is the
+//      float2 of O[row][col0 + 8 ni, +1] times the factor, ni < kNTilesO
+//      (per row, so the caller computes the row's address once);
 //   3. store_lse(row, lse), one thread a row.
 // `reduce` and `row_vec` are the main loop's shared-memory scratch.
-template <class K, class Factor, class StorePair, class StoreLse>
+template <class K, class Factor, class StoreRow, class StoreLse>
 __device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (&o)[K::kMTiles][K::kNTilesO][4],
                                            int n_rows, float* reduce, float* row_vec, Factor factor,
-                                           StorePair store_pair, StoreLse store_lse) {
+                                           StoreRow store_row, StoreLse store_lse) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
 #pragma unroll
@@ -51,7 +53,7 @@ __device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (
 #pragma unroll
       for (int g = 0; g < K::kColGroups; ++g) l += reduce[g * K::kBlockM + row];
       const float lse = l == 0.f ? -INFINITY : (st.m[i] + log2f(l)) * 0.69314718055994531f;
-      row_vec[row] = l == 0.f || row >= n_rows ? 0.f : factor(row, l, lse);
+      row_vec[row] = l == 0.f ? 0.f : factor(row, l, lse);
       row_vec[K::kBlockM + row] = lse;
     }
   }
@@ -65,10 +67,8 @@ __device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (
       const int row = mi * 16 + lane / 4 + 8 * half;
       if (row >= n_rows) continue;
       const float f = row_vec[row];
-#pragma unroll
-      for (int ni = 0; ni < K::kNTilesO; ++ni) {
-        store_pair(row, col_base + ni * 8, o[mi][ni][2 * half] * f, o[mi][ni][2 * half + 1] * f);
-      }
+      store_row(row, col_base,
+                [&](int ni) { return make_float2(o[mi][ni][2 * half] * f, o[mi][ni][2 * half + 1] * f); });
     }
   }
   for (int row = threadIdx.x; row < K::kBlockM && row < n_rows; row += K::kThreads) {
@@ -85,15 +85,20 @@ __device__ __forceinline__ void write_o(const DecodeParams& p, const RequestView
                                         float* row_vec) {
   using T = typename K::T;
   const auto factor = [&](int, float l, float) { return p.out_scale / l; };
-  const auto store_pair = [&](int row, int col, float a, float b) {
+  const auto store_row = [&](int row, int col0, auto pair) {
     const int gr = rv.row0 + row;
     if (slot < 0) {
       const int j = gr / p.num_heads, h = gr % p.num_heads;
-      T* out = static_cast<T*>(p.out) + (rv.q0 + j) * p.out_stride_t + h * p.out_stride_h + col;
-      *reinterpret_cast<uint32_t*>(out) = pack2<T>(a, b);
+      T* out = static_cast<T*>(p.out) + (rv.q0 + j) * p.out_stride_t + h * p.out_stride_h + col0;
+#pragma unroll
+      for (int ni = 0; ni < K::kNTilesO; ++ni) {
+        const float2 v = pair(ni);
+        *reinterpret_cast<uint32_t*>(out + ni * 8) = pack2<T>(v.x, v.y);
+      }
     } else {
-      float* out = p.plan.partial_o + (int64_t(slot) * p.plan.rows_capacity + gr) * K::kL + col;
-      *reinterpret_cast<float2*>(out) = make_float2(a, b);
+      float* out = p.plan.partial_o + (int64_t(slot) * p.plan.rows_capacity + gr) * K::kL + col0;
+#pragma unroll
+      for (int ni = 0; ni < K::kNTilesO; ++ni) *reinterpret_cast<float2*>(out + ni * 8) = pair(ni);
     }
   };
   const auto store_lse = [&](int row, float lse) {
@@ -107,7 +112,7 @@ __device__ __forceinline__ void write_o(const DecodeParams& p, const RequestView
       p.plan.partial_lse[int64_t(slot) * p.plan.rows_capacity + gr] = lse;
     }
   };
-  write_rows<K>(st, o, rv.rows - rv.row0, reduce, row_vec, factor, store_pair, store_lse);
+  write_rows<K>(st, o, rv.rows - rv.row0, reduce, row_vec, factor, store_row, store_lse);
 }
 
 }  // namespace lattn::cuda::sm80

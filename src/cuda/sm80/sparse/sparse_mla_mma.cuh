@@ -165,21 +165,26 @@ __device__ __forceinline__ void write_sparse_out(const SparseParams& p, int t, i
   const bool vec = reinterpret_cast<uintptr_t>(out_base) % 4 == 0 && p.out_stride_h % 2 == 0;
   const auto factor = [&](int row, float l, float lse) {
     const float inv = 1.f / l;
-    return p.sink ? inv / (1.f + expf(p.sink[(h0 + row) * p.sink_stride] - lse)) : inv;
+    const int h = h0 + row;  // a padding row (h >= N) has no sink
+    return p.sink && h < p.N ? inv / (1.f + expf(p.sink[h * p.sink_stride] - lse)) : inv;
   };
-  const auto store_pair = [&](int row, int col, float a, float b) {
-    T* out = out_base + int64_t(h0 + row) * p.out_stride_h + col;
-    if (vec) {
-      *reinterpret_cast<uint32_t*>(out) = pack2<T>(a, b);
-    } else {
-      out[0] = __float2bfloat16_rn(a);
-      out[1] = __float2bfloat16_rn(b);
+  const auto store_row = [&](int row, int col0, auto pair) {
+    T* out = out_base + int64_t(h0 + row) * p.out_stride_h + col0;
+#pragma unroll
+    for (int ni = 0; ni < K::kNTilesO; ++ni) {
+      const float2 v = pair(ni);
+      if (vec) {
+        *reinterpret_cast<uint32_t*>(out + ni * 8) = pack2<T>(v.x, v.y);
+      } else {
+        out[ni * 8] = __float2bfloat16_rn(v.x);
+        out[ni * 8 + 1] = __float2bfloat16_rn(v.y);
+      }
     }
   };
   const auto store_lse = [&](int row, float lse) {
     if (p.lse) p.lse[(h0 + row) * p.lse_stride_h + int64_t(t) * p.lse_stride_t] = lse;
   };
-  write_rows<K>(st, o, p.N - h0, reduce, row_vec, factor, store_pair, store_lse);
+  write_rows<K>(st, o, p.N - h0, reduce, row_vec, factor, store_row, store_lse);
 }
 
 template <class K>
