@@ -1,8 +1,5 @@
-// The split-KV combine (arXiv:2501.01005 §2.2 generalized to n parts):
-//   lse = log sum_s exp(lse_s),  out = sum_s exp(lse_s - lse) * out_s
-// where out_s = O_s / l_s are the normalized partials. Parts whose rows saw
-// no key have lse_s = -inf and weight 0 (not read); a NaN lse_s makes the row
-// NaN. The parts are summed in a fixed order for a given number of parts, so
+// The split-KV combine (the arithmetic of one row: decode_combine_row.cuh)
+// over the normalized partials out_s = O_s / l_s. The parts are summed in a fixed order for a given number of parts, so
 // with a fixed split size (batch-invariant mode) the bits do not depend on
 // the batch. Only the requests the plan lists are visited (no keys, or
 // split): after a whole-request plan, usually none.
@@ -15,6 +12,8 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/common/fast_math.cuh"
+#include "cuda/smxx/decode_combine_row.cuh"
 #include "cuda/smxx/decode_scheduler.h"
 
 namespace lattn::cuda {
@@ -34,9 +33,6 @@ constexpr int kColChunks = 4;          // float4 columns per lane per pass (L <=
 // >= a request's splits: balanced plans have at most 2 * num_parts slots in
 // all; batch-invariant plans are checked per request on the host.
 constexpr int kMaxSplits = kMaxDecodeSplitsPerRequest;
-
-// max(a, b), NaN when either is NaN: a part that attended to a NaN makes the row NaN.
-__device__ __forceinline__ float max_nan(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmaxf(a, b); }
 
 __device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
   acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
@@ -69,16 +65,13 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
   for (int64_t item = int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32; item < items; item += warps) {
     const int r = decode_combine_reqs(plan)[item / plan.rows_capacity];
     const int row = int(item % plan.rows_capacity);
-    const int q0 = p.query_start_loc[r];
-    const int s_q = p.query_start_loc[r + 1] - q0;
-    if (row >= s_q * p.num_heads) continue;
-    const int j = row / p.num_heads, h = row % p.num_heads;
-    T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
-    float* lse_out = p.lse ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
+    CombineRow<T> dst;
+    if (!combine_row(p, r, row, dst)) continue;
+    T* out = dst.out;
     const int n = plan.num_splits[r];
     if (n == 0) {  // no keys: output 0, LSE -inf
       for (int c4 = lane; c4 < cols4; c4 += 32) store4(out + 4 * c4, make_float4(0.f, 0.f, 0.f, 0.f));
-      if (lse_out && lane == 0) *lse_out = -INFINITY;
+      if (dst.lse && lane == 0) *dst.lse = -INFINITY;
       continue;
     }
     const int slot0 = plan.split_offset[r];
@@ -89,16 +82,12 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
     for (int s = lane; s < n; s += 32) m = max_nan(m, lse[int64_t(s) * plan.rows_capacity]);
 #pragma unroll
     for (int d = 16; d > 0; d /= 2) m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, d));
-    auto weight = [&](int s) {
-      return m == -INFINITY ? 0.f : exp2f((lse[int64_t(s) * plan.rows_capacity] - m) * 1.4426950408889634f);
-    };
+    auto weight = [&](int s) { return combine_weight(lse[int64_t(s) * plan.rows_capacity], m); };
     float sum = 0.f;
     for (int s = lane; s < n; s += 32) sum += weight(s);
 #pragma unroll
     for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-    // sum is NaN when a part's LSE was NaN: output and LSE NaN then.
-    const float inv = sum == 0.f ? 0.f : 1.f / sum;
-    const float final_lse = sum == 0.f ? -INFINITY : m + logf(sum);
+    const CombineTotal total = combine_total(m, sum);
 
     const float* part = plan.partial_o + (int64_t(slot0) * plan.rows_capacity + row) * p.L;
     for (int cbase = 0; cbase < cols4; cbase += 32 * kColChunks) {
@@ -137,11 +126,11 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
       for (int k = 0; k < kColChunks; ++k) {
         const int c4 = cbase + lane + 32 * k;
         if (c4 < cols4) {
-          store4(out + 4 * c4, make_float4(acc[k].x * inv, acc[k].y * inv, acc[k].z * inv, acc[k].w * inv));
+          store4(out + 4 * c4, make_float4(acc[k].x * total.inv, acc[k].y * total.inv, acc[k].z * total.inv, acc[k].w * total.inv));
         }
       }
     }
-    if (lse_out && lane == 0) *lse_out = final_lse;
+    if (dst.lse && lane == 0) *dst.lse = total.lse;
   }
 }
 

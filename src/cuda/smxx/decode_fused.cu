@@ -11,8 +11,10 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/common/fast_math.cuh"
 #include "cuda/sm80/decode/decode_kernel.cuh"
 #include "cuda/smxx/decode_combine.h"
+#include "cuda/smxx/decode_combine_row.cuh"
 #include "cuda/smxx/decode_plan_math.cuh"
 #include "lattn/errors.h"
 
@@ -102,9 +104,6 @@ __device__ __forceinline__ void grid_barrier(uint32_t* sync, unsigned ctas) {
   __syncthreads();
 }
 
-// max(a, b), NaN when either is NaN (a part that attended to a NaN makes the row NaN).
-__device__ __forceinline__ float max_nan(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmaxf(a, b); }
-
 template <int kThreads>
 __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) {
   for (int d = 16; d > 0; d /= 2) {
@@ -119,7 +118,7 @@ __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) 
   return r;
 }
 
-// The combine (decode_combine.cu's arithmetic) after the grid barrier. The
+// The combine (decode_combine_row.cuh's arithmetic, as decode_combine.cu) after the grid barrier. The
 // work (request, row, column chunk) is cut so that there are about as many
 // items as CTAs: a batch of one has 16 rows x 8 chunks of 64 columns, each
 // CTA merging its chunk's partials with 16 groups of threads taking every
@@ -144,19 +143,16 @@ __device__ __forceinline__ void combine_phase(const DecodeParams& p, const Small
     const int r = item / (rows * chunks), row = item / chunks % rows, chunk = item % chunks;
     const int n = sp.splits[r];
     if (n == 1) continue;  // written by its only part
-    const int q0 = p.query_start_loc[r];
-    const int s_q = p.query_start_loc[r + 1] - q0;
-    if (row >= s_q * p.num_heads) continue;
-    const int j = row / p.num_heads, h = row % p.num_heads;
-    T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
-    float* lse_out = p.lse ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
+    CombineRow<T> dst;
+    if (!combine_row(p, r, row, dst)) continue;
+    T* out = dst.out;
     const int c = (chunk * c4 + ct) * 4;
     if (n == 0) {  // no keys: output 0, LSE -inf
       if (g == 0) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) out[c + k] = from_f32<T>(0.f);
       }
-      if (lse_out && threadIdx.x == 0 && chunk == 0) *lse_out = -INFINITY;
+      if (dst.lse && threadIdx.x == 0 && chunk == 0) *dst.lse = -INFINITY;
       continue;
     }
     const int slot0 = sp.slot0[r];
@@ -178,13 +174,12 @@ __device__ __forceinline__ void combine_phase(const DecodeParams& p, const Small
     m = block_reduce<kThreads>(m, red, true);
     float sum = 0.f;
     for (int s = threadIdx.x; s < n; s += kThreads) {
-      const float e = m == -INFINITY ? 0.f : exp2f((__ldcg(lse + int64_t(s) * rows) - m) * 1.4426950408889634f);
+      const float e = combine_weight(__ldcg(lse + int64_t(s) * rows), m);
       weights[s] = e;
       sum += e;
     }
     sum = block_reduce<kThreads>(sum, red, false);  // its barriers also publish `weights`
-    const float inv = sum == 0.f ? 0.f : 1.f / sum;
-    const float final_lse = sum == 0.f ? -INFINITY : m + logf(sum);
+    const CombineTotal total = combine_total(m, sum);
 
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     auto add = [&](float w, float4 v) {
@@ -211,12 +206,12 @@ __device__ __forceinline__ void combine_phase(const DecodeParams& p, const Small
         const float4 v = group_acc[k * c4 + ct];
         acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
       }
-      out[c] = from_f32<T>(acc.x * inv);
-      out[c + 1] = from_f32<T>(acc.y * inv);
-      out[c + 2] = from_f32<T>(acc.z * inv);
-      out[c + 3] = from_f32<T>(acc.w * inv);
+      out[c] = from_f32<T>(acc.x * total.inv);
+      out[c + 1] = from_f32<T>(acc.y * total.inv);
+      out[c + 2] = from_f32<T>(acc.z * total.inv);
+      out[c + 3] = from_f32<T>(acc.w * total.inv);
     }
-    if (lse_out && threadIdx.x == 0 && chunk == 0) *lse_out = final_lse;
+    if (dst.lse && threadIdx.x == 0 && chunk == 0) *dst.lse = total.lse;
     __syncthreads();  // group_acc and weights are reused by the next item
   }
 }
