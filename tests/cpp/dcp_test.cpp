@@ -184,8 +184,8 @@ std::vector<StepResult> run_step(const StepCase& sc, const std::vector<int>& con
   }
   // One rank's cache (DcpConfig{1, 0, 1} = the single-rank run) and the step's requests over it.
   auto make_rank = [&](const DcpConfig& dcp, uint64_t rseed, std::vector<RequestSpec>& specs) {
-    test::RankCache rc = test::make_rank_cache(dcp, rank_reqs, {kL, kR, sc.cache_dtype, kBlock, cache_scale},
-                                               Device::cpu(), rseed);
+    test::RankCache rc =
+        test::make_rank_cache(dcp, rank_reqs, {kL, kR, sc.cache_dtype, kBlock, cache_scale}, Device::cpu(), rseed);
     for (int i = 0; i < reqs; ++i) {
       specs.push_back({.query_len = sc.s_q,
                        .num_computed_tokens = contexts[size_t(i)],

@@ -126,7 +126,8 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
       for (int k = 0; k < kColChunks; ++k) {
         const int c4 = cbase + lane + 32 * k;
         if (c4 < cols4) {
-          store4(out + 4 * c4, make_float4(acc[k].x * total.inv, acc[k].y * total.inv, acc[k].z * total.inv, acc[k].w * total.inv));
+          store4(out + 4 * c4,
+                 make_float4(acc[k].x * total.inv, acc[k].y * total.inv, acc[k].z * total.inv, acc[k].w * total.inv));
         }
       }
     }
