@@ -35,8 +35,8 @@ __device__ __forceinline__ void zero_o(float (&o)[K::kMTiles][K::kNTilesO][4]) {
 // `reduce` and `row_vec` are the main loop's shared-memory scratch.
 template <class K, class Factor, class StoreRow, class StoreLse>
 __device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (&o)[K::kMTiles][K::kNTilesO][4],
-                                           int n_rows, float* reduce, float* row_vec, Factor factor,
-                                           StoreRow store_row, StoreLse store_lse) {
+                                           int n_rows, float* reduce, float* row_vec, Factor factor, StoreRow store_row,
+                                           StoreLse store_lse) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
 #pragma unroll
