@@ -9,6 +9,7 @@
 // indexer 2·H·D·S per token. Output: one table (plain text).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -142,17 +143,37 @@ int main() {
   const double gemm = gemm_ceiling_tflops(stream.get()), copy = copy_ceiling_gbps(stream.get());
   std::printf("ceilings: cuBLAS bf16 8192^3 %.1f TFLOP/s, device copy %.0f GB/s\n", gemm, copy);
   std::vector<Row> rows;
-  rows.push_back(sparse_case(stream.get(), DType::bf16, 128, 256, 2048));
-  rows.push_back(sparse_case(stream.get(), kFp8DsMla, 128, 256, 2048));
+  // The case with each tensor-core kernel (LATTN_SPARSE_KERNEL, read
+  // at each call): the default choice (wgmma on Hopper), the mma.sync kernel,
+  // and the wgmma kernel's fp8_ds_mla producer loading 4 rows at a time.
+  struct Variant {
+    const char* label;
+    const char* kernel;
+    const char* fp8_batch;
+    bool bf16;
+  };
+  for (const Variant& v : {Variant{"default", "", "8", true}, Variant{"mma", "mma", "8", true},
+                           Variant{"wgmma batch4", "wgmma", "4", false}}) {
+    setenv("LATTN_SPARSE_KERNEL", v.kernel, 1);
+    setenv("LATTN_SPARSE_FP8_BATCH", v.fp8_batch, 1);
+    for (DType cache_dtype : {DType::bf16, kFp8DsMla}) {
+      if (cache_dtype == DType::bf16 && !v.bf16) continue;
+      Row r = sparse_case(stream.get(), cache_dtype, 128, 256, 2048);
+      r.name += std::string(" [") + v.label + "]";
+      rows.push_back(r);
+    }
+  }
+  unsetenv("LATTN_SPARSE_KERNEL");
+  unsetenv("LATTN_SPARSE_FP8_BATCH");
   rows.push_back(sparse_case(stream.get(), kFp8DsMla, 16, 8, 2048));
   Row topk1, topk128;
   rows.push_back(indexer_case(stream.get(), 1, 131072, 2048, &topk1));
   rows.push_back(topk1);
   rows.push_back(indexer_case(stream.get(), 128, 131072, 2048, &topk128));
   rows.push_back(topk128);
-  std::printf("%-48s %12s %10s %8s %10s %8s\n", "case", "us", "TFLOP/s", "frac_gemm", "GB/s", "frac_copy");
+  std::printf("%-62s %12s %10s %8s %10s %8s\n", "case", "us", "TFLOP/s", "frac_gemm", "GB/s", "frac_copy");
   for (const Row& r : rows) {
-    std::printf("%-48s %12.1f %10.2f %8.3f %10.0f %8.3f\n", r.name.c_str(), r.us, r.tflops, r.tflops / gemm, r.gbps,
+    std::printf("%-62s %12.1f %10.2f %8.3f %10.0f %8.3f\n", r.name.c_str(), r.us, r.tflops, r.tflops / gemm, r.gbps,
                 r.gbps / copy);
   }
   return 0;

@@ -6,8 +6,19 @@
 
 namespace lattn::cpu {
 
+std::vector<int> batch_invariant_split_ends(int len) {
+  std::vector<int> ends;
+  if (len >= 2 * kMinSplitKeys && len < 2 * kBatchInvariantSplitKeys) {
+    ends.push_back((len / 2 + kSplitAlign / 2) / kSplitAlign * kSplitAlign);
+  } else {
+    for (int64_t end = kBatchInvariantSplitKeys; end < len; end += kBatchInvariantSplitKeys) ends.push_back(int(end));
+  }
+  ends.push_back(len);
+  return ends;
+}
+
 DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<int32_t>& seq_lens, int num_heads,
-                       int lanes_per_group, int threads, int fixed_split_keys) {
+                       int lanes_per_group, int threads, bool batch_invariant) {
   DecodePlan plan;
   plan.q_begin = q_begin;
   plan.seq_lens = seq_lens;
@@ -33,13 +44,12 @@ DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<in
       plan.splits.push_back({r, begin, end, plan.partial_rows});
       plan.partial_rows += size_t(lanes);
     };
-    if (fixed_split_keys > 0) {
+    if (batch_invariant) {
       int begin = 0;
-      do {
-        const int end = int(std::min<int64_t>(len, int64_t(begin) + fixed_split_keys));
+      for (const int end : batch_invariant_split_ends(len)) {
         add_split(begin, end);
         begin = end;
-      } while (begin < len);
+      }
     } else {
       // Keys per job for kJobsPerThread jobs per thread; one job per thread
       // instead when that would cut jobs shorter than kPreferredSplitKeys.

@@ -8,9 +8,9 @@
 // when that many would be shorter than kPreferredSplitKeys keys; no split is
 // shorter than about kMinSplitKeys keys (each split costs a query packing, a
 // partial result written by one core and read by another, and its share of
-// the combine); cuts fall on key-tile multiples. Or, with a fixed split
-// size, every request is cut at the same keys whatever its batchmates and
-// the thread count.
+// the combine); cuts fall on key-tile multiples. Or, in the batch-invariant
+// mode, every request is cut by its own length alone, whatever its batchmates
+// and the thread count.
 #pragma once
 
 #include <cstddef>
@@ -29,8 +29,13 @@ constexpr int kJobsPerThread = 2;
 constexpr int kPreferredSplitKeys = 512;
 constexpr int kMinSplitKeys = 256;
 constexpr int kSplitAlign = 64;  // = the kernels' key tile
-// Batch-invariant mode: every request is split every this many keys from its
-// first key, whatever the batch or the thread count (docs/mla.md).
+// Batch-invariant mode (docs/mla.md): a request's splits depend on its own
+// length only, never on its batchmates or the thread count. From 1024 keys it
+// is cut every kBatchInvariantSplitKeys keys from its first key; a request of
+// 512-1023 keys, which that would leave in one job or cut into one long and
+// one short piece, is cut into two even halves at the key tile nearest its
+// middle (what the balanced plan does with a lone request on two or more
+// threads); one of fewer keys is not split.
 constexpr int kBatchInvariantSplitKeys = 512;
 
 struct DecodeSplit {
@@ -55,9 +60,13 @@ struct DecodePlan {
 
 // q_begin [R + 1] and seq_lens [R] as validated by the backend; lanes_per_group
 // is the kernels' vector width (a job's cost grows with ceil(lanes / width)).
-// fixed_split_keys > 0 (a multiple of kSplitAlign): split every request every
-// fixed_split_keys keys instead of balancing the batch over the threads.
+// batch_invariant: cut every request by its length alone
+// (batch_invariant_split_ends) instead of balancing the batch over the threads.
 DecodePlan plan_decode(const std::vector<int32_t>& q_begin, const std::vector<int32_t>& seq_lens, int num_heads,
-                       int lanes_per_group, int threads, int fixed_split_keys = 0);
+                       int lanes_per_group, int threads, bool batch_invariant = false);
+
+// The batch-invariant mode's split ends of a request of `len` keys (the last
+// is len; one split [0, len) when len < 2 * kMinSplitKeys).
+std::vector<int> batch_invariant_split_ends(int len);
 
 }  // namespace lattn::cpu

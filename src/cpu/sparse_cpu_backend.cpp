@@ -18,6 +18,7 @@
 #include "cpu/attention_kernels.h"
 #include "cpu/host_workspace.h"
 #include "cpu/sparse_cpu.h"
+#include "cpu/thread_pool.h"
 #include "lattn/cpu.h"
 #include "lattn/errors.h"
 #include "lattn/sparse.h"
@@ -123,93 +124,92 @@ void CpuSparseClass::run(const SparseMlaArgs& a, const LatentCache& cache, Strea
     return v;
   }();
 
-#pragma omp parallel num_threads(threads)
-  {
-    static thread_local HostWorkspace scratch_ws;
+  // Threads from lattn's pool (thread_pool.h), not an OpenMP region: no job
+  // waits for a thread that is not running (on a shared machine an OpenMP
+  // region made 2 threads 4-5x slower than 1; docs/perf.md, "Sparse MLA (CPU)").
+  parallel_jobs(int64_t(chunks.size()), threads, [&](int64_t i, int) {
+    static thread_local HostWorkspace scratch_ws;  // one job at a time per thread
     char* scratch = static_cast<char*>(scratch_ws.reserve(kernel_scratch + dequant_scratch));
     uint16_t* rows_bf16 = reinterpret_cast<uint16_t*>(scratch + kernel_scratch);  // or f32 rows (ds_rows)
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < int64_t(chunks.size()); ++i) {
-      const Chunk& c = chunks[size_t(i)];
-      const int n = c.end - c.begin;
-      DecodeSplitJob job;
-      job.path = path;
-      const char* q_row = static_cast<const char*>(a.q.data()) + int64_t(c.token) * a.q.stride(0) * int64_t(esize);
-      job.ql_nope = q_row;
-      job.ql_stride_t = a.q.stride(0);
-      job.ql_stride_h = a.q.stride(1);
-      job.q_pe = q_row + int64_t(L) * int64_t(esize);
-      job.qpe_stride_t = a.q.stride(0);
-      job.qpe_stride_h = a.q.stride(1);
-      job.q_dtype = q_dtype;
-      job.s_q = 1;
-      job.num_heads = N;
-      job.kv_lora_rank = L;
-      job.rope_dim = R;
-      job.block_size = 1;
-      job.block_stride = D;
-      if (ds) {
-        const int64_t* offsets = byte_offsets.data() + size_t(c.token) * topk + c.begin;
-        const auto* base = static_cast<const uint8_t*>(cache.data.data());
-        if (ds_rows == DType::f32) {
-          dequant_ds_mla_rows_f32(base, offsets, n, L, R, reinterpret_cast<float*>(rows_bf16));
-        } else if (avx512) {
-          dequant_ds_mla_rows_bf16_avx512(base, offsets, n, L, R, rows_bf16);
-        } else {
-          dequant_ds_mla_rows_bf16(base, offsets, n, L, R, rows_bf16);
-        }
-        job.cache = rows_bf16;
-        job.cache_dtype = ds_rows;
-        job.cache_scale = 1.f;
-        job.block_table = identity.data();
+    const Chunk& c = chunks[size_t(i)];
+    const int n = c.end - c.begin;
+    DecodeSplitJob job;
+    job.path = path;
+    const char* q_row = static_cast<const char*>(a.q.data()) + int64_t(c.token) * a.q.stride(0) * int64_t(esize);
+    job.ql_nope = q_row;
+    job.ql_stride_t = a.q.stride(0);
+    job.ql_stride_h = a.q.stride(1);
+    job.q_pe = q_row + int64_t(L) * int64_t(esize);
+    job.qpe_stride_t = a.q.stride(0);
+    job.qpe_stride_h = a.q.stride(1);
+    job.q_dtype = q_dtype;
+    job.s_q = 1;
+    job.num_heads = N;
+    job.kv_lora_rank = L;
+    job.rope_dim = R;
+    job.block_size = 1;
+    job.block_stride = D;
+    if (ds) {
+      const int64_t* offsets = byte_offsets.data() + size_t(c.token) * topk + c.begin;
+      const auto* base = static_cast<const uint8_t*>(cache.data.data());
+      if (ds_rows == DType::f32) {
+        dequant_ds_mla_rows_f32(base, offsets, n, L, R, reinterpret_cast<float*>(rows_bf16));
+      } else if (avx512) {
+        dequant_ds_mla_rows_bf16_avx512(base, offsets, n, L, R, rows_bf16);
       } else {
-        job.cache = cache.data.data();
-        job.cache_dtype = cache.dtype();
-        job.cache_scale = cache.is_fp8() ? cache.scale : 1.f;
-        job.block_table = row_ids.data() + size_t(c.token) * topk + c.begin;
+        dequant_ds_mla_rows_bf16(base, offsets, n, L, R, rows_bf16);
       }
-      job.seq_len = n;
-      job.key_begin = 0;
-      job.key_end = n;
-      job.scale = a.scale;
-      job.o = partial + size_t(i) * size_t(N) * size_t(L);
-      job.lse = partial_lse + size_t(i) * size_t(N);
-      job.scratch = scratch;
-      kt.decode_split(job);
+      job.cache = rows_bf16;
+      job.cache_dtype = ds_rows;
+      job.cache_scale = 1.f;
+      job.block_table = identity.data();
+    } else {
+      job.cache = cache.data.data();
+      job.cache_dtype = cache.dtype();
+      job.cache_scale = cache.is_fp8() ? cache.scale : 1.f;
+      job.block_table = row_ids.data() + size_t(c.token) * topk + c.begin;
     }
+    job.seq_len = n;
+    job.key_begin = 0;
+    job.key_end = n;
+    job.scale = a.scale;
+    job.o = partial + size_t(i) * size_t(N) * size_t(L);
+    job.lse = partial_lse + size_t(i) * size_t(N);
+    job.scratch = scratch;
+    kt.decode_split(job);
+  });
 
-    // Combine each (token, head)'s chunks, apply the sink, store.
-    std::vector<float> row(static_cast<size_t>(L));
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < int64_t(T) * N; ++r) {
-      const int t = int(r / N), h = int(r % N);
-      const int c0 = first_chunk[size_t(t)], c1 = first_chunk[size_t(t) + 1];
-      float m = -INFINITY;
-      for (int c = c0; c < c1; ++c) m = std::max(m, partial_lse[size_t(c) * N + h]);
-      std::fill(row.begin(), row.end(), 0.f);
-      float lse = -INFINITY;
-      if (m != -INFINITY) {
-        float sum = 0.f;
-        for (int c = c0; c < c1; ++c) {
-          const float w = std::exp(partial_lse[size_t(c) * N + h] - m);
-          if (w == 0.f) continue;
-          const float* o = partial + (size_t(c) * N + size_t(h)) * size_t(L);
-          for (int d = 0; d < L; ++d) row[size_t(d)] += w * o[d];
-          sum += w;
-        }
-        lse = m + std::log(sum);
-        float factor = 1.f / sum;
-        if (a.attn_sink.defined()) {
-          const float sink = a.attn_sink.data_as<const float>()[h * a.attn_sink.stride(0)];
-          factor /= 1.f + std::exp(sink - lse);  // out · e^lse / (e^lse + e^sink)
-        }
-        for (float& v : row) v *= factor;
+  // Combine each (token, head)'s chunks, apply the sink, store.
+  parallel_jobs(int64_t(T) * N, threads, [&](int64_t r, int) {
+    static thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(L));
+    const int t = int(r / N), h = int(r % N);
+    const int c0 = first_chunk[size_t(t)], c1 = first_chunk[size_t(t) + 1];
+    float m = -INFINITY;
+    for (int c = c0; c < c1; ++c) m = std::max(m, partial_lse[size_t(c) * N + h]);
+    std::fill(row.begin(), row.end(), 0.f);
+    float lse = -INFINITY;
+    if (m != -INFINITY) {
+      float sum = 0.f;
+      for (int c = c0; c < c1; ++c) {
+        const float w = std::exp(partial_lse[size_t(c) * N + h] - m);
+        if (w == 0.f) continue;
+        const float* o = partial + (size_t(c) * N + size_t(h)) * size_t(L);
+        for (int d = 0; d < L; ++d) row[size_t(d)] += w * o[d];
+        sum += w;
       }
-      kt.from_f32(row.data(), L, q_dtype,
-                  static_cast<char*>(a.out.data()) + (int64_t(t) * a.out.stride(0) + int64_t(h) * a.out.stride(1)) * int64_t(esize));
-      if (a.lse.defined()) a.lse.data_as<float>()[h * a.lse.stride(0) + t * a.lse.stride(1)] = lse;
+      lse = m + std::log(sum);
+      float factor = 1.f / sum;
+      if (a.attn_sink.defined()) {
+        const float sink = a.attn_sink.data_as<const float>()[h * a.attn_sink.stride(0)];
+        factor /= 1.f + std::exp(sink - lse);  // out · e^lse / (e^lse + e^sink)
+      }
+      for (float& v : row) v *= factor;
     }
-  }
+    kt.from_f32(row.data(), L, q_dtype,
+                static_cast<char*>(a.out.data()) + (int64_t(t) * a.out.stride(0) + int64_t(h) * a.out.stride(1)) * int64_t(esize));
+    if (a.lse.defined()) a.lse.data_as<float>()[h * a.lse.stride(0) + t * a.lse.stride(1)] = lse;
+  });
 }
 
 const RegisterSparseMlaBackend kRegisterCpuSparse{std::make_shared<CpuSparseClass>()};

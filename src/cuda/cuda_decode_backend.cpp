@@ -196,14 +196,19 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   const bool fp8 = params_.kv_cache_dtype == DType::fp8_e4m3;
   const int rows = params_.num_heads * md.max_decode_query_len;
   const bool invariant = params_.context.batch_invariant;
+  // The batch-invariant mode picks the kernel and its tiles from the head
+  // count alone (a request's single-token rows), never from the batch's
+  // longest query: the key tile and the warps' split of a tile fix each row's
+  // summation order, while the M tiling does not (rows never mix), so a
+  // request gets the same kernel and tiles in any batch — the ones the
+  // default mode gives a batch of single-token decodes.
+  const int kernel_rows = invariant ? params_.num_heads : rows;
   // hopper: the wgmma kernel where it serves the layout (the cache pointer is
   // checked again at run time) and has more than 16 rows per request: with
   // at most 16 (H16 with one query token) the sm80 kernel's 16-row tiles
   // measured faster on an H100 than the wgmma kernel's 64-row tiles, which are
-  // then 3/4 padding (docs/perf.md, "Hopper decode"). The batch-invariant mode
-  // keeps the sm80 kernel: whether the wgmma kernel runs depends on the batch's
-  // longest query (rows), which would make a request's bits depend on the others.
-  sm90_ = hopper_ && allow_sm90 && !invariant && rows >= kSm90MinRows &&
+  // then 3/4 padding (docs/perf.md, "Hopper decode").
+  sm90_ = hopper_ && allow_sm90 && kernel_rows >= kSm90MinRows &&
           sm90::decode_sm90_unsupported_reason(params_.dtype, params_.kv_cache_dtype, params_.kv_lora_rank,
                                                params_.qk_rope_head_dim, md.block_size, nullptr, 0)
               .empty();
@@ -211,9 +216,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   if (sm90_) {
     config_ = sm80::DecodeTileConfig{sm90::kDecodeBlockM, sm90::kDecodeBlockN, 9, 2};
   } else {
-    // Batch-invariant: the tiles a single-token request of this layer would get,
-    // whatever the batch's longest query (the key tile size fixes the softmax order).
-    config_ = sm80::choose_decode_tiles(invariant ? std::min(rows, 16) : rows, ctx.max_smem_per_block_optin, fp8);
+    config_ = sm80::choose_decode_tiles(kernel_rows, ctx.max_smem_per_block_optin, fp8);
     ctas_per_sm = std::max(1, sm80::decode_ctas_per_sm(config_, params_.dtype, params_.kv_cache_dtype));
   }
   m_tiles_ = (rows + config_.block_m - 1) / config_.block_m;
@@ -249,7 +252,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
 
   // A small batch: one cooperative launch that plans, attends and combines
   // (no planning kernel; every CTA of the one wave resident).
-  if (!invariant && ctx.capability_major == 9 && !fused_sync_.data()) {
+  if (ctx.capability_major == 9 && !fused_sync_.data()) {
     // Its grid-barrier words, in their own allocation (no other kernel writes
     // them), zero from the start and again after every launch. Made at an
     // instance's first plan on sm90 whatever the batch, so that a graph
@@ -260,7 +263,11 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
     LATTN_CUDA_CHECK(
         cudaMemsetAsync(fused_sync_.data(), 0, 256, reinterpret_cast<cudaStream_t>(params_.context.stream)));
   }
-  if (!sm90_ && !invariant && md.num_decodes <= fused_max_batch() &&
+  // The batch-invariant mode takes it too: it walks the same splits as the
+  // planning kernel would and merges them with the combine kernel's
+  // arithmetic (decode_combine_row.cuh), so a request's bits are the same in
+  // a small batch (this kernel) and a large one (three kernels).
+  if (!sm90_ && md.num_decodes <= fused_max_batch() &&
       decode_fused_supported(config_, params_.dtype, params_.kv_cache_dtype, ctx.capability_major) &&
       m_tiles_ * parts <= ctx.sm_count * fused_ctas_per_sm()) {
     plan_fused(md, parts);

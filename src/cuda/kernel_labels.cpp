@@ -73,8 +73,9 @@ std::string CudaDecodeBackend::kernel_label() const {
       const std::string layout = sm90::decode_sm90_unsupported_reason(
           p.dtype, p.kv_cache_dtype, p.kv_lora_rank, p.qk_rope_head_dim, sm90::kDecodeBlockN, nullptr, 0);
       std::string why;
-      if (p.context.batch_invariant)
-        why = "batch-invariant mode keeps the sm80 kernel";
+      if (p.context.batch_invariant && p.num_heads <= 16)
+        why = "batch-invariant mode with at most 16 heads: 16-row tiles (the kernel follows the head count, not "
+              "the batch's longest query)";
       else if (m_tiles_ == 1 && config_.block_m == 16)
         why = "at most 16 rows per request: 16-row tiles";
       else if (!layout.empty())

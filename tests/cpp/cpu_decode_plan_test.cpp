@@ -2,7 +2,8 @@
 // (src/cpu/decode_plan.h): splits tile every request's keys exactly, on
 // key-tile boundaries; by count, a lone long request is split for the
 // threads and a big batch is not; a fixed split size cuts every request at
-// the same keys whatever the batch and the thread count; a short lone
+// the same keys whatever the batch and the thread count (the batch-invariant
+// mode's rule: by the request's length alone); a short lone
 // request gets one job per thread rather than splits below 512 keys, and no
 // split is much shorter than kMinSplitKeys.
 #include <gtest/gtest.h>
@@ -127,21 +128,40 @@ TEST(CpuDecodePlan, ByCountSplitBoundaries) {
   }
 }
 
-TEST(CpuDecodePlan, FixedSplitSizeIgnoresBatchmatesAndThreads) {
-  const std::vector<int32_t> alone = {1000};
-  const std::vector<int32_t> batch = {5, 1000, 70000, 0};
-  for (int threads : {1, 2, 16}) {
-    const DecodePlan a = plan_decode(offsets(1), alone, 8, 16, threads, 256);
-    const DecodePlan b = plan_decode(offsets(4), batch, 8, 16, threads, 256);
-    check_tiling(a, alone, 8);
-    check_tiling(b, batch, 8);
-    ASSERT_EQ(a.splits.size(), 4u);
-    ASSERT_EQ(b.split_begin[2] - b.split_begin[1], 4);
-    for (int s = 0; s < 4; ++s) {
-      EXPECT_EQ(a.splits[size_t(s)].key_begin, b.splits[size_t(b.split_begin[1] + s)].key_begin);
-      EXPECT_EQ(a.splits[size_t(s)].key_end, b.splits[size_t(b.split_begin[1] + s)].key_end);
+TEST(CpuDecodePlan, BatchInvariantSplitsFollowTheLengthOnly) {
+  // Under 512 keys: one split; 512-1023: two halves at the tile nearest the
+  // middle (as the balanced plan cuts a lone request on two threads); from
+  // 1024: every kBatchInvariantSplitKeys keys.
+  EXPECT_EQ(batch_invariant_split_ends(0), (std::vector<int>{0}));
+  EXPECT_EQ(batch_invariant_split_ends(511), (std::vector<int>{511}));
+  EXPECT_EQ(batch_invariant_split_ends(512), (std::vector<int>{256, 512}));
+  EXPECT_EQ(batch_invariant_split_ends(700), (std::vector<int>{320, 700}));
+  EXPECT_EQ(batch_invariant_split_ends(1023), (std::vector<int>{512, 1023}));
+  EXPECT_EQ(batch_invariant_split_ends(1024), (std::vector<int>{512, 1024}));
+  EXPECT_EQ(batch_invariant_split_ends(1025), (std::vector<int>{512, 1024, 1025}));
+  EXPECT_EQ(ranges(plan_decode(offsets(1), {512}, 16, 16, 2)), ranges(plan_decode(offsets(1), {512}, 16, 16, 2, true)));
+  EXPECT_EQ(ranges(plan_decode(offsets(1), {700}, 16, 16, 2)), ranges(plan_decode(offsets(1), {700}, 16, 16, 2, true)));
+
+  const std::vector<int32_t> lens = {0, 1, 63, 300, 511, 512, 513, 700, 1000, 1023, 1024, 1025, 2048, 70000};
+  for (int32_t len : lens) {
+    const std::vector<int32_t> alone = {len};
+    const std::vector<int32_t> batch = {5, len, 70000, 0, 600};
+    for (int threads : {1, 2, 16}) {
+      SCOPED_TRACE("len " + std::to_string(len) + " threads " + std::to_string(threads));
+      const DecodePlan a = plan_decode(offsets(1), alone, 8, 16, threads, true);
+      const DecodePlan b = plan_decode(offsets(5), batch, 8, 16, threads, true);
+      check_tiling(a, alone, 8);
+      check_tiling(b, batch, 8);
+      const std::vector<int> ends = batch_invariant_split_ends(len);
+      ASSERT_EQ(a.splits.size(), ends.size());
+      ASSERT_EQ(b.split_begin[2] - b.split_begin[1], int(ends.size()));
+      for (size_t s = 0; s < ends.size(); ++s) {
+        EXPECT_EQ(a.splits[s].key_end, ends[s]);
+        EXPECT_EQ(a.splits[s].key_begin, b.splits[size_t(b.split_begin[1]) + s].key_begin);
+        EXPECT_EQ(a.splits[s].key_end, b.splits[size_t(b.split_begin[1]) + s].key_end);
+      }
+      EXPECT_EQ(b.split_begin[3] - b.split_begin[2], (70000 + 511) / 512);
     }
-    EXPECT_EQ(b.split_begin[3] - b.split_begin[2], (70000 + 255) / 256);
   }
 }
 

@@ -8,7 +8,9 @@
 //    output rows are bit-identical alone, in a batch of 40 and at another
 //    position of that batch — decodes with one and with three query tokens,
 //    and prefills with a chunked context; on the GPU also decodes whose
-//    lengths sit on both sides of the points where the split size changes.
+//    lengths sit on both sides of the points where the split size changes,
+//    and decodes at 32 heads (64-row tiles, hopper's wgmma kernel); on sm90
+//    the request alone takes the one-launch kernel, the batches the three.
 // (NaN/inf semantics are cases of the shared backend driver: nonfinite_*.)
 #include <gtest/gtest.h>
 
@@ -93,7 +95,9 @@ TEST_P(Numerics, ChunkCountPrecisionHundredChunksWithinOneAndAHalfTimesOneChunk)
 // ---------------------------------------------------------------------------
 // Batch invariance.
 
-const MlaDims kDims{4, 512, 128, 64, 128};  // DeepSeek per-head dims: the tensor-core kernels on cuda
+// DeepSeek per-head dims (the tensor-core kernels on cuda), 4 heads, pages of
+// 16; the GPU cases of 32 heads use pages of 64 (hopper's wgmma decode).
+const MlaDims kDims{4, 512, 128, 64, 128};
 constexpr int kBlock = 16;
 
 struct Req {
@@ -103,15 +107,17 @@ struct Req {
 
 // Runs one batch (decodes first) in batch-invariant mode and returns each
 // request's output rows as raw bytes [query_len * N * V * element size].
-std::vector<std::vector<uint8_t>> run_batch(const std::vector<Req>& reqs, const Target& t) {
-  const int64_t N = kDims.num_heads, L = kDims.kv_lora_rank, P = kDims.qk_nope_head_dim,
-                R = kDims.qk_rope_head_dim, V = kDims.v_head_dim;
+std::vector<std::vector<uint8_t>> run_batch(const std::vector<Req>& reqs, const Target& t, int heads, int block) {
+  MlaDims dims = kDims;
+  dims.num_heads = heads;
+  const int64_t N = dims.num_heads, L = dims.kv_lora_rank, P = dims.qk_nope_head_dim,
+                R = dims.qk_rope_head_dim, V = dims.v_head_dim;
   const DType dt = DType::bf16;
   int max_decode_q = 1, num_decodes = 0;
   int64_t T = 0, blocks = 0;
   for (const Req& r : reqs) {
     T += r.query_len;
-    blocks += (r.context_len + r.query_len + kBlock - 1) / kBlock;
+    blocks += (r.context_len + r.query_len + block - 1) / block;
   }
   // Decodes are the requests before the first with query_len > 3.
   while (num_decodes < int(reqs.size()) && reqs[size_t(num_decodes)].query_len <= 3) {
@@ -120,12 +126,12 @@ std::vector<std::vector<uint8_t>> run_batch(const std::vector<Req>& reqs, const 
   }
 
   MlaAttentionConfig config;
-  config.dims = kDims;
+  config.dims = dims;
   config.dtype = config.kv_cache_dtype = dt;
   config.device = t.device;
   config.prefill_backend = t.prefill;
   config.decode_backend = t.decode;
-  config.block_size = kBlock;
+  config.block_size = block;
   config.max_query_tokens_per_request = 3;
   config.batch_invariant = true;
   MlaAttention attention(config);
@@ -143,7 +149,7 @@ std::vector<std::vector<uint8_t>> run_batch(const std::vector<Req>& reqs, const 
   // Per-request data; blocks handed out in request order.
   OwnedTensor q = OwnedTensor::empty({T, N, P + R}, dt), kv_c = OwnedTensor::empty({T, L}, dt),
               k_pe = OwnedTensor::empty({T, R}, dt);
-  OwnedTensor cache_host = OwnedTensor::empty({blocks, kBlock, L + R}, dt);
+  OwnedTensor cache_host = OwnedTensor::empty({blocks, block, L + R}, dt);
   fill_bytes(cache_host, 0xff);
   std::vector<RequestSpec> specs;
   int64_t row = 0;
@@ -156,11 +162,11 @@ std::vector<std::vector<uint8_t>> run_batch(const std::vector<Req>& reqs, const 
     RequestSpec spec;
     spec.query_len = r.query_len;
     spec.num_computed_tokens = r.context_len;
-    for (int b = 0; b < (r.context_len + r.query_len + kBlock - 1) / kBlock; ++b) spec.block_table.push_back(next_block++);
+    for (int b = 0; b < (r.context_len + r.query_len + block - 1) / block; ++b) spec.block_table.push_back(next_block++);
     OwnedTensor ctx = OwnedTensor::empty({std::max(r.context_len, 1), L + R}, dt);
     fill_normal(ctx, rng);
     for (int j = 0; j < r.context_len; ++j) {
-      void* dst = cache_host.tensor().ptr_at({spec.block_table[size_t(j / kBlock)], j % kBlock});
+      void* dst = cache_host.tensor().ptr_at({spec.block_table[size_t(j / block)], j % block});
       std::memcpy(dst, ctx.tensor().ptr_at({j}), size_t(L + R) * 2);
     }
     specs.push_back(std::move(spec));
@@ -168,7 +174,7 @@ std::vector<std::vector<uint8_t>> run_batch(const std::vector<Req>& reqs, const 
   }
 
   MetadataBuilderConfig mb;
-  mb.block_size = kBlock;
+  mb.block_size = block;
   mb.context_chunk_workspace_size = 1024;
   mb.batch_invariant = true;
   mb.batch_invariant_context_chunk = 256;
@@ -177,7 +183,7 @@ std::vector<std::vector<uint8_t>> run_batch(const std::vector<Req>& reqs, const 
   MlaMetadata md = MlaMetadataBuilder(mb).build(specs);
   md.to_device(t.device);
 
-  OwnedLatentCache cache(blocks, kBlock, kDims, dt, t.device);
+  OwnedLatentCache cache(blocks, block, dims, dt, t.device);
   copy_tensor(cache_host.tensor(), cache.cache().data);
   // The inputs on the target's device (host tensors as they are).
   OwnedTensor qd, kvd, ped;
@@ -224,6 +230,7 @@ struct InvarianceCase {
   const char* name;
   Req target;
   bool decode;
+  int heads = kDims.num_heads, block = kBlock;
 };
 
 TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPosition) {
@@ -231,6 +238,8 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
       {"decode_1_token", {1300, 1, 11}, true},
       {"decode_3_tokens", {1100, 3, 12}, true},
       {"prefill_chunked_context", {700, 20, 13}, false},
+      // cpu: a request of 512-1023 keys is cut into two halves (src/cpu/decode_plan.h).
+      {"decode_1_token_700_keys", {699, 1, 20}, true},
   };
   const Target t = target();
   if (!t.device.is_cpu()) {
@@ -243,11 +252,16 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
     cases.push_back({"decode_1_token_961_keys", {960, 1, 15}, true});
     cases.push_back({"decode_3_tokens_4032_keys", {4029, 3, 16}, true});
     cases.push_back({"decode_3_tokens_4033_keys", {4030, 3, 17}, true});
+    // 32 heads: the kernel and its tiles follow the head count, not the
+    // batch's longest query (64-row tiles; hopper's wgmma kernel on pages of
+    // 64): one M tile alone, two in a batch with 3-token decodes.
+    cases.push_back({"decode_1_token_h32", {1300, 1, 18}, true, 32, 64});
+    cases.push_back({"decode_3_tokens_h32", {2500, 3, 19}, true, 32, 64});
   }
   {
     for (const InvarianceCase& c : cases) {
       SCOPED_TRACE(t.prefill + "/" + t.decode + " " + c.name);
-      const std::vector<std::vector<uint8_t>> alone = run_batch({c.target}, t);
+      const std::vector<std::vector<uint8_t>> alone = run_batch({c.target}, t, c.heads, c.block);
       const std::vector<Req> batch_a = batch_with(c.target, c.decode, 3, 5);
       const std::vector<Req> batch_b = batch_with(c.target, c.decode, c.decode ? 20 : 11, 6);
       ASSERT_EQ(batch_a.size(), 40u);
@@ -257,8 +271,8 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
         }
         return size_t(0);
       };
-      const std::vector<std::vector<uint8_t>> in_a = run_batch(batch_a, t);
-      const std::vector<std::vector<uint8_t>> in_b = run_batch(batch_b, t);
+      const std::vector<std::vector<uint8_t>> in_a = run_batch(batch_a, t, c.heads, c.block);
+      const std::vector<std::vector<uint8_t>> in_b = run_batch(batch_b, t, c.heads, c.block);
       EXPECT_TRUE(alone[0] == in_a[index_of(batch_a)]) << "alone vs in a batch of 40";
       EXPECT_TRUE(alone[0] == in_b[index_of(batch_b)]) << "alone vs at another position of another batch";
       size_t non_finite = 0;

@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <random>
 #include <set>
 #include <vector>
 
 #include "lattn/backend.h"
+#include "lattn/device.h"
 #include "lattn/errors.h"
 #include "lattn/ops.h"
 #include "lattn/registry.h"
@@ -386,15 +389,63 @@ TEST(SparseMlaGpu, CudaMatchesTheReference) {
 }
 
 
-// DeepSeek's dims (L 512, R 64) run on the tensor-core kernel: 64-head tiles
-// (more than 16 heads) and 16-head tiles, index rows that are not a whole
-// number of 64-slot tiles, duplicates, -1 holes, rows with no key, k beyond
-// the valid slots (whole tiles of -1 skipped), block size 1, the sink, and on
-// the device slots past the cache (treated as -1), a NaN inside a selected
-// key, over a cache whose every unowned slot is NaN.
+// Sets an environment variable for a scope (the sparse kernel switches are
+// read at each call), restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_.c_str(), old_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+// Whether the Hopper (wgmma) sparse kernel can run here: an sm 9.0 GPU and a
+// library with sm_90a code (the hopper decode backend needs the same).
+bool hopper_sparse_kernel_runs() {
+  const auto cap = device_capability(0);
+  return cap && cap->major == 9 && cap->minor == 0 && mla_decode_backend_registry().get_class("hopper")->is_available();
+}
+
+// DeepSeek's dims (L 512, R 64) run on the tensor-core kernels — the
+// mma.sync kernel (64- and 16-head tiles) and, on Hopper, the wgmma kernel
+// (more than 16 heads; fp8_ds_mla rows loaded 8 and 4 at a time), each forced
+// with LATTN_SPARSE_KERNEL, and whatever runs by default: index rows that are
+// not a whole number of 64-slot tiles, duplicates, -1 holes, rows with no
+// key, k beyond the valid slots (whole tiles of -1), block size 1, the sink,
+// and on the device slots past the cache (treated as -1), a NaN inside a
+// selected key, over a cache whose every unowned slot is NaN.
 TEST(SparseMlaGpu, TensorCoreKernelMatchesTheReferenceOnHostileCases) {
   LATTN_REQUIRE_GPU();
   const Device gpu = Device::cuda(0);
+  struct Kernel {
+    const char* kernel;     // LATTN_SPARSE_KERNEL ("" = the default choice)
+    const char* fp8_batch;  // LATTN_SPARSE_FP8_BATCH
+  };
+  std::vector<Kernel> kernels = {{"", "8"}, {"mma", "8"}};
+  if (hopper_sparse_kernel_runs()) {
+    kernels.push_back({"wgmma", "8"});
+    kernels.push_back({"wgmma", "4"});
+  }
+  // LATTN_SPARSE_TEST_KERNEL=wgmma keeps only that kernel's passes (for the
+  // slow sanitizer runs).
+  if (const char* only = std::getenv("LATTN_SPARSE_TEST_KERNEL"); only && *only) {
+    std::erase_if(kernels, [&](const Kernel& k) { return std::string(k.kernel) != only; });
+  }
   std::vector<SparseCase> cases;
   uint64_t seed = 500;
   for (DType cache_dtype : {DType::bf16, kFp8DsMla}) {
@@ -414,59 +465,90 @@ TEST(SparseMlaGpu, TensorCoreKernelMatchesTheReferenceOnHostileCases) {
     add(100, 2, 150, 4, -1, false, 16, 12);  // slots past the cache (device only): as -1
     add(64, 2, 128, 5, -1, false, 16, 12);   // a NaN in a selected key of token 0: its rows are NaN
   }
-  for (const SparseCase& c : cases) {
-    SCOPED_TRACE("case seed " + std::to_string(c.seed) + " N " + std::to_string(c.N) + " topk " + std::to_string(c.topk));
-    // Pattern 5: element 7 of the key token 0 lists at position 5 becomes NaN.
-    auto plant_nan = [&](SparseData& d) {
-      if (c.pattern != 5) return;
-      const int64_t slot = d.indices.data_as<int32_t>()[5];
-      uint8_t* entry = static_cast<uint8_t*>(d.cache.cache().data.data()) + slot * d.cache.cache().data.stride(1) *
-                                                                             d.cache.cache().data.element_size();
-      if (c.cache_dtype == kFp8DsMla) {
-        entry[7] = 0xff;  // e4m3 NaN
-      } else {
-        entry[14] = entry[15] = 0xff;  // bf16 NaN
+  for (const Kernel& k : kernels) {
+    const ScopedEnv kernel_env("LATTN_SPARSE_KERNEL", k.kernel), batch_env("LATTN_SPARSE_FP8_BATCH", k.fp8_batch);
+    for (const SparseCase& c : cases) {
+      if (std::string(k.kernel) == "wgmma" && c.N <= 16) continue;  // refused: the 16-row tiles serve these
+      SCOPED_TRACE(std::string("kernel '") + k.kernel + "' fp8 batch " + k.fp8_batch + " case seed " +
+                   std::to_string(c.seed) + " N " + std::to_string(c.N) + " topk " + std::to_string(c.topk));
+      // Pattern 5: element 7 of the key token 0 lists at position 5 becomes NaN.
+      auto plant_nan = [&](SparseData& d) {
+        if (c.pattern != 5) return;
+        const int64_t slot = d.indices.data_as<int32_t>()[5];
+        uint8_t* entry = static_cast<uint8_t*>(d.cache.cache().data.data()) + slot * d.cache.cache().data.stride(1) *
+                                                                               d.cache.cache().data.element_size();
+        if (c.cache_dtype == kFp8DsMla) {
+          entry[7] = 0xff;  // e4m3 NaN
+        } else {
+          entry[14] = entry[15] = 0xff;  // bf16 NaN
+        }
+      };
+      SparseData host = make_case(c);
+      plant_nan(host);
+      const int64_t capacity = int64_t(c.num_blocks) * c.block_size;
+      int32_t* ix = host.indices.data_as<int32_t>();
+      if (c.pattern == 4) {
+        for (int64_t i = 0; i < int64_t(c.T) * c.topk; ++i) {
+          if (i % 5 == 3) ix[i] = int32_t(capacity + i % 7);
+        }
       }
-    };
-    SparseData host = make_case(c);
-    plant_nan(host);
-    const int64_t capacity = int64_t(c.num_blocks) * c.block_size;
-    int32_t* ix = host.indices.data_as<int32_t>();
-    if (c.pattern == 4) {
-      for (int64_t i = 0; i < int64_t(c.T) * c.topk; ++i) {
-        if (i % 5 == 3) ix[i] = int32_t(capacity + i % 7);
-      }
-    }
-    const OwnedTensor q = test::to_device(host.q, gpu), idx = test::to_device(host.indices, gpu);
-    OwnedTensor sink = c.sink ? test::to_device(host.sink, gpu) : OwnedTensor{};
-    OwnedLatentCache dev(c.num_blocks, c.block_size, MlaDims{c.N, c.L, 128, c.R, 128}, c.cache_dtype, gpu);
-    copy_tensor(host.cache.cache().data, dev.cache().data);
-    OwnedTensor out = OwnedTensor::empty({c.T, c.N, c.L}, c.dtype, gpu), lse = OwnedTensor::empty({c.N, c.T}, DType::f32, gpu);
-    test::poison(out);
-    test::poison(lse);
-    SparseMlaArgs a;
-    a.q = q, a.indices = idx, a.attn_sink = sink.tensor(), a.out = out, a.lse = lse, a.scale = scale_of(c);
-    sparse_mla(a, dev, "cuda");
-    copy_tensor(out, host.out);
-    copy_tensor(lse, host.lse);
+      const OwnedTensor q = test::to_device(host.q, gpu), idx = test::to_device(host.indices, gpu);
+      OwnedTensor sink = c.sink ? test::to_device(host.sink, gpu) : OwnedTensor{};
+      OwnedLatentCache dev(c.num_blocks, c.block_size, MlaDims{c.N, c.L, 128, c.R, 128}, c.cache_dtype, gpu);
+      copy_tensor(host.cache.cache().data, dev.cache().data);
+      OwnedTensor out = OwnedTensor::empty({c.T, c.N, c.L}, c.dtype, gpu), lse = OwnedTensor::empty({c.N, c.T}, DType::f32, gpu);
+      test::poison(out);
+      test::poison(lse);
+      SparseMlaArgs a;
+      a.q = q, a.indices = idx, a.attn_sink = sink.tensor(), a.out = out, a.lse = lse, a.scale = scale_of(c);
+      sparse_mla(a, dev, "cuda");
+      copy_tensor(out, host.out);
+      copy_tensor(lse, host.lse);
 
-    SparseData ref = make_case(c);  // the same data; slots past the cache become -1 on the host
-    plant_nan(ref);
-    if (c.pattern == 4) {
-      int32_t* rx = ref.indices.data_as<int32_t>();
-      for (int64_t i = 0; i < int64_t(c.T) * c.topk; ++i) {
-        if (i % 5 == 3) rx[i] = -1;
+      SparseData ref = make_case(c);  // the same data; slots past the cache become -1 on the host
+      plant_nan(ref);
+      if (c.pattern == 4) {
+        int32_t* rx = ref.indices.data_as<int32_t>();
+        for (int64_t i = 0; i < int64_t(c.T) * c.topk; ++i) {
+          if (i % 5 == 3) rx[i] = -1;
+        }
       }
-    }
-    sparse_mla(args_of(ref, scale_of(c)), ref.cache, "reference");
-    expect_matches(c, host, ref.out, ref.lse, test::rel_tolerance(c.dtype));
-    if (c.pattern == 3) {
-      for (int h = 0; h < c.N; ++h) EXPECT_EQ(host.lse.data_as<float>()[h * c.T + 1], -INFINITY);
-    }
-    if (c.pattern == 5) {
-      for (int h = 0; h < c.N; ++h) EXPECT_TRUE(std::isnan(host.lse.data_as<float>()[h * c.T])) << "head " << h;
+      sparse_mla(args_of(ref, scale_of(c)), ref.cache, "reference");
+      expect_matches(c, host, ref.out, ref.lse, test::rel_tolerance(c.dtype));
+      if (c.pattern == 3) {
+        for (int h = 0; h < c.N; ++h) EXPECT_EQ(host.lse.data_as<float>()[h * c.T + 1], -INFINITY);
+      }
+      if (c.pattern == 5) {
+        for (int h = 0; h < c.N; ++h) EXPECT_TRUE(std::isnan(host.lse.data_as<float>()[h * c.T])) << "head " << h;
+      }
     }
   }
+}
+
+// A forced kernel that cannot serve the call is an error naming the reason,
+// not a silent fallback (so the test above knows which kernel ran).
+TEST(SparseMlaGpu, ForcedKernelThatCannotServeIsAnError) {
+  LATTN_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  SparseCase c;
+  c.N = 16, c.T = 2, c.topk = 64;
+  SparseData host = make_case(c);
+  OwnedLatentCache dev(c.num_blocks, c.block_size, MlaDims{c.N, c.L, 128, c.R, 128}, c.cache_dtype, gpu);
+  copy_tensor(host.cache.cache().data, dev.cache().data);
+  const OwnedTensor q = test::to_device(host.q, gpu), idx = test::to_device(host.indices, gpu);
+  OwnedTensor out = OwnedTensor::empty({c.T, c.N, c.L}, c.dtype, gpu), lse = OwnedTensor::empty({c.N, c.T}, DType::f32, gpu);
+  SparseMlaArgs a;
+  a.q = q, a.indices = idx, a.out = out, a.lse = lse, a.scale = scale_of(c);
+  {
+    const ScopedEnv env("LATTN_SPARSE_KERNEL", "wgmma");  // 16 heads: refused on every GPU
+    EXPECT_THROW(sparse_mla(a, dev, "cuda"), ValueError);
+  }
+  {
+    const ScopedEnv env("LATTN_SPARSE_KERNEL", "bogus");
+    EXPECT_THROW(sparse_mla(a, dev, "cuda"), ValueError);
+  }
+  const ScopedEnv env("LATTN_SPARSE_KERNEL", "simple");
+  EXPECT_NO_THROW(sparse_mla(a, dev, "cuda"));
 }
 
 }  // namespace

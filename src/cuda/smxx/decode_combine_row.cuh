@@ -1,55 +1,197 @@
-// src/cuda/smxx/decode_combine_row.cuh — one packed row of the split-KV
-// combine, as both combines do it: decode_combine.cu (a warp a row, after the
-// attention kernel) and decode_fused.cu (a CTA a chunk of a row, after the
-// one-launch kernel's grid barrier). They differ in how the threads share
-// the parts and the columns; the row's place and arithmetic are these:
-//   m = max_s lse_s,  w_s = exp(lse_s - m),  sum = sum_s w_s
-//   out = sum_s w_s * out_s / sum,  lse = m + log(sum)
-// (arXiv:2501.01005 §2.2 generalized to n parts). A part whose rows saw no key
-// has lse_s = -inf and weight 0, and is skipped, never read (its partial may
-// be stale); a NaN lse_s makes m, sum, the output and the LSE NaN.
+// src/cuda/smxx/decode_combine_row.cuh — one warp merges (a slice of) one
+// row of one request's split-KV partials: decode_combine.cu's arithmetic.
+// The batch-invariant variant is shared by the combine kernel and the
+// one-launch kernel (decode_fused.cu) so that both give the same bits: in the
+// batch-invariant mode a request's row must not depend on which of the two
+// merged it (the one-launch kernel serves small batches, the combine kernel
+// large ones).
+//
+//   lse = log sum_s exp(lse_s),  out = sum_s exp(lse_s - lse) * out_s
+// over the normalized partials out_s = O_s / l_s. Parts whose rows saw no key
+// have lse_s = -inf and weight 0 (not read); a NaN lse_s makes the row NaN.
+// The parts are summed one after another in increasing order, so the bits
+// depend only on the partials and their number.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/dtype_device.cuh"
+#include "cuda/common/fast_math.cuh"  // max_nan: a part that attended to a NaN makes the row NaN
 #include "cuda/smxx/decode_params.h"
 
 namespace lattn::cuda {
 
-// Where packed row `row` (= j * num_heads + h) of request r is written:
-// output row [L] of token q0 + j, head h, and its LSE (nullptr when the
-// caller asked for none).
-template <class T>
-struct CombineRow {
-  T* out;
-  float* lse;
-};
+__device__ __forceinline__ void combine_fma4(float4& acc, float w, const float4& v) {
+  acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+}
 
-// False when `row` lies past the request's s_q * num_heads rows (a row of
-// the plan's capacity that this request does not have).
+// Four outputs at out[c..c+3]: one 8-byte store where aligned.
 template <class T>
-__device__ __forceinline__ bool combine_row(const DecodeParams& p, int r, int row, CombineRow<T>& dst) {
+__device__ __forceinline__ void combine_store4(T* out, const float4& v) {
+  if (reinterpret_cast<uintptr_t>(out) % 8 == 0) {
+    union {
+      T t[4];
+      uint2 u;
+    } pack;
+    pack.t[0] = from_f32<T>(v.x), pack.t[1] = from_f32<T>(v.y), pack.t[2] = from_f32<T>(v.z), pack.t[3] = from_f32<T>(v.w);
+    *reinterpret_cast<uint2*>(out) = pack.u;
+  } else {
+    out[0] = from_f32<T>(v.x), out[1] = from_f32<T>(v.y), out[2] = from_f32<T>(v.z), out[3] = from_f32<T>(v.w);
+  }
+}
+
+// Row `row` (< s_q * num_heads) of request r, whose n parts' partials start
+// at slot slot0 (n == 0: no keys, output 0 and LSE -inf; n == 1 is never
+// merged: its only part wrote the output). The calling warp's lanes all take
+// part. Loads: ld(const float4*) and ld(const float*) read the partials
+// (__ldcs in the combine kernel; __ldcg where they were written in the same
+// launch). Lane i owns float4 columns i, i + 32, ... (kColChunks of them per
+// pass, in registers), two parts' loads in flight per step.
+template <class T, class Load>
+__device__ __forceinline__ void combine_decode_row(const DecodeParams& p, int r, int row, int n, int slot0,
+                                                   Load ld) {
+  constexpr int kColChunks = 4;  // float4 columns per lane per pass (L <= 512 in one pass)
+  const DecodePlan& plan = p.plan;
+  const int lane = threadIdx.x % 32;
+  const int cols4 = p.L / 4;
+  const int64_t part_stride = int64_t(plan.rows_capacity) * p.L;
   const int q0 = p.query_start_loc[r];
-  const int s_q = p.query_start_loc[r + 1] - q0;
-  if (row >= s_q * p.num_heads) return false;
   const int j = row / p.num_heads, h = row % p.num_heads;
-  dst.out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
-  dst.lse = p.lse ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
-  return true;
+  T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
+  float* lse_out = p.lse ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
+  if (n == 0) {  // no keys: output 0, LSE -inf
+    for (int c4 = lane; c4 < cols4; c4 += 32) combine_store4(out + 4 * c4, make_float4(0.f, 0.f, 0.f, 0.f));
+    if (lse_out && lane == 0) *lse_out = -INFINITY;
+    return;
+  }
+  const float* lse = plan.partial_lse + int64_t(slot0) * plan.rows_capacity + row;
+
+  // The parts' LSE -> weights exp(lse_s - m) / sum, m = max lse_s.
+  float m = -INFINITY;
+  for (int s = lane; s < n; s += 32) m = max_nan(m, ld(lse + int64_t(s) * plan.rows_capacity));
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, d));
+  auto weight = [&](int s) {
+    return m == -INFINITY ? 0.f : exp2f((ld(lse + int64_t(s) * plan.rows_capacity) - m) * 1.4426950408889634f);
+  };
+  float sum = 0.f;
+  for (int s = lane; s < n; s += 32) sum += weight(s);
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+  // sum is NaN when a part's LSE was NaN: output and LSE NaN then.
+  const float inv = sum == 0.f ? 0.f : 1.f / sum;
+  const float final_lse = sum == 0.f ? -INFINITY : m + logf(sum);
+
+  const float* part = plan.partial_o + (int64_t(slot0) * plan.rows_capacity + row) * p.L;
+  for (int cbase = 0; cbase < cols4; cbase += 32 * kColChunks) {
+    float4 acc[kColChunks];
+#pragma unroll
+    for (int k = 0; k < kColChunks; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    // Parts with weight 0 (no key for this row) add nothing (their partials
+    // may be stale). Two parts' loads are issued before either is added.
+    int s = 0;
+    for (; s + 1 < n; s += 2) {
+      const float w0 = weight(s), w1 = weight(s + 1);
+      const float4* v0p = reinterpret_cast<const float4*>(part + s * part_stride) + cbase + lane;
+      const float4* v1p = reinterpret_cast<const float4*>(part + (s + 1) * part_stride) + cbase + lane;
+      float4 v0[kColChunks], v1[kColChunks];
+#pragma unroll
+      for (int k = 0; k < kColChunks; ++k) {
+        const bool in = cbase + lane + 32 * k < cols4;
+        v0[k] = in ? ld(v0p + 32 * k) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v1[k] = in ? ld(v1p + 32 * k) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int k = 0; k < kColChunks; ++k) {
+        if (w0 != 0.f) combine_fma4(acc[k], w0, v0[k]);
+        if (w1 != 0.f) combine_fma4(acc[k], w1, v1[k]);
+      }
+    }
+    if (s < n) {
+      const float w0 = weight(s);
+      const float4* v0p = reinterpret_cast<const float4*>(part + s * part_stride) + cbase + lane;
+#pragma unroll
+      for (int k = 0; k < kColChunks; ++k) {
+        if (w0 != 0.f && cbase + lane + 32 * k < cols4) combine_fma4(acc[k], w0, ld(v0p + 32 * k));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kColChunks; ++k) {
+      const int c4 = cbase + lane + 32 * k;
+      if (c4 < cols4) {
+        combine_store4(out + 4 * c4, make_float4(acc[k].x * inv, acc[k].y * inv, acc[k].z * inv, acc[k].w * inv));
+      }
+    }
+  }
+  if (lse_out && lane == 0) *lse_out = final_lse;
 }
 
-// w_s for a part of LSE lse_s; 0 for every part when all are -inf.
-__device__ __forceinline__ float combine_weight(float lse_s, float m) {
-  return m == -INFINITY ? 0.f : exp2f((lse_s - m) * 1.4426950408889634f);
-}
+// The batch-invariant plans' merge: the same arithmetic per output as
+// combine_decode_row (acc = 0, then acc += w_s * out_s for s = 0, 1, ... in
+// order, parts of weight 0 skipped, then acc / sum; m and sum reduced the same
+// way), but one warp takes one 128-column slice of the row (lane i: float4
+// column 32 * slice + i) with kDepth parts' loads in flight at once: those
+// plans split a short request into many parts (16-32 at 2048-8192 keys), and
+// a step of one or a few requests has too few rows to hide the partials' L2
+// latency one or two parts at a time. The slices of a row compute the same m
+// and sum; slice 0 writes the LSE.
+template <class T, class Load>
+__device__ __forceinline__ void combine_decode_row_slice(const DecodeParams& p, int r, int row, int n, int slot0,
+                                                         int slice, Load ld) {
+  constexpr int kDepth = 8;
+  const DecodePlan& plan = p.plan;
+  const int lane = threadIdx.x % 32;
+  const int c4 = slice * 32 + lane;
+  const bool in = c4 < p.L / 4;
+  const int q0 = p.query_start_loc[r];
+  const int j = row / p.num_heads, h = row % p.num_heads;
+  T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
+  float* lse_out = p.lse && slice == 0 ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
+  if (n == 0) {  // no keys: output 0, LSE -inf
+    if (in) combine_store4(out + 4 * c4, make_float4(0.f, 0.f, 0.f, 0.f));
+    if (lse_out && lane == 0) *lse_out = -INFINITY;
+    return;
+  }
+  const float* lse = plan.partial_lse + int64_t(slot0) * plan.rows_capacity + row;
+  float m = -INFINITY;
+  for (int s = lane; s < n; s += 32) m = max_nan(m, ld(lse + int64_t(s) * plan.rows_capacity));
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, d));
+  auto weight = [&](int s) {
+    return m == -INFINITY ? 0.f : exp2f((ld(lse + int64_t(s) * plan.rows_capacity) - m) * 1.4426950408889634f);
+  };
+  float sum = 0.f;
+  for (int s = lane; s < n; s += 32) sum += weight(s);
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+  // sum is NaN when a part's LSE was NaN: output and LSE NaN then.
+  const float inv = sum == 0.f ? 0.f : 1.f / sum;
+  const float final_lse = sum == 0.f ? -INFINITY : m + logf(sum);
 
-// The row's 1 / sum and LSE; sum 0 (no part saw a key): 0 and -inf.
-struct CombineTotal {
-  float inv, lse;
-};
-__device__ __forceinline__ CombineTotal combine_total(float m, float sum) {
-  return {sum == 0.f ? 0.f : 1.f / sum, sum == 0.f ? -INFINITY : m + logf(sum)};
+  const int64_t part_stride4 = int64_t(plan.rows_capacity) * (p.L / 4);  // float4s from one part to the next
+  const float4* part =
+      reinterpret_cast<const float4*>(plan.partial_o + (int64_t(slot0) * plan.rows_capacity + row) * p.L) + c4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = 0; s0 < n; s0 += kDepth) {
+    float w[kDepth];
+    float4 v[kDepth];
+#pragma unroll
+    for (int k = 0; k < kDepth; ++k) {
+      const int s = s0 + k;
+      w[k] = s < n ? weight(s) : 0.f;
+      v[k] = in && s < n ? ld(part + s * part_stride4) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    // Parts with weight 0 (no key for this row) add nothing (their partials may be stale).
+#pragma unroll
+    for (int k = 0; k < kDepth; ++k) {
+      if (w[k] != 0.f) combine_fma4(acc, w[k], v[k]);
+    }
+  }
+  if (in) combine_store4(out + 4 * c4, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+  if (lse_out && lane == 0) *lse_out = final_lse;
 }
 
 }  // namespace lattn::cuda

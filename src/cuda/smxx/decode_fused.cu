@@ -11,7 +11,6 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/dtype_device.cuh"
-#include "cuda/common/fast_math.cuh"
 #include "cuda/sm80/decode/decode_kernel.cuh"
 #include "cuda/smxx/decode_combine.h"
 #include "cuda/smxx/decode_combine_row.cuh"
@@ -46,10 +45,11 @@ __device__ __forceinline__ void plan_in_warp(const DecodeParams& p, SmallPlan& s
   const int lane = threadIdx.x % 32;
   const DecodePlan& plan = p.plan;
   const int ovh = plan.overhead_tiles;
-  const int cost = lane < p.batch ? decode_request_cost(p.seq_lens[lane], plan.tile_keys, ovh, false) : 0;
+  const int cost =
+      lane < p.batch ? decode_request_cost(p.seq_lens[lane], plan.tile_keys, ovh, plan.batch_invariant) : 0;
   const int incl = warp_inclusive_scan(cost);
   const int total = __shfl_sync(0xffffffffu, incl, 31);
-  const int w = decode_part_width(total, plan.num_parts, false);
+  const int w = decode_part_width(total, plan.num_parts, plan.batch_invariant);
   const int n = lane < p.batch ? decode_request_splits(incl - cost, incl, ovh, w) : 0;
   const int slots = n >= 2 ? n : 0;
   const int slot_incl = warp_inclusive_scan(slots);
@@ -118,7 +118,32 @@ __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) 
   return r;
 }
 
-// The combine (decode_combine_row.cuh's arithmetic, as decode_combine.cu) after the grid barrier. The
+// Batch-invariant plans: one warp per (request, row, 128-column slice), with
+// the combine kernel's arithmetic for those plans (decode_combine_row.cuh),
+// so that a request's bits are the same whether this kernel or the combine
+// kernel merged it.
+struct CoherentLoads {
+  __device__ __forceinline__ float operator()(const float* x) const { return __ldcg(x); }
+  __device__ __forceinline__ float4 operator()(const float4* x) const { return __ldcg(x); }
+};
+template <class K>
+__device__ __forceinline__ void combine_phase_invariant(const DecodeParams& p, const SmallPlan& sp) {
+  const int rows = p.plan.rows_capacity;
+  const int slices = (K::kL / 4 + 31) / 32;
+  const int warps = gridDim.x * gridDim.y * (K::kThreads / 32);
+  const int warp = (blockIdx.y * gridDim.x + blockIdx.x) * (K::kThreads / 32) + threadIdx.x / 32;
+  for (int item = warp; item < p.batch * rows * slices; item += warps) {
+    const int pair = item / slices;
+    const int r = pair / rows, row = pair % rows;
+    const int n = sp.splits[r];
+    if (n == 1) continue;  // written by its only part
+    const int s_q = p.query_start_loc[r + 1] - p.query_start_loc[r];
+    if (row >= s_q * p.num_heads) continue;
+    combine_decode_row_slice<typename K::T>(p, r, row, n, sp.slot0[r], item % slices, CoherentLoads{});
+  }
+}
+
+// The combine (decode_combine.cu's arithmetic) after the grid barrier. The
 // work (request, row, column chunk) is cut so that there are about as many
 // items as CTAs: a batch of one has 16 rows x 8 chunks of 64 columns, each
 // CTA merging its chunk's partials with 16 groups of threads taking every
@@ -143,16 +168,19 @@ __device__ __forceinline__ void combine_phase(const DecodeParams& p, const Small
     const int r = item / (rows * chunks), row = item / chunks % rows, chunk = item % chunks;
     const int n = sp.splits[r];
     if (n == 1) continue;  // written by its only part
-    CombineRow<T> dst;
-    if (!combine_row(p, r, row, dst)) continue;
-    T* out = dst.out;
+    const int q0 = p.query_start_loc[r];
+    const int s_q = p.query_start_loc[r + 1] - q0;
+    if (row >= s_q * p.num_heads) continue;
+    const int j = row / p.num_heads, h = row % p.num_heads;
+    T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
+    float* lse_out = p.lse ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
     const int c = (chunk * c4 + ct) * 4;
     if (n == 0) {  // no keys: output 0, LSE -inf
       if (g == 0) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) out[c + k] = from_f32<T>(0.f);
       }
-      if (dst.lse && threadIdx.x == 0 && chunk == 0) *dst.lse = -INFINITY;
+      if (lse_out && threadIdx.x == 0 && chunk == 0) *lse_out = -INFINITY;
       continue;
     }
     const int slot0 = sp.slot0[r];
@@ -174,12 +202,13 @@ __device__ __forceinline__ void combine_phase(const DecodeParams& p, const Small
     m = block_reduce<kThreads>(m, red, true);
     float sum = 0.f;
     for (int s = threadIdx.x; s < n; s += kThreads) {
-      const float e = combine_weight(__ldcg(lse + int64_t(s) * rows), m);
+      const float e = m == -INFINITY ? 0.f : exp2f((__ldcg(lse + int64_t(s) * rows) - m) * 1.4426950408889634f);
       weights[s] = e;
       sum += e;
     }
     sum = block_reduce<kThreads>(sum, red, false);  // its barriers also publish `weights`
-    const CombineTotal total = combine_total(m, sum);
+    const float inv = sum == 0.f ? 0.f : 1.f / sum;
+    const float final_lse = sum == 0.f ? -INFINITY : m + logf(sum);
 
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     auto add = [&](float w, float4 v) {
@@ -206,12 +235,12 @@ __device__ __forceinline__ void combine_phase(const DecodeParams& p, const Small
         const float4 v = group_acc[k * c4 + ct];
         acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
       }
-      out[c] = from_f32<T>(acc.x * total.inv);
-      out[c + 1] = from_f32<T>(acc.y * total.inv);
-      out[c + 2] = from_f32<T>(acc.z * total.inv);
-      out[c + 3] = from_f32<T>(acc.w * total.inv);
+      out[c] = from_f32<T>(acc.x * inv);
+      out[c + 1] = from_f32<T>(acc.y * inv);
+      out[c + 2] = from_f32<T>(acc.z * inv);
+      out[c + 3] = from_f32<T>(acc.w * inv);
     }
-    if (dst.lse && threadIdx.x == 0 && chunk == 0) *dst.lse = total.lse;
+    if (lse_out && threadIdx.x == 0 && chunk == 0) *lse_out = final_lse;
     __syncthreads();  // group_acc and weights are reused by the next item
   }
 }
@@ -242,8 +271,13 @@ __device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid
     const int c1 = sp.prefix[r + 1];
     if (c1 == c0) continue;  // no keys: the combine phase writes 0 / -inf
     const int first_tile_pos = c0 + ovh;
-    const int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
-    const int tile_end = min(end, c1) - first_tile_pos;
+    int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
+    int tile_end = min(end, c1) - first_tile_pos;
+    // A batch-invariant plan's cost unit is one split: its tiles (as decode_pieces.cuh).
+    if (p.plan.batch_invariant) {
+      const int tiles = (p.seq_lens[r] + K::kBlockN - 1) / K::kBlockN;
+      batch_invariant_split_range(tiles, tile_begin, tile_begin, tile_end);
+    }
     if (tile_end <= tile_begin) continue;
     const sm80::RequestView rv = sm80::make_request_view<K>(p, r);
     if (rv.row0 >= rv.rows) continue;
@@ -252,7 +286,13 @@ __device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid
   }
   // Every CTA (with or without pieces) joins the barrier and the combine.
   grid_barrier(grid_sync, gridDim.x * gridDim.y);
-  if (stages & kFusedStageCombine) combine_phase<K>(p, sp, smem);
+  if (stages & kFusedStageCombine) {
+    if (p.plan.batch_invariant) {
+      combine_phase_invariant<K>(p, sp);
+    } else {
+      combine_phase<K>(p, sp, smem);
+    }
+  }
 }
 
 template <class K>

@@ -1,5 +1,6 @@
 // Sparse absorbed MLA on CUDA (lattn/sparse.h). DeepSeek's dims (L = 512,
-// R = 64) run on the tensor-core kernel (sm80/sparse/sparse_mla_mma.cuh); other
+// R = 64) run on a tensor-core kernel (on Hopper with more than 16 heads
+// sm90/sparse/, else sm80/sparse/sparse_mla_mma.cuh); other
 // dims, and caches whose rows are not 16-byte aligned, run this file's simple
 // portable kernel (sm80+, no tensor cores): one block per (token, group of 8
 // heads), one warp per head. Key rows of a tile of 16 indices are loaded once per block
@@ -9,8 +10,11 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/device_ops.h"
+#include "lattn/errors.h"
 #include "lattn/sparse.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
@@ -164,7 +168,34 @@ void sparse_mla(const SparseMlaArgs& a, const LatentCache& cache, Stream stream)
   p.scale = a.scale;
   if (p.T == 0 || p.N == 0) return;
   auto s = reinterpret_cast<cudaStream_t>(stream);
-  if (launch_sparse_mla_mma(p, cache.is_fp8_ds_mla(), s)) return;
+  // LATTN_SPARSE_KERNEL=wgmma|mma|simple forces one kernel (tests and
+  // benchmarks; a forced kernel that cannot serve the arguments is an error);
+  // otherwise the first that serves them of wgmma (Hopper), mma (sm80+) and
+  // the simple kernel runs.
+  const char* env = std::getenv("LATTN_SPARSE_KERNEL");
+  const std::string forced = env ? env : "";
+  if (!forced.empty() && forced != "wgmma" && forced != "mma" && forced != "simple") {
+    throw ValueError("LATTN_SPARSE_KERNEL: expected wgmma, mma or simple, got '" + forced + "'");
+  }
+  if (forced.empty() || forced == "wgmma") {
+    const char* refusal = sparse_mla_wgmma_refusal(p);
+    if (!refusal) {
+      launch_sparse_mla_wgmma(p, cache.is_fp8_ds_mla(), s);
+      return;
+    }
+    if (!forced.empty()) {
+      throw ValueError(std::string("LATTN_SPARSE_KERNEL=wgmma: the Hopper sparse kernel cannot serve this call: ") +
+                       refusal);
+    }
+  }
+  if (forced.empty() || forced == "mma") {
+    if (launch_sparse_mla_mma(p, cache.is_fp8_ds_mla(), s)) return;
+    if (!forced.empty()) {
+      throw ValueError(
+          "LATTN_SPARSE_KERNEL=mma: the mma.sync sparse kernel cannot serve this call (it needs L = 512, R = 64, "
+          "16-byte aligned rows and an sm80+ GPU)");
+    }
+  }
   const int D = p.L + p.R;
   const size_t smem = size_t(kHeadsPerBlock + kKeyTile) * D * 4 + kKeyTile * 4;
   const dim3 grid(unsigned(p.T), unsigned((p.N + kHeadsPerBlock - 1) / kHeadsPerBlock));

@@ -27,4 +27,9 @@ struct SparseParams {
 // and the caller runs the simple kernel.
 bool launch_sparse_mla_mma(const SparseParams& p, bool fp8_ds_mla, void* stream);
 
+// The Hopper kernel (sm90/sparse/): why it cannot serve the arguments on the
+// current device (nullptr when it can), and its launch.
+const char* sparse_mla_wgmma_refusal(const SparseParams& p);
+void launch_sparse_mla_wgmma(const SparseParams& p, bool fp8_ds_mla, void* stream);
+
 }  // namespace lattn::cuda
