@@ -49,6 +49,14 @@ void check_index(const char* op, const char* arg, const Tensor& t, Device device
   check_dim(op, arg, t, dims);
 }
 
+// The hopper backend's fp8-cache kernel (sm90/decode/fp8_*) serves fp8
+// caches it can read; LATTN_HOPPER_FP8=0 keeps them on the sm80 kernel
+// (read at each plan: same-run A/B in benchmarks and tests).
+bool hopper_fp8_enabled() {
+  const char* v = std::getenv("LATTN_HOPPER_FP8");
+  return !(v && *v && std::atoi(v) == 0);
+}
+
 // Switches for measurements (read once; docs/cuda.md, "One plan per step"):
 //   LATTN_DECODE_PLAN_PER_LAYER=1  every layer plans its own step (the old way)
 //   LATTN_DECODE_PARTS=N           N parts instead of one wave (balanced plans)
@@ -183,6 +191,7 @@ void CudaDecodeBackend::prepare_metadata(const DecodeMetadata& md) {
 void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   planned_batch_ = -1;
   sm90_ = false;
+  sm90_fp8_ = false;
   fused_ = false;
   if (md.num_decodes == 0) return;
   check_metadata(md, plan_op(hopper_));
@@ -212,9 +221,20 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
           sm90::decode_sm90_unsupported_reason(params_.dtype, params_.kv_cache_dtype, params_.kv_lora_rank,
                                                params_.qk_rope_head_dim, md.block_size, nullptr, 0)
               .empty();
+  // hopper with an fp8 cache: the key-major kernel (16 rows x 64 keys per
+  // tile, nothing padded at H16) where it can read the layout. Not in the
+  // batch-invariant mode: its two warpgroups split a piece's tiles by the
+  // parity of the CTA's walk, so a row's summation order would follow the
+  // batch; that mode keeps fp8 caches on the sm80 kernel.
+  sm90_fp8_ = hopper_ && allow_sm90 && !invariant && fp8 && hopper_fp8_enabled() &&
+              sm90::decode_sm90_fp8_unsupported_reason(params_.dtype, params_.kv_cache_dtype, params_.kv_lora_rank,
+                                                       params_.qk_rope_head_dim, md.block_size, nullptr, 0)
+                  .empty();
   int ctas_per_sm = 1;
   if (sm90_) {
     config_ = sm80::DecodeTileConfig{sm90::kDecodeBlockM, sm90::kDecodeBlockN, 9, 2};
+  } else if (sm90_fp8_) {
+    config_ = sm80::DecodeTileConfig{sm90::kDecodeFp8BlockM, sm90::kDecodeFp8BlockN, 12, 4};
   } else {
     config_ = sm80::choose_decode_tiles(kernel_rows, ctx.max_smem_per_block_optin, fp8);
     ctas_per_sm = std::max(1, sm80::decode_ctas_per_sm(config_, params_.dtype, params_.kv_cache_dtype));
@@ -267,7 +287,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   // planning kernel would and merges them with the combine kernel's
   // arithmetic (decode_combine_row.cuh), so a request's bits are the same in
   // a small batch (this kernel) and a large one (three kernels).
-  if (!sm90_ && md.num_decodes <= fused_max_batch() &&
+  if (!sm90_ && !sm90_fp8_ && md.num_decodes <= fused_max_batch() &&
       decode_fused_supported(config_, params_.dtype, params_.kv_cache_dtype, ctx.capability_major) &&
       m_tiles_ * parts <= ctx.sm_count * fused_ctas_per_sm()) {
     plan_fused(md, parts);
@@ -285,7 +305,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   }
   const std::string key = std::string("cuda decode plan: device ") + std::to_string(params_.context.device.index) +
                           ", stream " + std::to_string(reinterpret_cast<uintptr_t>(params_.context.stream)) +
-                          (sm90_ ? ", sm90" : ", sm80") + ", tiles " + config_.str() + ", rows " +
+                          (sm90_ ? ", sm90" : sm90_fp8_ ? ", sm90 fp8" : ", sm80") + ", tiles " + config_.str() + ", rows " +
                           std::to_string(m_tiles_ * config_.block_m) + ", L " + std::to_string(params_.kv_lora_rank) +
                           ", parts " + std::to_string(parts) + ", overhead " + std::to_string(plan_.overhead_tiles) +
                           (plan_.batch_invariant ? ", batch-invariant splits" : "") +
@@ -388,6 +408,12 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
                     .empty()) {
     plan(md, false);
   }
+  if (sm90_fp8_ && !sm90::decode_sm90_fp8_unsupported_reason(params_.dtype, cache.dtype(), L, R,
+                                                             int(cache.block_size()), cache.data.data(),
+                                                             cache.data.stride(0))
+                       .empty()) {
+    plan(md, false);
+  }
 
   DeviceGuard guard(device.index);
   raise_pending_index_violation(device.index, kRun);
@@ -429,6 +455,9 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   auto stream = reinterpret_cast<cudaStream_t>(params_.context.stream);
   if (sm90_) {
     sm90::launch_decode_sm90(p, params_.dtype, cache.num_blocks(), m_tiles_, stream);
+    launch_decode_combine(p, params_.dtype, stream);
+  } else if (sm90_fp8_) {
+    sm90::launch_decode_sm90_fp8(p, params_.dtype, cache.num_blocks(), m_tiles_, stream);
     launch_decode_combine(p, params_.dtype, stream);
   } else if (fused_) {
     // LATTN_DECODE_FUSED_STAGES: a mask of attention 1, combine 2, metadata

@@ -26,7 +26,9 @@
 // The same class is the `hopper` backend when constructed with hopper = true:
 // then a 16-bit cache of the activation dtype with (L, R) = (512, 64) and a
 // page size that is a multiple of 64 runs the wgmma + TMA kernel (sm90/decode,
-// same plan and combine), and every other case the kernels above (docs/hopper.md).
+// same plan and combine), an fp8 cache with the same dims and pages runs the
+// key-major fp8 wgmma kernel (sm90/decode/fp8_*), and every other case the
+// kernels above (docs/hopper.md).
 #pragma once
 
 #include <atomic>
@@ -56,6 +58,8 @@ class CudaDecodeBackend final : public DecodeBackend {
   // What the last plan chose (benchmarks and tests report it).
   bool uses_tensor_cores() const { return fast_; }
   bool uses_sm90_kernel() const { return sm90_; }
+  // The last plan chose the sm90 key-major kernel for an fp8 cache (sm90/decode/fp8_*).
+  bool uses_sm90_fp8_kernel() const { return sm90_fp8_; }
   // The last plan runs the one-launch small-batch kernel (smxx/decode_fused.h).
   bool uses_fused_kernel() const { return fused_; }
   sm80::DecodeTileConfig tile_config() const { return config_; }
@@ -93,6 +97,7 @@ class CudaDecodeBackend final : public DecodeBackend {
   bool hopper_ = false;  // the `hopper` backend (may choose the sm90 kernel)
   bool fast_ = false;    // tensor-core kernel (else generic)
   bool sm90_ = false;    // the last plan chose the sm90 wgmma kernel
+  bool sm90_fp8_ = false;  // the last plan chose the sm90 key-major fp8-cache kernel
   bool fused_ = false;   // the last plan chose the one-launch small-batch kernel
   int fused_ctas_per_sm_ = -1;
   sm80::DecodeTileConfig config_{};

@@ -67,16 +67,29 @@ std::string CudaDecodeBackend::kernel_label() const {
   } else {
     // The wgmma kernel runs S, softmax and P V of each tile in turn: its
     // "serial schedule" (docs/hopper.md).
-    s += sm90_ ? std::string("sm90a wgmma + TMA decode (serial schedule)") : std::string("sm80 mma.sync decode");
-    if (hopper_ && !sm90_) {
+    // The fp8-cache kernel puts the keys in the MMAs' M dimension ("key-major", docs/hopper.md).
+    s += sm90_       ? std::string("sm90a wgmma + TMA decode (serial schedule)")
+         : sm90_fp8_ ? std::string("sm90a wgmma + TMA decode (fp8 cache, key-major)")
+                     : std::string("sm80 mma.sync decode");
+    if (hopper_ && !sm90_ && !sm90_fp8_) {
       // Why plan() kept this hopper instance on the sm80 kernel, in its order.
-      const std::string layout = sm90::decode_sm90_unsupported_reason(
-          p.dtype, p.kv_cache_dtype, p.kv_lora_rank, p.qk_rope_head_dim, sm90::kDecodeBlockN, nullptr, 0);
+      const bool fp8 = p.kv_cache_dtype == DType::fp8_e4m3;
+      const std::string layout =
+          fp8 ? sm90::decode_sm90_fp8_unsupported_reason(p.dtype, p.kv_cache_dtype, p.kv_lora_rank,
+                                                         p.qk_rope_head_dim, sm90::kDecodeFp8BlockN, nullptr, 0)
+              : sm90::decode_sm90_unsupported_reason(p.dtype, p.kv_cache_dtype, p.kv_lora_rank, p.qk_rope_head_dim,
+                                                     sm90::kDecodeBlockN, nullptr, 0);
       std::string why;
-      if (p.context.batch_invariant && p.num_heads <= 16)
+      if (fp8 && p.context.batch_invariant)
+        why = "batch-invariant mode keeps fp8 caches on the sm80 kernel (the fp8 kernel's split of a piece's tiles "
+              "between its two warpgroups follows the CTA's walk)";
+      else if (fp8 && layout.empty())
+        why = "LATTN_HOPPER_FP8=0, or the fp8 kernel cannot address this cache: a page size not a multiple of 64, "
+              "or an unaligned view";
+      else if (p.context.batch_invariant && p.num_heads <= 16)
         why = "batch-invariant mode with at most 16 heads: 16-row tiles (the kernel follows the head count, not "
               "the batch's longest query)";
-      else if (m_tiles_ == 1 && config_.block_m == 16)
+      else if (m_tiles_ == 1 && config_.block_m == 16 && !fp8)
         why = "at most 16 rows per request: 16-row tiles";
       else if (!layout.empty())
         why = layout;

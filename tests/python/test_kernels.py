@@ -73,7 +73,7 @@ for name, call in calls.items():
 # CUDA (the GPU machine)
 
 DECODE = re.compile(r"^(?P<backend>cuda|hopper): (?P<kernel>sm80 mma\.sync|sm90a wgmma \+ TMA) decode"
-                    r"(?: \((?P<schedule>serial) schedule\))?"
+                    r"(?: \((?:(?P<schedule>serial) schedule|(?P<fp8>fp8 cache, key-major))\))?"
                     r"(?P<why> \(sm80 delegate: [^)]*\))?, tile m(?P<m>\d+)n(?P<n>\d+)w\d+s\d+ "
                     r"\((?P=m) head rows x (?P=n) keys, \d+ warps, \d+ stages\), (?P<tiles>\d+) row tiles? x "
                     r"(?P<parts>\d+) split-KV parts, (?:then the combine kernel|planned and combined in the same launch); "
@@ -141,3 +141,11 @@ def test_cuda_fp8_cache_and_other_dims_say_which_kernel():
     assert other["decode"].startswith("cuda: generic SIMT decode kernel, no tensor cores (those serve (L, R) = "
                                       "(512, 64) with a cache of the activation dtype or fp8; this layer: (256, 32)")
     assert other["prefill"].startswith("cuda: sm80 mma.sync prefill, qk96_v64_"), other["prefill"]
+
+
+def test_hopper_fp8_cache_runs_the_key_major_kernel():
+    torch = cuda_torch_or_skip()
+    _, fp8 = run_cuda_layer(torch, "hopper", 16, cache_dtype="fp8_e4m3")  # skips where hopper cannot run
+    m = DECODE.match(fp8["decode"])
+    assert m and m["kernel"] == "sm90a wgmma + TMA" and m["fp8"] and m["why"] is None, fp8["decode"]
+    assert (int(m["m"]), int(m["n"])) == (16, 64), fp8["decode"]

@@ -12,6 +12,7 @@
 #include "cuda/sm90/common/tma.cuh"
 #include "cuda/sm90/common/tma_host.h"
 #include "cuda/sm90/decode/decode_kernel_instance.h"
+#include "cuda/sm90/decode/fp8_instance.h"
 #include "lattn/errors.h"
 
 namespace lattn::cuda::sm90 {
@@ -32,6 +33,25 @@ CUtensorMap cache_tensor_map(const DecodeParams& p, DType dtype, int64_t num_blo
   s.dims = dims;
   s.strides = strides;
   s.box = box;
+  return make_tensor_map(s);
+}
+
+// The fp8 cache as a 3D byte tensor {576 columns, block_size keys,
+// num_blocks pages}; a box is {64 columns, 64 keys, 1 page} with no swizzle
+// ([64 keys][64 bytes] in shared memory): 9 boxes make a tile.
+CUtensorMap fp8_cache_tensor_map(const DecodeParams& p, int64_t num_blocks) {
+  const std::array<cuuint64_t, 3> dims{kD, cuuint64_t(p.block_size), cuuint64_t(num_blocks)};
+  const std::array<cuuint64_t, 2> strides{kD, cuuint64_t(p.cache_block_stride)};
+  const std::array<cuuint32_t, 3> box{64, kDecodeFp8BlockN, 1};
+  TensorMapSpec s;
+  s.name = "fp8 latent cache";
+  s.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  s.element_bytes = 1;
+  s.base = p.cache;
+  s.dims = dims;
+  s.strides = strides;
+  s.box = box;
+  s.swizzle = CU_TENSOR_MAP_SWIZZLE_NONE;
   return make_tensor_map(s);
 }
 
@@ -63,6 +83,31 @@ std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L
   if (cache && reinterpret_cast<uintptr_t>(cache) % 16 != 0) return "cache base is not 16-byte aligned";
   if ((block_stride_elems * 2) % 16 != 0) return "cache page stride is not a multiple of 16 bytes";
   return {};
+}
+
+std::string decode_sm90_fp8_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
+                                               const void* cache, int64_t block_stride_elems) {
+  if (cache_dtype != DType::fp8_e4m3) return std::string("cache dtype ") + dtype_name(cache_dtype) + " is not fp8_e4m3";
+  if (L != 512 || R != 64) return "latent dims (" + std::to_string(L) + ", " + std::to_string(R) + ") are not (512, 64)";
+  if (dtype != DType::bf16 && dtype != DType::f16) return std::string("activation dtype ") + dtype_name(dtype);
+  if (block_size % kDecodeFp8BlockN != 0) return "block size " + std::to_string(block_size) + " is not a multiple of 64";
+  if (cache && reinterpret_cast<uintptr_t>(cache) % 16 != 0) return "cache base is not 16-byte aligned";
+  if (block_stride_elems % 16 != 0) return "cache page stride is not a multiple of 16 bytes";
+  return {};
+}
+
+void launch_decode_sm90_fp8(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream) {
+  const CUtensorMap map = fp8_cache_tensor_map(p, num_blocks);
+  const uint64_t hint = kv_cache_hint();
+  switch (dtype) {
+    case DType::bf16:
+      return DecodeFp8KernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, stream);
+    case DType::f16:
+      return DecodeFp8KernelInstance<__half>::launch(p, map, m_tiles, hint, stream);
+    default:
+      throw NotImplementedError(std::string("hopper fp8 decode: activation dtype ") + dtype_name(dtype) +
+                                " (supported: f16, bf16)");
+  }
 }
 
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream) {

@@ -22,6 +22,16 @@ constexpr int kDecodeBlockM = 64, kDecodeBlockN = 64;
 std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
                                            const void* cache, int64_t block_stride_elems);
 
+// The key-major kernel for an fp8 e4m3 cache (docs/hopper.md, "fp8 cache"):
+// 16 packed rows x 64 keys per tile, any activation dtype of the backend
+// (bf16, f16). Empty when it can read this cache (L, R) = (512, 64), page
+// size a multiple of 64, 16-byte aligned base and page stride), else why not.
+constexpr int kDecodeFp8BlockM = 16, kDecodeFp8BlockN = 64;
+std::string decode_sm90_fp8_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
+                                               const void* cache, int64_t block_stride_elems);
+// Launches it: grid (m_tiles, p.plan.num_parts), 384 threads.
+void launch_decode_sm90_fp8(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream);
+
 // Launches the kernel (docs/hopper.md, "Decode"): grid (m_tiles, p.plan.num_parts), 384 threads.
 // num_blocks = the cache's page count (the tensor map's outer extent).
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream);
