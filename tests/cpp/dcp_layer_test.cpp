@@ -8,12 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <numeric>
 #include <random>
-#include <thread>
 
 #include "lattn/attention.h"
 #include "lattn/cache.h"
@@ -21,6 +18,7 @@
 #include "lattn/dcp.h"
 #include "lattn/errors.h"
 #include "lattn/ops.h"
+#include "support/dcp_ranks.h"
 #include "support/gpu.h"
 #include "support/test_data.h"
 
@@ -41,15 +39,6 @@ struct LayerCase {
 constexpr int kBlock = 4;
 const std::vector<int> kContexts{0, 1, 2, 5, 37, 64, 130};
 
-OwnedTensor on(const Tensor& host, Device dev) {
-  if (dev.is_cpu()) {
-    OwnedTensor t = OwnedTensor::empty(host.shape(), host.dtype());
-    copy_tensor(host, t);
-    return t;
-  }
-  return test::to_device(host, dev);
-}
-
 // Returns the single-rank output (index 0) and every rank's output, as host bf16 [T, N*V].
 std::vector<OwnedTensor> run_layer_step(const LayerCase& lc, const std::vector<int>& contexts, uint64_t seed) {
   const MlaDims& d = lc.dims;
@@ -67,13 +56,19 @@ std::vector<OwnedTensor> run_layer_step(const LayerCase& lc, const std::vector<i
     ctx_kv.push_back(host_rand({std::max(c, 1), L}));
     ctx_pe.push_back(host_rand({std::max(c, 1), R}));
   }
-  const OwnedTensor q = on(host_rand({tokens, N, P + R}), dev), kv_c = on(host_rand({tokens, L}), dev),
-                    k_pe = on(host_rand({tokens, R}), dev);
+  const OwnedTensor q = test::to_device(host_rand({tokens, N, P + R}), dev),
+                    kv_c = test::to_device(host_rand({tokens, L}), dev),
+                    k_pe = test::to_device(host_rand({tokens, R}), dev);
   const OwnedTensor w = host_rand({int64_t(N) * (P + V), L}, 0.2f);
   std::vector<OwnedTensor> ctx_kv_dev, ctx_pe_dev;
+  std::vector<test::RankRequest> rank_reqs;
   for (int i = 0; i < reqs; ++i) {
-    ctx_kv_dev.push_back(on(ctx_kv[size_t(i)], dev));
-    ctx_pe_dev.push_back(on(ctx_pe[size_t(i)], dev));
+    ctx_kv_dev.push_back(test::to_device(ctx_kv[size_t(i)], dev));
+    ctx_pe_dev.push_back(test::to_device(ctx_pe[size_t(i)], dev));
+  }
+  for (int i = 0; i < reqs; ++i) {  // after the pushes: the pointers stay valid
+    rank_reqs.push_back({contexts[size_t(i)], contexts[size_t(i)] + lc.s_q, &ctx_kv_dev[size_t(i)].tensor(),
+                         &ctx_pe_dev[size_t(i)].tensor()});
   }
 
   MetadataBuilderConfig bc;
@@ -81,7 +76,6 @@ std::vector<OwnedTensor> run_layer_step(const LayerCase& lc, const std::vector<i
   bc.reorder_batch_threshold = lc.s_q;
   bc.chunked_prefill_enabled = false;
   const MlaMetadataBuilder builder(bc);
-  const float cache_scale = lc.cache_dtype == DType::fp8_e4m3 ? 0.05f : 1.f;
 
   auto make_layer = [&] {
     MlaAttentionConfig c;
@@ -95,43 +89,16 @@ std::vector<OwnedTensor> run_layer_step(const LayerCase& lc, const std::vector<i
     layer->process_weights_after_loading(w);
     return layer;
   };
-  // One rank's cache (world 1 = the single-rank run): poisoned, permuted blocks,
-  // the context tokens this rank owns written at their local slots.
+  const KvCacheSpec spec{L, R, lc.cache_dtype, kBlock, lc.cache_dtype == DType::fp8_e4m3 ? 0.05f : 1.f};
+  // One rank's cache (DcpConfig{} = the single-rank run) and the step's requests over it.
   auto make_rank = [&](const DcpConfig& dcp, uint64_t rseed, std::vector<RequestSpec>& specs) {
-    std::mt19937_64 prng(rseed);
-    std::vector<int64_t> local_lens;
-    int64_t blocks = 1;
+    test::RankCache rc = test::make_rank_cache(dcp, rank_reqs, spec, dev, rseed);
     for (int i = 0; i < reqs; ++i) {
-      local_lens.push_back(dcp_local_count(dcp, contexts[size_t(i)] + lc.s_q));
-      blocks += (local_lens.back() + kBlock - 1) / kBlock + 1;
+      specs.push_back({.query_len = lc.s_q,
+                       .num_computed_tokens = contexts[size_t(i)],
+                       .block_table = std::move(rc.tables[size_t(i)])});
     }
-    auto cache = std::make_unique<OwnedLatentCache>(blocks, kBlock, d, lc.cache_dtype, dev, cache_scale);
-    test::poison(cache->cache().data);
-    std::vector<int32_t> ids(static_cast<size_t>(blocks));
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), prng);
-    size_t next = 0;
-    for (int i = 0; i < reqs; ++i) {
-      RequestSpec spec{.query_len = lc.s_q, .num_computed_tokens = contexts[size_t(i)], .block_table = {}};
-      for (int64_t b = 0; b < (local_lens[size_t(i)] + kBlock - 1) / kBlock + 1; ++b)
-        spec.block_table.push_back(ids[next++]);
-      OwnedTensor slots = OwnedTensor::empty({std::max(contexts[size_t(i)], 1)}, DType::i64);
-      auto* s = slots.data_as<int64_t>();
-      for (int64_t p = 0; p < slots.tensor().numel(); ++p) {
-        s[p] = PAD_SLOT_ID;
-        if (p >= contexts[size_t(i)] || dcp_owner(dcp, p) != dcp.rank) continue;
-        const int64_t lp = dcp_local_position(dcp, p);
-        s[p] = int64_t(spec.block_table[size_t(lp / kBlock)]) * kBlock + lp % kBlock;
-      }
-      concat_and_cache_mla(ctx_kv_dev[size_t(i)], ctx_pe_dev[size_t(i)], *cache, on(slots, dev));
-      specs.push_back(std::move(spec));
-    }
-    return cache;
-  };
-  auto to_host = [&](const Tensor& t) {
-    OwnedTensor h = OwnedTensor::empty(t.shape(), t.dtype());
-    copy_tensor(t, h);
-    return h;
+    return std::move(rc.cache);
   };
 
   std::vector<OwnedTensor> results(size_t(1 + lc.world));
@@ -144,58 +111,28 @@ std::vector<OwnedTensor> run_layer_step(const LayerCase& lc, const std::vector<i
     OwnedTensor out = OwnedTensor::empty({tokens, int64_t(N) * V}, DType::bf16, dev);
     test::poison(out);
     layer->forward(q, kv_c, k_pe, *cache, md, out);
-    results[0] = to_host(out);
+    results[0] = test::to_host(out);
   }
-  std::vector<std::unique_ptr<Communicator>> comms;
-  if (lc.nccl) {
-    comms.push_back(make_nccl_communicator(nccl_unique_id(), 1, 0, dev));
-  } else {
-    comms = make_in_process_group(lc.world, dev);
-  }
-  std::vector<std::exception_ptr> errors(size_t(lc.world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < lc.world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto layer = make_layer();
-        layer->set_dcp(comms[size_t(r)].get(), lc.interleave, lc.method);
-        const DcpConfig dcp = layer->dcp_config();
-        std::vector<RequestSpec> specs;
-        auto cache = make_rank(dcp, seed + 100 + uint64_t(r), specs);
-        const DcpDecodePlan plan = build_dcp_decode_metadata(builder, specs, dcp, dev);
-        OwnedTensor out = OwnedTensor::empty({tokens, int64_t(N) * V}, DType::bf16, dev);
-        test::poison(out);
-        // Twice: the second step reuses the layer's scratch (the cache write is idempotent).
-        for (int i = 0; i < 2; ++i) layer->forward(q, kv_c, k_pe, *cache, plan, out);
-        results[size_t(1 + r)] = to_host(out);
-      } catch (...) {
-        errors[size_t(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  const auto comms = test::make_group(lc.world, dev, lc.nccl);
+  test::on_every_rank(lc.world, [&](int r) {
+    auto layer = make_layer();
+    layer->set_dcp(comms[size_t(r)].get(), lc.interleave, lc.method);
+    const DcpConfig dcp = layer->dcp_config();
+    std::vector<RequestSpec> specs;
+    auto cache = make_rank(dcp, seed + 100 + uint64_t(r), specs);
+    const DcpDecodePlan plan = build_dcp_decode_metadata(builder, specs, dcp, dev);
+    OwnedTensor out = OwnedTensor::empty({tokens, int64_t(N) * V}, DType::bf16, dev);
+    test::poison(out);
+    // Twice: the second step reuses the layer's scratch (the cache write is idempotent).
+    for (int i = 0; i < 2; ++i) layer->forward(q, kv_c, k_pe, *cache, plan, out);
+    results[size_t(1 + r)] = test::to_host(out);
+  });
   return results;
 }
 
 void expect_layer_matches_one_rank(const LayerCase& lc, const std::vector<int>& contexts, uint64_t seed) {
   const auto results = run_layer_step(lc, contexts, seed);
-  // The single-rank output is a real result (finite, not all zero), so a
-  // match below means something.
-  const OwnedTensor single = test::to_host_f32(results[0]);
-  double norm = 0;
-  for (int64_t i = 0; i < single.tensor().numel(); ++i) {
-    const double v = single.data_as<float>()[i];
-    ASSERT_TRUE(std::isfinite(v)) << "single-rank output element " << i;
-    norm += v * v;
-  }
-  ASSERT_GT(norm, 0.0);
-  for (int r = 0; r < lc.world; ++r) {
-    const test::ErrorReport e = test::compare(results[size_t(1 + r)], results[0]);
-    EXPECT_EQ(e.nan_mismatches, 0) << "rank " << r << ": " << e.str();
-    EXPECT_LE(e.rel_l2, test::rel_tolerance(DType::bf16)) << "rank " << r << ": " << e.str();
-  }
+  test::expect_ranks_match_one_rank(results, lc.world);
   if (lc.world == 1 && lc.s_q == 1) {
     EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), results[0].tensor().nbytes()), 0)
         << "world size 1 differs from the single-rank bits";

@@ -13,12 +13,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdio>
-#include <numeric>
 #include <random>
 #include <string>
-#include <thread>
 
 #include "lattn/attention.h"
 #include "lattn/cache.h"
@@ -26,6 +23,7 @@
 #include "lattn/dcp.h"
 #include "lattn/errors.h"
 #include "lattn/ops.h"
+#include "support/dcp_ranks.h"
 #include "support/gpu.h"
 #include "support/test_data.h"
 
@@ -55,21 +53,6 @@ struct PrefillCase {
 // than the world (empty shares), not divisible by the world, partial last blocks.
 const std::vector<Req> kMixed{{1, 0}, {1, 37}, {1, 6}, {5, 0}, {7, 1}, {6, 2}, {9, 37}, {4, 64}, {2, 130}, {3, 11}};
 
-OwnedTensor on(const Tensor& host, Device dev) {
-  if (dev.is_cpu()) {
-    OwnedTensor t = OwnedTensor::empty(host.shape(), host.dtype());
-    copy_tensor(host, t);
-    return t;
-  }
-  return test::to_device(host, dev);
-}
-
-OwnedTensor to_host(const Tensor& t) {
-  OwnedTensor h = OwnedTensor::empty(t.shape(), t.dtype());
-  copy_tensor(t, h);
-  return h;
-}
-
 struct StepInputs {
   OwnedTensor q, kv_c, k_pe;  // on the case's device
 };
@@ -92,13 +75,21 @@ Results run_two_steps(const PrefillCase& pc, uint64_t seed) {
   for (const Req& r : pc.reqs) tokens1 += r.query_len;
   std::vector<OwnedTensor> ctx_kv, ctx_pe;
   for (const Req& r : pc.reqs) {
-    ctx_kv.push_back(on(host_rand({std::max(r.context, 1), L}), dev));
-    ctx_pe.push_back(on(host_rand({std::max(r.context, 1), R}), dev));
+    ctx_kv.push_back(test::to_device(host_rand({std::max(r.context, 1), L}), dev));
+    ctx_pe.push_back(test::to_device(host_rand({std::max(r.context, 1), R}), dev));
+  }
+  // Room for both steps: the context, step 1's tokens and step 2's one.
+  std::vector<test::RankRequest> rank_reqs;
+  for (int i = 0; i < reqs; ++i) {
+    const Req& r = pc.reqs[size_t(i)];
+    rank_reqs.push_back(
+        {r.context, r.context + r.query_len + 1, &ctx_kv[size_t(i)].tensor(), &ctx_pe[size_t(i)].tensor()});
   }
   std::array<StepInputs, 2> steps;
   for (int s = 0; s < 2; ++s) {
     const int T = s == 0 ? tokens1 : reqs;
-    steps[size_t(s)] = {on(host_rand({T, N, P + R}), dev), on(host_rand({T, L}), dev), on(host_rand({T, R}), dev)};
+    steps[size_t(s)] = {test::to_device(host_rand({T, N, P + R}), dev), test::to_device(host_rand({T, L}), dev),
+                        test::to_device(host_rand({T, R}), dev)};
   }
   const OwnedTensor w = host_rand({int64_t(N) * (P + V), L}, 0.2f);
 
@@ -108,7 +99,7 @@ Results run_two_steps(const PrefillCase& pc, uint64_t seed) {
   bc.chunked_prefill_enabled = true;
   bc.context_chunk_workspace_size = pc.workspace_rows;
   const MlaMetadataBuilder builder(bc);
-  const float cache_scale = pc.cache_dtype == DType::fp8_e4m3 ? 0.05f : 1.f;
+  const KvCacheSpec spec{L, R, pc.cache_dtype, kBlock, pc.cache_dtype == DType::fp8_e4m3 ? 0.05f : 1.f};
 
   auto make_layer = [&] {
     MlaAttentionConfig c;
@@ -120,41 +111,6 @@ Results run_two_steps(const PrefillCase& pc, uint64_t seed) {
     auto layer = std::make_unique<MlaAttention>(c);
     layer->process_weights_after_loading(w);
     return layer;
-  };
-  // One rank's cache (world 1 = the single-rank run): poisoned, permuted
-  // blocks enough for both steps, the context tokens this rank owns written
-  // at their local slots; tables[i] = request i's local block table.
-  auto make_rank = [&](const DcpConfig& dcp, uint64_t rseed, std::vector<std::vector<int32_t>>& tables) {
-    std::mt19937_64 prng(rseed);
-    std::vector<int64_t> blocks_of;
-    int64_t blocks = 1;
-    for (const Req& r : pc.reqs) {
-      const int64_t local = dcp_local_count(dcp, r.context + r.query_len + 1);
-      blocks_of.push_back((local + kBlock - 1) / kBlock + 1);  // one spare block: never read
-      blocks += blocks_of.back();
-    }
-    auto cache = std::make_unique<OwnedLatentCache>(blocks, kBlock, d, pc.cache_dtype, dev, cache_scale);
-    test::poison(cache->cache().data);
-    std::vector<int32_t> ids(static_cast<size_t>(blocks));
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), prng);
-    size_t next = 0;
-    for (int i = 0; i < reqs; ++i) {
-      const int ctx = pc.reqs[size_t(i)].context;
-      std::vector<int32_t> table;
-      for (int64_t b = 0; b < blocks_of[size_t(i)]; ++b) table.push_back(ids[next++]);
-      OwnedTensor slots = OwnedTensor::empty({std::max(ctx, 1)}, DType::i64);
-      auto* s = slots.data_as<int64_t>();
-      for (int64_t p = 0; p < slots.tensor().numel(); ++p) {
-        s[p] = PAD_SLOT_ID;
-        if (p >= ctx || dcp_owner(dcp, p) != dcp.rank) continue;
-        const int64_t lp = dcp_local_position(dcp, p);
-        s[p] = int64_t(table[size_t(lp / kBlock)]) * kBlock + lp % kBlock;
-      }
-      concat_and_cache_mla(ctx_kv[size_t(i)], ctx_pe[size_t(i)], *cache, on(slots, dev));
-      tables.push_back(std::move(table));
-    }
-    return cache;
   };
   auto specs_of = [&](int step, const std::vector<std::vector<int32_t>>& tables) {
     std::vector<RequestSpec> specs;
@@ -179,50 +135,32 @@ Results run_two_steps(const PrefillCase& pc, uint64_t seed) {
   Results results;
   for (auto& r : results) r.resize(size_t(1 + pc.world));
   {
-    std::vector<std::vector<int32_t>> tables;
-    auto cache = make_rank(DcpConfig{}, seed + 1, tables);
+    const test::RankCache rc = test::make_rank_cache(DcpConfig{}, rank_reqs, spec, dev, seed + 1);
     auto layer = make_layer();
     for (int s = 0; s < 2; ++s) {
-      MlaMetadata md = builder.build(specs_of(s, tables));
+      MlaMetadata md = builder.build(specs_of(s, rc.tables));
       if (dev.is_cuda()) md.to_device(dev);
       const StepInputs& in = steps[size_t(s)];
       OwnedTensor out = poisoned_out(s);
-      layer->forward(in.q, in.kv_c, in.k_pe, *cache, md, out);
-      results[size_t(s)][0] = to_host(out);
+      layer->forward(in.q, in.kv_c, in.k_pe, *rc.cache, md, out);
+      results[size_t(s)][0] = test::to_host(out);
     }
   }
-  std::vector<std::unique_ptr<Communicator>> comms;
-  if (pc.nccl) {
-    comms.push_back(make_nccl_communicator(nccl_unique_id(), 1, 0, dev));
-  } else {
-    comms = make_in_process_group(pc.world, dev);
-  }
-  std::vector<std::exception_ptr> errors(size_t(pc.world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < pc.world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto layer = make_layer();
-        layer->set_dcp(comms[size_t(r)].get(), pc.interleave, pc.method);
-        const DcpConfig dcp = layer->dcp_config();
-        std::vector<std::vector<int32_t>> tables;
-        auto cache = make_rank(dcp, seed + 100 + uint64_t(r), tables);
-        for (int s = 0; s < 2; ++s) {
-          const DcpDecodePlan plan = build_dcp_metadata(builder, specs_of(s, tables), dcp, dev);
-          const StepInputs& in = steps[size_t(s)];
-          OwnedTensor out = poisoned_out(s);
-          // Step 1 twice: the second reuses the layer's scratch (its cache write is idempotent).
-          for (int i = 0; i < (s == 0 ? 2 : 1); ++i) layer->forward(in.q, in.kv_c, in.k_pe, *cache, plan, out);
-          results[size_t(s)][size_t(1 + r)] = to_host(out);
-        }
-      } catch (...) {
-        errors[size_t(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  const auto comms = test::make_group(pc.world, dev, pc.nccl);
+  test::on_every_rank(pc.world, [&](int r) {
+    auto layer = make_layer();
+    layer->set_dcp(comms[size_t(r)].get(), pc.interleave, pc.method);
+    const DcpConfig dcp = layer->dcp_config();
+    const test::RankCache rc = test::make_rank_cache(dcp, rank_reqs, spec, dev, seed + 100 + uint64_t(r));
+    for (int s = 0; s < 2; ++s) {
+      const DcpDecodePlan plan = build_dcp_metadata(builder, specs_of(s, rc.tables), dcp, dev);
+      const StepInputs& in = steps[size_t(s)];
+      OwnedTensor out = poisoned_out(s);
+      // Step 1 twice: the second reuses the layer's scratch (its cache write is idempotent).
+      for (int i = 0; i < (s == 0 ? 2 : 1); ++i) layer->forward(in.q, in.kv_c, in.k_pe, *rc.cache, plan, out);
+      results[size_t(s)][size_t(1 + r)] = test::to_host(out);
+    }
+  });
   return results;
 }
 
@@ -230,21 +168,7 @@ void expect_matches_one_rank(const PrefillCase& pc, uint64_t seed) {
   const Results results = run_two_steps(pc, seed);
   for (int s = 0; s < 2; ++s) {
     SCOPED_TRACE(s == 0 ? "step 1 (prefills with context)" : "step 2 (decode over step 1's cache writes)");
-    const std::vector<OwnedTensor>& res = results[size_t(s)];
-    // The single-rank output is a real result (finite, not all zero), so a match means something.
-    const OwnedTensor single = test::to_host_f32(res[0]);
-    double norm = 0;
-    for (int64_t i = 0; i < single.tensor().numel(); ++i) {
-      const double v = single.data_as<float>()[i];
-      ASSERT_TRUE(std::isfinite(v)) << "single-rank output element " << i;
-      norm += v * v;
-    }
-    ASSERT_GT(norm, 0.0);
-    for (int r = 0; r < pc.world; ++r) {
-      const test::ErrorReport e = test::compare(res[size_t(1 + r)], res[0]);
-      EXPECT_EQ(e.nan_mismatches, 0) << "rank " << r << ": " << e.str();
-      EXPECT_LE(e.rel_l2, test::rel_tolerance(DType::bf16)) << "rank " << r << ": " << e.str();
-    }
+    test::expect_ranks_match_one_rank(results[size_t(s)], pc.world);
   }
 }
 

@@ -5,11 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
-#include <numeric>
 #include <random>
-#include <thread>
 
 #include "lattn/backend.h"
 #include "lattn/cache.h"
@@ -18,31 +15,13 @@
 #include "lattn/errors.h"
 #include "lattn/ops.h"
 #include "lattn/registry.h"
+#include "support/dcp_ranks.h"
 #include "support/test_data.h"
 
 namespace lattn {
 namespace {
 
-// Runs fn(rank) on world_size threads; rethrows the first exception.
-template <class Fn>
-void on_every_rank(int world_size, Fn fn) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(world_size));
-  for (int r = 0; r < world_size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());
-        errors[size_t(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using test::on_every_rank;
 
 TEST(DcpShard, OwnersLocalPositionsAndCountsAgreeWithBruteForce) {
   for (int world = 1; world <= 4; ++world) {
@@ -198,38 +177,21 @@ std::vector<StepResult> run_step(const StepCase& sc, const std::vector<int>& con
   bc.chunked_prefill_enabled = false;
   const MlaMetadataBuilder builder(bc);
 
-  // Builds one rank's cache (world 1 = the single-rank run): NaN-poisoned,
-  // permuted blocks, context tokens written at their local positions.
-  auto make_rank = [&](const DcpConfig& dcp, std::mt19937_64& prng, std::vector<RequestSpec>& specs) {
-    std::vector<int64_t> local_lens;
-    int64_t blocks = 1;
+  std::vector<test::RankRequest> rank_reqs;
+  for (int i = 0; i < reqs; ++i) {
+    rank_reqs.push_back(
+        {contexts[size_t(i)], contexts[size_t(i)] + sc.s_q, &ctx_kv[size_t(i)].tensor(), &ctx_pe[size_t(i)].tensor()});
+  }
+  // One rank's cache (DcpConfig{1, 0, 1} = the single-rank run) and the step's requests over it.
+  auto make_rank = [&](const DcpConfig& dcp, uint64_t rseed, std::vector<RequestSpec>& specs) {
+    test::RankCache rc =
+        test::make_rank_cache(dcp, rank_reqs, {kL, kR, sc.cache_dtype, kBlock, cache_scale}, Device::cpu(), rseed);
     for (int i = 0; i < reqs; ++i) {
-      local_lens.push_back(dcp_local_count(dcp, contexts[size_t(i)] + sc.s_q));
-      blocks += (local_lens.back() + kBlock - 1) / kBlock + 1;
+      specs.push_back({.query_len = sc.s_q,
+                       .num_computed_tokens = contexts[size_t(i)],
+                       .block_table = std::move(rc.tables[size_t(i)])});
     }
-    auto cache = std::make_unique<OwnedLatentCache>(blocks, kBlock, kDims, sc.cache_dtype, Device::cpu(), cache_scale);
-    test::poison(cache->cache().data);
-    std::vector<int32_t> ids(static_cast<size_t>(blocks));
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), prng);
-    size_t next = 0;
-    for (int i = 0; i < reqs; ++i) {
-      RequestSpec spec{.query_len = sc.s_q, .num_computed_tokens = contexts[size_t(i)], .block_table = {}};
-      for (int64_t b = 0; b < (local_lens[size_t(i)] + kBlock - 1) / kBlock + 1; ++b)
-        spec.block_table.push_back(ids[next++]);
-      // Context tokens this rank owns, at their local slots.
-      std::vector<int64_t> slots(size_t(std::max(contexts[size_t(i)], 1)), PAD_SLOT_ID);
-      for (int64_t p = 0; p < contexts[size_t(i)]; ++p) {
-        if (dcp_owner(dcp, p) != dcp.rank) continue;
-        const int64_t lp = dcp_local_position(dcp, p);
-        slots[size_t(p)] = int64_t(spec.block_table[size_t(lp / kBlock)]) * kBlock + lp % kBlock;
-      }
-      OwnedTensor slot_t = OwnedTensor::empty({int64_t(slots.size())}, DType::i64);
-      std::memcpy(slot_t.data(), slots.data(), slots.size() * sizeof(int64_t));
-      concat_and_cache_mla(ctx_kv[size_t(i)], ctx_pe[size_t(i)], *cache, slot_t);
-      specs.push_back(std::move(spec));
-    }
-    return cache;
+    return std::move(rc.cache);
   };
 
   auto decode = [&](const LatentCache& cache, const MlaMetadata& md, const Tensor& out, const Tensor& lse) {
@@ -241,9 +203,8 @@ std::vector<StepResult> run_step(const StepCase& sc, const std::vector<int>& con
 
   std::vector<StepResult> results(size_t(1 + sc.world));
   {  // The single-rank step: the ordinary metadata, causal by position.
-    std::mt19937_64 prng(seed + 1);
     std::vector<RequestSpec> specs;
-    auto cache = make_rank(DcpConfig{1, 0, 1}, prng, specs);
+    auto cache = make_rank(DcpConfig{1, 0, 1}, seed + 1, specs);
     const MlaMetadata md = builder.build(specs);
     StepResult& r = results[0];
     r.out = OwnedTensor::empty({tokens, kHeads, kL}, DType::bf16);
@@ -257,9 +218,8 @@ std::vector<StepResult> run_step(const StepCase& sc, const std::vector<int>& con
   const int ho = sc.head_slice ? kHeads / sc.world : kHeads;
   on_every_rank(sc.world, [&](int rank) {
     const DcpConfig dcp{sc.world, rank, sc.interleave};
-    std::mt19937_64 prng(seed + 100 + uint64_t(rank));
     std::vector<RequestSpec> specs;
-    auto cache = make_rank(dcp, prng, specs);
+    auto cache = make_rank(dcp, seed + 100 + uint64_t(rank), specs);
     const DcpDecodePlan plan = build_dcp_decode_metadata(builder, specs, dcp);
     OwnedTensor part = OwnedTensor::empty({tokens, kHeads, kL}, DType::bf16);
     OwnedTensor part_lse = OwnedTensor::empty({kHeads, tokens}, DType::f32);

@@ -48,10 +48,7 @@ SelectorConfig SelectorConfig::for_dims(const MlaDims& dims, DType dtype, DType 
   c.is_r1_compatible = is_deepseek_r1_mla_compatible(c.mla_dimensions);
   c.device = device;
   c.num_heads = dims.num_heads;
-  c.kv_lora_rank = dims.kv_lora_rank;
-  c.qk_rope_head_dim = dims.qk_rope_head_dim;
-  c.kv_cache_dtype = kv_cache_dtype;
-  c.block_size = block_size;
+  c.set_kv_cache_spec({dims.kv_lora_rank, dims.qk_rope_head_dim, kv_cache_dtype, block_size});
   c.max_query_tokens_per_request = max_query_tokens_per_request;
   return c;
 }

@@ -3,9 +3,10 @@
 // packing), one small inline wrapper each: cp.async (global -> shared, 16
 // bytes, zero-fill past the source size), ldmatrix (shared -> MMA fragments,
 // x2 / x4, optionally transposed), mma.sync m16n8k16 with f32 accumulation,
-// f32 -> 16-bit packing, ex2 and a NaN-propagating max. They run on sm80 and
-// every later architecture (Hopper included). Fragment layouts are PTX ISA
-// "Matrix Fragments for mma.m16n8k16"; lane = 4 * group + thread_in_group.
+// f32 -> 16-bit packing, ex2 and a NaN-propagating max (the last three from
+// cuda/common/fast_math.cuh). They run on sm80 and every later architecture
+// (Hopper included). Fragment layouts are PTX ISA "Matrix Fragments for
+// mma.m16n8k16"; lane = 4 * group + thread_in_group.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,6 +14,8 @@
 
 #include <cstdint>
 #include <type_traits>
+
+#include "cuda/common/fast_math.cuh"
 
 namespace lattn::cuda::sm80 {
 
@@ -83,33 +86,11 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
   }
 }
 
-// Two floats rounded to T (to nearest even) and packed into one 32-bit
-// register, `lo` in the low half (the lower column index).
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "pack2: bf16 or f16");
-  uint32_t r;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  }
-  return r;
-}
-
-// 2^x on the special-function unit (x = -inf gives 0).
-__device__ __forceinline__ float exp2_approx(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
-  return r;
-}
-
-// max(a, b) that returns NaN when either is NaN (PTX max.NaN, sm80+; fmaxf
-// would drop the NaN): a NaN score makes its row NaN (docs/mla.md).
-__device__ __forceinline__ float max_nan(float a, float b) {
-  float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
+// f32 -> 16-bit packing, ex2 and the NaN-propagating max live in
+// cuda/common/fast_math.cuh (the Hopper kernels and the combines use them
+// too); the names stay reachable as sm80::pack2 and so on.
+using cuda::exp2_approx;
+using cuda::max_nan;
+using cuda::pack2;
 
 }  // namespace lattn::cuda::sm80

@@ -19,14 +19,10 @@
 #include <cstdint>
 
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/common/fast_math.cuh"  // max_nan: a part that attended to a NaN makes the row NaN
 #include "cuda/smxx/decode_params.h"
 
 namespace lattn::cuda {
-
-// max(a, b), NaN when either is NaN: a part that attended to a NaN makes the row NaN.
-__device__ __forceinline__ float combine_max_nan(float a, float b) {
-  return (isnan(a) || isnan(b)) ? NAN : fmaxf(a, b);
-}
 
 __device__ __forceinline__ void combine_fma4(float4& acc, float w, const float4& v) {
   acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
@@ -46,6 +42,36 @@ __device__ __forceinline__ void combine_store4(T* out, const float4& v) {
     out[0] = from_f32<T>(v.x), out[1] = from_f32<T>(v.y), out[2] = from_f32<T>(v.z), out[3] = from_f32<T>(v.w);
   }
 }
+
+// The weights of a row's n parts, as the calling warp computes them (every
+// lane gets the same values): m = max lse_s (a NaN makes it NaN), weight(s) =
+// exp(lse_s - m) (0 for every part when all are -inf), sum over the parts in
+// a fixed order (lane strides, then a butterfly), inv = 1 / sum and the row's
+// LSE m + log(sum); sum 0 (no part saw a key) gives 0 and -inf, a NaN sum NaN.
+template <class Load>
+struct CombineWeights {
+  const float* lse;  // part s's LSE at lse[s * stride]
+  int64_t stride;
+  Load ld;
+  float m = -INFINITY, inv = 0.f, lse_total = -INFINITY;
+
+  __device__ __forceinline__ CombineWeights(const float* lse_, int64_t stride_, int n, Load ld_)
+      : lse(lse_), stride(stride_), ld(ld_) {
+    const int lane = threadIdx.x % 32;
+    for (int s = lane; s < n; s += 32) m = max_nan(m, ld(lse + s * stride));
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, d));
+    float sum = 0.f;
+    for (int s = lane; s < n; s += 32) sum += (*this)(s);
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+    inv = sum == 0.f ? 0.f : 1.f / sum;
+    lse_total = sum == 0.f ? -INFINITY : m + logf(sum);
+  }
+  __device__ __forceinline__ float operator()(int s) const {
+    return m == -INFINITY ? 0.f : exp2f((ld(lse + s * stride) - m) * 1.4426950408889634f);
+  }
+};
 
 // Row `row` (< s_q * num_heads) of request r, whose n parts' partials start
 // at slot slot0 (n == 0: no keys, output 0 and LSE -inf; n == 1 is never
@@ -74,20 +100,8 @@ __device__ __forceinline__ void combine_decode_row(const DecodeParams& p, int r,
   const float* lse = plan.partial_lse + int64_t(slot0) * plan.rows_capacity + row;
 
   // The parts' LSE -> weights exp(lse_s - m) / sum, m = max lse_s.
-  float m = -INFINITY;
-  for (int s = lane; s < n; s += 32) m = combine_max_nan(m, ld(lse + int64_t(s) * plan.rows_capacity));
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) m = combine_max_nan(m, __shfl_xor_sync(0xffffffffu, m, d));
-  auto weight = [&](int s) {
-    return m == -INFINITY ? 0.f : exp2f((ld(lse + int64_t(s) * plan.rows_capacity) - m) * 1.4426950408889634f);
-  };
-  float sum = 0.f;
-  for (int s = lane; s < n; s += 32) sum += weight(s);
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-  // sum is NaN when a part's LSE was NaN: output and LSE NaN then.
-  const float inv = sum == 0.f ? 0.f : 1.f / sum;
-  const float final_lse = sum == 0.f ? -INFINITY : m + logf(sum);
+  const CombineWeights<Load> weight(lse, plan.rows_capacity, n, ld);
+  const float inv = weight.inv, final_lse = weight.lse_total;
 
   const float* part = plan.partial_o + (int64_t(slot0) * plan.rows_capacity + row) * p.L;
   for (int cbase = 0; cbase < cols4; cbase += 32 * kColChunks) {
@@ -160,20 +174,8 @@ __device__ __forceinline__ void combine_decode_row_slice(const DecodeParams& p, 
     return;
   }
   const float* lse = plan.partial_lse + int64_t(slot0) * plan.rows_capacity + row;
-  float m = -INFINITY;
-  for (int s = lane; s < n; s += 32) m = combine_max_nan(m, ld(lse + int64_t(s) * plan.rows_capacity));
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) m = combine_max_nan(m, __shfl_xor_sync(0xffffffffu, m, d));
-  auto weight = [&](int s) {
-    return m == -INFINITY ? 0.f : exp2f((ld(lse + int64_t(s) * plan.rows_capacity) - m) * 1.4426950408889634f);
-  };
-  float sum = 0.f;
-  for (int s = lane; s < n; s += 32) sum += weight(s);
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-  // sum is NaN when a part's LSE was NaN: output and LSE NaN then.
-  const float inv = sum == 0.f ? 0.f : 1.f / sum;
-  const float final_lse = sum == 0.f ? -INFINITY : m + logf(sum);
+  const CombineWeights<Load> weight(lse, plan.rows_capacity, n, ld);
+  const float inv = weight.inv, final_lse = weight.lse_total;
 
   const int64_t part_stride4 = int64_t(plan.rows_capacity) * (p.L / 4);  // float4s from one part to the next
   const float4* part =

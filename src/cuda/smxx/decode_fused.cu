@@ -104,9 +104,6 @@ __device__ __forceinline__ void grid_barrier(uint32_t* sync, unsigned ctas) {
   __syncthreads();
 }
 
-// max(a, b), NaN when either is NaN (a part that attended to a NaN makes the row NaN).
-__device__ __forceinline__ float max_nan(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : fmaxf(a, b); }
-
 template <int kThreads>
 __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) {
   for (int d = 16; d > 0; d /= 2) {

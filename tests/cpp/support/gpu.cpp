@@ -20,4 +20,10 @@ OwnedTensor to_device(const Tensor& host, Device device) {
   return d;
 }
 
+OwnedTensor to_host(const Tensor& t) {
+  OwnedTensor h = OwnedTensor::empty(t.shape(), t.dtype());
+  copy_tensor(t, h.tensor());
+  return h;
+}
+
 }  // namespace lattn::test

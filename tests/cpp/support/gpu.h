@@ -14,8 +14,10 @@ namespace lattn::test {
 // Empty when a CUDA device of compute capability >= 8.0 is usable, else why not.
 std::string gpu_unavailable_reason();
 
-// A device copy of a host tensor (contiguous).
+// A contiguous copy of a host tensor on `device` (the CPU too).
 OwnedTensor to_device(const Tensor& host, Device device = Device::cuda(0));
+// A contiguous host copy of any tensor (same dtype).
+OwnedTensor to_host(const Tensor& t);
 
 }  // namespace lattn::test
 

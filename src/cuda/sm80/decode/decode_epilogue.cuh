@@ -1,7 +1,9 @@
-// src/cuda/sm80/decode/decode_epilogue.cuh — the end of one (request, KV range) of
-// the decode kernel: combine the per-thread row sums, normalize O, and write
-// either the final output and LSE (request not split) or a partial result
-// for decode_combine (request split over several CTAs).
+// src/cuda/sm80/decode/decode_epilogue.cuh — the end of one pass over a CTA's
+// kBlockM rows, shared by the decode kernel and the sparse kernel
+// (sm80/sparse/): combine the per-thread row sums, normalize O, and hand each
+// output pair and each row's LSE to the caller's store. The decode kernel
+// writes either the final output and LSE (request not split) or a partial
+// result for decode_combine (request split over several CTAs).
 #pragma once
 
 #include <cmath>
@@ -10,13 +12,33 @@
 
 namespace lattn::cuda::sm80 {
 
+// O accumulators (phase 2 layout) <- 0, before the first KV tile.
 template <class K>
-__device__ __forceinline__ void write_o(const DecodeParams& p, const RequestView& rv, SoftmaxState& st,
-                                        float (&o)[K::kMTiles][K::kNTilesO][4], int slot, int rg, int cg, int warp,
-                                        float* reduce, float* row_vec) {
-  using T = typename K::T;
-  const int lane = threadIdx.x % 32;
-  // 1. Row sums over all column groups; 1/l and the LSE of each row.
+__device__ __forceinline__ void zero_o(float (&o)[K::kMTiles][K::kNTilesO][4]) {
+#pragma unroll
+  for (int mi = 0; mi < K::kMTiles; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < K::kNTilesO; ++ni) o[mi][ni][0] = o[mi][ni][1] = o[mi][ni][2] = o[mi][ni][3] = 0.f;
+}
+
+// Rows [0, n_rows) of the CTA are written (the rest are padding):
+//   1. row sums over all column groups give each row's natural-log LSE and
+//      its output factor factor(row, l, lse) (1 / l times what the caller
+//      scales by; called for padding rows too); a row that saw no key gets
+//      factor 0 and LSE -inf, a NaN row sum (the row attended to a NaN) NaN
+//      for both;
+//   2. store_row(row, col0, pair) stores this thread's outputs of the row
+//      (phase 2 layout: this warp's columns of every row): pair(ni) is the
+//      float2 of O[row][col0 + 8 ni, +1] times the factor, ni < kNTilesO
+//      (per row, so the caller computes the row's address once);
+//   3. store_lse(row, lse), one thread a row.
+// `reduce` and `row_vec` are the main loop's shared-memory scratch.
+template <class K, class Factor, class StoreRow, class StoreLse>
+__device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (&o)[K::kMTiles][K::kNTilesO][4],
+                                           int n_rows, float* reduce, float* row_vec, Factor factor, StoreRow store_row,
+                                           StoreLse store_lse) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float l = quad_sum(st.l[i]);
@@ -30,45 +52,57 @@ __device__ __forceinline__ void write_o(const DecodeParams& p, const RequestView
       float l = 0.f;
 #pragma unroll
       for (int g = 0; g < K::kColGroups; ++g) l += reduce[g * K::kBlockM + row];
-      // A row that saw no key: output 0, LSE -inf. A NaN row sum (the row
-      // attended to a NaN) gives NaN output and LSE.
-      row_vec[row] = l == 0.f ? 0.f : p.out_scale / l;
-      row_vec[K::kBlockM + row] = l == 0.f ? -INFINITY : (st.m[i] + log2f(l)) * 0.69314718055994531f;
+      const float lse = l == 0.f ? -INFINITY : (st.m[i] + log2f(l)) * 0.69314718055994531f;
+      row_vec[row] = l == 0.f ? 0.f : factor(row, l, lse);
+      row_vec[K::kBlockM + row] = lse;
     }
   }
   __syncthreads();
 
-  // 2. Outputs (phase 2 layout: this warp's columns of every row).
   const int col_base = warp * K::kColsPerWarp + (lane % 4) * 2;
 #pragma unroll
   for (int mi = 0; mi < K::kMTiles; ++mi) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = mi * 16 + lane / 4 + 8 * half;
-      const int gr = rv.row0 + row;
-      if (gr >= rv.rows) continue;
-      const float inv = row_vec[row];
-      if (slot < 0) {
-        const int j = gr / p.num_heads, h = gr % p.num_heads;
-        T* out = static_cast<T*>(p.out) + (rv.q0 + j) * p.out_stride_t + h * p.out_stride_h + col_base;
-#pragma unroll
-        for (int ni = 0; ni < K::kNTilesO; ++ni) {
-          *reinterpret_cast<uint32_t*>(out + ni * 8) =
-              pack2<T>(o[mi][ni][2 * half] * inv, o[mi][ni][2 * half + 1] * inv);
-        }
-      } else {
-        float* out = p.plan.partial_o + (int64_t(slot) * p.plan.rows_capacity + gr) * K::kL + col_base;
-#pragma unroll
-        for (int ni = 0; ni < K::kNTilesO; ++ni) {
-          *reinterpret_cast<float2*>(out + ni * 8) = make_float2(o[mi][ni][2 * half] * inv, o[mi][ni][2 * half + 1] * inv);
-        }
-      }
+      if (row >= n_rows) continue;
+      const float f = row_vec[row];
+      store_row(row, col_base,
+                [&](int ni) { return make_float2(o[mi][ni][2 * half] * f, o[mi][ni][2 * half + 1] * f); });
     }
   }
-  for (int row = threadIdx.x; row < K::kBlockM; row += K::kThreads) {
+  for (int row = threadIdx.x; row < K::kBlockM && row < n_rows; row += K::kThreads) {
+    store_lse(row, row_vec[K::kBlockM + row]);
+  }
+}
+
+// The decode kernel's epilogue for rows [rv.row0, +kBlockM) of one request:
+// slot < 0: the final output (times out_scale) and LSE; else the partial O
+// and LSE of plan slot `slot`.
+template <class K>
+__device__ __forceinline__ void write_o(const DecodeParams& p, const RequestView& rv, const SoftmaxState& st,
+                                        const float (&o)[K::kMTiles][K::kNTilesO][4], int slot, float* reduce,
+                                        float* row_vec) {
+  using T = typename K::T;
+  const auto factor = [&](int, float l, float) { return p.out_scale / l; };
+  const auto store_row = [&](int row, int col0, auto pair) {
     const int gr = rv.row0 + row;
-    if (gr >= rv.rows) continue;
-    const float lse = row_vec[K::kBlockM + row];
+    if (slot < 0) {
+      const int j = gr / p.num_heads, h = gr % p.num_heads;
+      T* out = static_cast<T*>(p.out) + (rv.q0 + j) * p.out_stride_t + h * p.out_stride_h + col0;
+#pragma unroll
+      for (int ni = 0; ni < K::kNTilesO; ++ni) {
+        const float2 v = pair(ni);
+        *reinterpret_cast<uint32_t*>(out + ni * 8) = pack2<T>(v.x, v.y);
+      }
+    } else {
+      float* out = p.plan.partial_o + (int64_t(slot) * p.plan.rows_capacity + gr) * K::kL + col0;
+#pragma unroll
+      for (int ni = 0; ni < K::kNTilesO; ++ni) *reinterpret_cast<float2*>(out + ni * 8) = pair(ni);
+    }
+  };
+  const auto store_lse = [&](int row, float lse) {
+    const int gr = rv.row0 + row;
     if (slot < 0) {
       if (p.lse) {
         const int j = gr / p.num_heads, h = gr % p.num_heads;
@@ -77,7 +111,8 @@ __device__ __forceinline__ void write_o(const DecodeParams& p, const RequestView
     } else {
       p.plan.partial_lse[int64_t(slot) * p.plan.rows_capacity + gr] = lse;
     }
-  }
+  };
+  write_rows<K>(st, o, rv.rows - rv.row0, reduce, row_vec, factor, store_row, store_lse);
 }
 
 }  // namespace lattn::cuda::sm80

@@ -44,10 +44,7 @@ __device__ __forceinline__ void attend_piece(const DecodeParams& p, const Reques
 
   SoftmaxState st{{-INFINITY, -INFINITY}, {0.f, 0.f}};
   float o[K::kMTiles][K::kNTilesO][4];
-#pragma unroll
-  for (int mi = 0; mi < K::kMTiles; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < K::kNTilesO; ++ni) o[mi][ni][0] = o[mi][ni][1] = o[mi][ni][2] = o[mi][ni][3] = 0.f;
+  zero_o<K>(o);
 
   // Stage s of the ring (16-bit: a K tile; fp8: a raw staging tile).
   auto stage = [&](int s) -> void* {
@@ -112,30 +109,39 @@ __device__ __forceinline__ void attend_piece(const DecodeParams& p, const Reques
     compute_pv<K>(p_smem, kv, row_vec, warp, o);
   }
   cp_async_wait<0>();  // only empty groups can be pending; the next piece starts from a clean state
-  write_o<K>(p, rv, st, o, slot, rg, cg, warp, reduce, row_vec);
+  write_o<K>(p, rv, st, o, slot, reduce, row_vec);
   __syncthreads();  // the next piece reuses shared memory
 }
 
 // The largest dynamic shared memory per block of any sm8x GPU (A100: 163 KB).
 // sm_80 code runs only on sm8x GPUs, so a configuration needing more is never
-// launched there (choose_decode_tiles checks the device) and its sm_80 body is
-// not compiled: it would only cost build time (and spill, for 64x64 tiles).
+// launched there (the launchers check the device) and its sm_80 body is not
+// compiled: it would only cost build time (and spill, for 64x64 tiles).
 constexpr size_t kSm8xMaxSmemPerBlock = 166912;
+
+// A kernel's body, compiled for every architecture where configuration K's
+// shared memory can fit (sm_8x code for a larger K only traps). Shared by the
+// decode kernel and the sparse kernel (sm80/sparse/). `Body` is a generic
+// lambda called with K, so the body is not even instantiated where it traps.
+template <class K, class Body>
+__device__ __forceinline__ void kernel_body_if_fits(Body body) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (K::kSmemBytes > kSm8xMaxSmemPerBlock) {
+    __trap();
+  } else {
+    body(K{});
+  }
+#else
+  body(K{});
+#endif
+}
 
 template <class K>
 __device__ __forceinline__ void decode_kernel_body(const DecodeParams& p);
 
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) mla_decode_kernel(const __grid_constant__ DecodeParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  if constexpr (K::kSmemBytes > kSm8xMaxSmemPerBlock) {
-    __trap();
-  } else {
-    decode_kernel_body<K>(p);
-  }
-#else
-  decode_kernel_body<K>(p);
-#endif
+  kernel_body_if_fits<K>([&](auto k) { decode_kernel_body<decltype(k)>(p); });
 }
 
 // Request r as this CTA (M tile blockIdx.x) sees it; rv.row0 >= rv.rows

@@ -153,66 +153,38 @@ __device__ __forceinline__ void convert_ds_mla_tile(const uint8_t* staging, __nv
   }
 }
 
-// Row sums over the column groups, then out = O / l (with the sink factor)
-// and the natural-log LSE of each of the CTA's heads.
+// The epilogue (sm80/decode/decode_epilogue.cuh's write_rows) for heads
+// [h0, +kBlockM) of token t: out = O / l, times 1 / (1 + exp(sink - lse))
+// with a sink, and the natural-log LSE.
 template <class K>
 __device__ __forceinline__ void write_sparse_out(const SparseParams& p, int t, int h0, const SoftmaxState& st,
-                                                 float (&o)[K::kMTiles][K::kNTilesO][4], float* reduce,
+                                                 const float (&o)[K::kMTiles][K::kNTilesO][4], float* reduce,
                                                  float* row_vec) {
   using T = __nv_bfloat16;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float l = quad_sum(st.l[i]);
-    if (lane % 4 == 0) reduce[cg * K::kBlockM + rg * 16 + lane / 4 + 8 * i] = l;
-  }
-  __syncthreads();
-  if (cg == 0 && lane % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = rg * 16 + lane / 4 + 8 * i;
-      float l = 0.f;
-#pragma unroll
-      for (int g = 0; g < K::kColGroups; ++g) l += reduce[g * K::kBlockM + row];
-      const float lse = l == 0.f ? -INFINITY : (st.m[i] + log2f(l)) * 0.69314718055994531f;
-      float inv = l == 0.f ? 0.f : 1.f / l;
-      const int h = h0 + row;
-      if (p.sink && h < p.N && l != 0.f) inv /= 1.f + expf(p.sink[h * p.sink_stride] - lse);
-      row_vec[row] = inv;
-      row_vec[K::kBlockM + row] = lse;
-    }
-  }
-  __syncthreads();
   T* out_base = static_cast<T*>(p.out) + int64_t(t) * p.out_stride_t;
   const bool vec = reinterpret_cast<uintptr_t>(out_base) % 4 == 0 && p.out_stride_h % 2 == 0;
-  const int col_base = warp * K::kColsPerWarp + (lane % 4) * 2;
+  const auto factor = [&](int row, float l, float lse) {
+    const float inv = 1.f / l;
+    const int h = h0 + row;  // a padding row (h >= N) has no sink
+    return p.sink && h < p.N ? inv / (1.f + expf(p.sink[h * p.sink_stride] - lse)) : inv;
+  };
+  const auto store_row = [&](int row, int col0, auto pair) {
+    T* out = out_base + int64_t(h0 + row) * p.out_stride_h + col0;
 #pragma unroll
-  for (int mi = 0; mi < K::kMTiles; ++mi) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = mi * 16 + lane / 4 + 8 * half, h = h0 + row;
-      if (h >= p.N) continue;
-      const float inv = row_vec[row];
-      T* out = out_base + int64_t(h) * p.out_stride_h + col_base;
-#pragma unroll
-      for (int ni = 0; ni < K::kNTilesO; ++ni) {
-        const float a = o[mi][ni][2 * half] * inv, b = o[mi][ni][2 * half + 1] * inv;
-        if (vec) {
-          *reinterpret_cast<uint32_t*>(out + ni * 8) = pack2<T>(a, b);
-        } else {
-          out[ni * 8] = __float2bfloat16_rn(a);
-          out[ni * 8 + 1] = __float2bfloat16_rn(b);
-        }
+    for (int ni = 0; ni < K::kNTilesO; ++ni) {
+      const float2 v = pair(ni);
+      if (vec) {
+        *reinterpret_cast<uint32_t*>(out + ni * 8) = pack2<T>(v.x, v.y);
+      } else {
+        out[ni * 8] = __float2bfloat16_rn(v.x);
+        out[ni * 8 + 1] = __float2bfloat16_rn(v.y);
       }
     }
-  }
-  if (p.lse) {
-    for (int row = threadIdx.x; row < K::kBlockM; row += K::kThreads) {
-      const int h = h0 + row;
-      if (h < p.N) p.lse[h * p.lse_stride_h + int64_t(t) * p.lse_stride_t] = row_vec[K::kBlockM + row];
-    }
-  }
+  };
+  const auto store_lse = [&](int row, float lse) {
+    if (p.lse) p.lse[(h0 + row) * p.lse_stride_h + int64_t(t) * p.lse_stride_t] = lse;
+  };
+  write_rows<K>(st, o, p.N - h0, reduce, row_vec, factor, store_row, store_lse);
 }
 
 template <class K>
@@ -253,10 +225,7 @@ __device__ __forceinline__ void sparse_mla_mma_body(const SparseParams& p) {
 
   SoftmaxState st{{-INFINITY, -INFINITY}, {0.f, 0.f}};
   float o[K::kMTiles][K::kNTilesO][4];
-#pragma unroll
-  for (int mi = 0; mi < K::kMTiles; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < K::kNTilesO; ++ni) o[mi][ni][0] = o[mi][ni][1] = o[mi][ni][2] = o[mi][ni][3] = 0.f;
+  zero_o<K>(o);
   const float scale_log2 = p.scale * 1.4426950408889634f;
 
   for (int it = 0; it < n_tiles; ++it) {
@@ -300,16 +269,7 @@ __device__ __forceinline__ void sparse_mla_mma_body(const SparseParams& p) {
 
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) sparse_mla_mma_kernel(const __grid_constant__ SparseParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  // Never launched on an sm8x GPU (the launcher checks the device's shared memory).
-  if constexpr (K::kSmemBytes > kSm8xMaxSmemPerBlock) {
-    __trap();
-  } else {
-    sparse_mla_mma_body<K>(p);
-  }
-#else
-  sparse_mla_mma_body<K>(p);
-#endif
+  kernel_body_if_fits<K>([&](auto k) { sparse_mla_mma_body<decltype(k)>(p); });
 }
 
 // Launches one configuration (instantiated in sparse_mla_mma_{bf16,fp8}.cu).

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/common/fast_math.cuh"
 #include "cuda/sm90/common/mbarrier.cuh"
 #include "cuda/sm90/common/smem.cuh"
 #include "cuda/sm90/common/tma.cuh"
@@ -29,24 +30,8 @@ namespace lattn::cuda::sm90 {
 
 namespace prefill_detail {
 
-// Packs two f32 into one b32 of two 16-bit elements, `lo` in the low half.
-template <class Element>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  }
-  return r;
-}
-
-// 2^x on the special-function unit (x = -inf gives 0).
-__device__ __forceinline__ float exp2_approx(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
-  return r;
-}
+using cuda::exp2_approx;  // cuda/common/fast_math.cuh
+using cuda::pack2;
 
 }  // namespace prefill_detail
 
