@@ -668,8 +668,12 @@ TEST(HopperPrefillSchedule, DynamicOrderCoversEveryTileHeaviestFirst) {
               ++seen[size_t(head * m_blocks + m)];
               // The section a head belongs to: front sections of ps heads, then the last.
               const int head0 = head >= heads - last ? heads - last : head / ps * ps;
-              if (head0 == prev_head0) EXPECT_LE(m, prev_m) << local;
-              if (local >= (heads - last) * m_blocks) EXPECT_GE(head, heads - last) << local;
+              if (head0 == prev_head0) {
+                EXPECT_LE(m, prev_m) << local;
+              }
+              if (local >= (heads - last) * m_blocks) {
+                EXPECT_GE(head, heads - last) << local;
+              }
               prev_head0 = head0;
               prev_m = m;
             }
