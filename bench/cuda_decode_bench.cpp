@@ -160,8 +160,10 @@ void bench_decode(benchmark::State& state, const DecodeShape& shape) {
   md.query_start_loc_cpu = qsl.tensor(), md.query_start_loc = qsl_d.tensor();
   md.block_table_cpu = table.tensor(), md.block_table = table_d.tensor();
 
-  OwnedTensor q_nope = OwnedTensor::empty({T, H, L}, DType::bf16, kGpu), q_pe = OwnedTensor::empty({T, H, R}, DType::bf16, kGpu);
-  OwnedTensor out = OwnedTensor::empty({T, H, L}, DType::bf16, kGpu), lse = OwnedTensor::empty({H, T}, DType::f32, kGpu);
+  OwnedTensor q_nope = OwnedTensor::empty({T, H, L}, DType::bf16, kGpu),
+              q_pe = OwnedTensor::empty({T, H, R}, DType::bf16, kGpu);
+  OwnedTensor out = OwnedTensor::empty({T, H, L}, DType::bf16, kGpu),
+              lse = OwnedTensor::empty({H, T}, DType::f32, kGpu);
   cuda::fill_random_device(q_nope.data(), DType::bf16, q_nope.tensor().numel(), 7, 1.f, stream.get());
   cuda::fill_random_device(q_pe.data(), DType::bf16, q_pe.tensor().numel(), 8, 1.f, stream.get());
 
@@ -320,8 +322,14 @@ void register_all() {
   for (const Base& b : shapes) {
     for (bool hopper : {false, true}) {
       if (hopper && !sm90) continue;
-      const DecodeShape s{std::string(hopper ? "hopper/" : "cuda/") + b.name, hopper, b.heads, b.seq_lens, b.s_q,
-                          b.cache_dtype, b.judged_by, hopper ? b.hopper_target : b.cuda_target};
+      const DecodeShape s{std::string(hopper ? "hopper/" : "cuda/") + b.name,
+                          hopper,
+                          b.heads,
+                          b.seq_lens,
+                          b.s_q,
+                          b.cache_dtype,
+                          b.judged_by,
+                          hopper ? b.hopper_target : b.cuda_target};
       benchmark::RegisterBenchmark(s.name.c_str(), [s](benchmark::State& st) { bench_decode(st, s); })
           ->Iterations(1)
           ->UseManualTime()

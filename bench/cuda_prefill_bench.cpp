@@ -49,9 +49,9 @@ constexpr int kHopper = -1;
 bool is_hopper(int kernel) { return kernel <= kHopper; }
 int hopper_config(int kernel) { return kHopper - kernel; }
 
-#define BENCH_CUDA(call)                                                                          \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
+#define BENCH_CUDA(call)                                                                                 \
+  do {                                                                                                   \
+    cudaError_t e_ = (call);                                                                             \
     if (e_ != cudaSuccess) throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(e_)); \
   } while (0)
 
@@ -62,7 +62,9 @@ struct DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   template <class T>
-  T* as() const { return static_cast<T*>(ptr); }
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
 };
 
 // Fills `elems` 16-bit elements with N(0, stddev)-like random bf16 values:
@@ -190,7 +192,8 @@ struct Problem {
   int64_t tq = 0, tk = 0;
   int max_sq = 0;
 
-  Problem(int heads_, std::vector<int> sq_, std::vector<int> sk_) : heads(heads_), sq(std::move(sq_)), sk(std::move(sk_)) {
+  Problem(int heads_, std::vector<int> sq_, std::vector<int> sk_)
+      : heads(heads_), sq(std::move(sq_)), sk(std::move(sk_)) {
     std::vector<int32_t> cq{0}, ck{0};
     for (size_t b = 0; b < sq.size(); ++b) {
       cq.push_back(cq.back() + sq[b]);
@@ -270,8 +273,7 @@ bool skip_without_gpu(benchmark::State& state, int kernel = 0) {
   static const std::string hopper_reason = hopper_skip_reason();
   if (reason.empty() && (!is_hopper(kernel) || hopper_reason.empty())) return false;
   state.SkipWithError(("no usable GPU: " + (reason.empty() ? hopper_reason : reason)).c_str());
-  for (auto _ : state) {
-  }
+  for (auto _ : state) {}
   return true;
 }
 
@@ -302,8 +304,9 @@ void BM_PrefillCausal(benchmark::State& state) {
   const int reps = flops > 5e12 ? 15 : 30;
   for (auto _ : state) {
     const double ms = median_ms([&] { pb.run(p, kernel); }, 3, reps);
-    report(state, "prefill causal H" + std::to_string(heads) + " B" + std::to_string(batch) + " S" +
-                      std::to_string(seq) + " [" + kernel_name(kernel) + "]",
+    report(state,
+           "prefill causal H" + std::to_string(heads) + " B" + std::to_string(batch) + " S" + std::to_string(seq) +
+               " [" + kernel_name(kernel) + "]",
            ms, flops);
   }
 }
@@ -367,15 +370,18 @@ void BM_ChunkedContext(benchmark::State& state) {
           all.run(new_tokens, kernel, context);
           for (int c = 0; c < num_chunks; ++c) {
             all.run(chunk_params[size_t(c)], kernel, int64_t(c) * workspace);
-            if (merge_available) lattn::detail::cuda_device_ops().merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk, nullptr);
+            if (merge_available)
+              lattn::detail::cuda_device_ops().merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk,
+                                                                 nullptr);
           }
         },
         3, 30);
     const std::string shape = "ctx" + std::to_string(context) + " new" + std::to_string(fresh) + " H128 [" +
                               (is_hopper(kernel) ? std::string("hopper") : std::string("cuda")) + "]";
     report(state, "context unchunked " + shape, ms_unchunked, flops);
-    report(state, "context chunked " + shape + " ws" + std::to_string(workspace) + " (" + std::to_string(num_chunks) +
-                      " chunk" + (num_chunks > 1 ? "s" : "") + ")",
+    report(state,
+           "context chunked " + shape + " ws" + std::to_string(workspace) + " (" + std::to_string(num_chunks) +
+               " chunk" + (num_chunks > 1 ? "s" : "") + ")",
            ms_chunked, flops,
            "chunked/unchunked = " + std::to_string(ms_chunked / ms_unchunked) +
                (merge_available ? "" : "; merge_attn_states not available (CUDA op pending), not timed"));
@@ -396,10 +402,11 @@ void register_benchmarks() {
     if (c.head_dim_qk == kDqk && c.head_dim_v == kDv) kernels.push_back(config);
   }
   for (int kernel : kernels) {
-    const std::string name = is_hopper(kernel) ? "hopper_" + std::string(sm90::kHopperPrefillConfigs[hopper_config(kernel)].name)
-                                               : sm80::kPrefillTileConfigs[kernel].name;
-    for (auto [heads, batch, seq] : {std::tuple{128, 1, 8192}, std::tuple{128, 4, 4096}, std::tuple{128, 16, 1024},
-                                     std::tuple{16, 8, 8192}}) {
+    const std::string name = is_hopper(kernel)
+                                 ? "hopper_" + std::string(sm90::kHopperPrefillConfigs[hopper_config(kernel)].name)
+                                 : sm80::kPrefillTileConfigs[kernel].name;
+    for (auto [heads, batch, seq] :
+         {std::tuple{128, 1, 8192}, std::tuple{128, 4, 4096}, std::tuple{128, 16, 1024}, std::tuple{16, 8, 8192}}) {
       benchmark::RegisterBenchmark(("prefill_causal/" + name).c_str(), BM_PrefillCausal)
           ->Args({batch, seq, kernel, heads})
           ->UseManualTime()

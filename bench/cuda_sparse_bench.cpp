@@ -53,7 +53,8 @@ Row sparse_case(Stream stream, DType cache_dtype, int N, int T, int topk) {
   const MlaDims dims{N, L, 128, R, 128};
   OwnedLatentCache cache(positions / block, block, dims, cache_dtype, kGpu);
   {
-    OwnedTensor kv = OwnedTensor::empty({positions, L}, DType::bf16, kGpu), pe = OwnedTensor::empty({positions, R}, DType::bf16, kGpu);
+    OwnedTensor kv = OwnedTensor::empty({positions, L}, DType::bf16, kGpu),
+                pe = OwnedTensor::empty({positions, R}, DType::bf16, kGpu);
     cuda::fill_random_device(kv.data(), DType::bf16, int64_t(positions) * L, 1, 1.f, stream);
     cuda::fill_random_device(pe.data(), DType::bf16, int64_t(positions) * R, 2, 1.f, stream);
     OwnedTensor slots = OwnedTensor::empty({positions}, DType::i64);
@@ -72,14 +73,15 @@ Row sparse_case(Stream stream, DType cache_dtype, int N, int T, int topk) {
   }
   const OwnedTensor didx = OwnedTensor::empty({T, topk}, DType::i32, kGpu);
   copy_tensor(idx, didx);
-  OwnedTensor q = OwnedTensor::empty({T, N, L + R}, DType::bf16, kGpu), out = OwnedTensor::empty({T, N, L}, DType::bf16, kGpu);
+  OwnedTensor q = OwnedTensor::empty({T, N, L + R}, DType::bf16, kGpu),
+              out = OwnedTensor::empty({T, N, L}, DType::bf16, kGpu);
   OwnedTensor lse = OwnedTensor::empty({N, T}, DType::f32, kGpu);
   cuda::fill_random_device(q.data(), DType::bf16, q.tensor().numel(), 3, 0.1f, stream);
   SparseMlaArgs a;
   a.q = q.tensor(), a.indices = didx.tensor(), a.out = out.tensor(), a.lse = lse.tensor(), a.scale = 0.1352f;
   Row r;
-  r.name = std::string("sparse decode H") + std::to_string(N) + " T" + std::to_string(T) + " topk" + std::to_string(topk) +
-           (cache_dtype == kFp8DsMla ? " fp8_ds_mla" : " bf16");
+  r.name = std::string("sparse decode H") + std::to_string(N) + " T" + std::to_string(T) + " topk" +
+           std::to_string(topk) + (cache_dtype == kFp8DsMla ? " fp8_ds_mla" : " bf16");
   r.us = median_us(stream, 3, 15, [&] { sparse_mla(a, cache, "cuda", stream); });
   const double flops = 2.0 * N * topk * (2.0 * L + R) * T;
   const double bytes = double(T) * topk * (cache_dtype == kFp8DsMla ? 656 : 1152);
@@ -110,7 +112,8 @@ Row indexer_case(Stream stream, int T, int S, int topk, Row* topk_only) {
     for (int b = 0; b < blocks_per_req; ++b) bt.data_as<int32_t>()[t * blocks_per_req + b] = b;
   }
   const OwnedTensor dbt = OwnedTensor::empty({T, blocks_per_req}, DType::i32, kGpu),
-                    dqsl = OwnedTensor::empty({T + 1}, DType::i32, kGpu), dlens = OwnedTensor::empty({T}, DType::i32, kGpu);
+                    dqsl = OwnedTensor::empty({T + 1}, DType::i32, kGpu),
+                    dlens = OwnedTensor::empty({T}, DType::i32, kGpu);
   copy_tensor(bt, dbt);
   copy_tensor(qsl, dqsl);
   copy_tensor(lens, dlens);
@@ -128,7 +131,9 @@ Row indexer_case(Stream stream, int T, int S, int topk, Row* topk_only) {
     OwnedTensor logits = OwnedTensor::empty({T, S}, DType::f32, kGpu);
     indexer_logits(a, cache, logits.tensor());
     topk_only->name = "top" + std::to_string(topk) + " alone T" + std::to_string(T) + " S" + std::to_string(S);
-    topk_only->us = median_us(stream, 2, 9, [&] { detail::cuda_device_ops().topk_positions(logits.tensor(), dlens.tensor(), out.tensor(), stream); });
+    topk_only->us = median_us(stream, 2, 9, [&] {
+      detail::cuda_device_ops().topk_positions(logits.tensor(), dlens.tensor(), out.tensor(), stream);
+    });
     topk_only->gbps = double(S) * 4 * T / (topk_only->us * 1e-6) / 1e9;
   }
   return r;

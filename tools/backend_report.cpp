@@ -79,8 +79,8 @@ void require_one(BackendKind kind, const std::string& name, const LayerSetup& se
 }  // namespace
 
 SelectorConfig selector_config(const LayerSetup& setup) {
-  SelectorConfig config = SelectorConfig::for_dims(setup.dims, setup.dtype, setup.kv_cache_dtype, setup.device,
-                                                   setup.block_size);
+  SelectorConfig config =
+      SelectorConfig::for_dims(setup.dims, setup.dtype, setup.kv_cache_dtype, setup.device, setup.block_size);
   config.prefill_backend = setup.prefill_backend;
   config.decode_backend = setup.decode_backend;
   return config;

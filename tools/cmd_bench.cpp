@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <omp.h>
+#include <nlohmann/json.hpp>
 
 #include "backend_report.h"
 #include "commands.h"
@@ -99,23 +99,23 @@ std::string backend_for(const bench::BenchCase& c, const std::string& requested,
 
 std::string csv(const std::vector<bench::Row>& rows) {
   std::string s =
-      "name,label,phase,backend,device,num_threads,num_heads,kv_lora_rank,qk_nope_head_dim,qk_rope_head_dim,v_head_dim,dtype,"
+      "name,label,phase,backend,device,num_threads,num_heads,kv_lora_rank,qk_nope_head_dim,qk_rope_head_dim,v_head_dim,"
+      "dtype,"
       "kv_cache_dtype,batch,query_len,context_len,context_chunks,seq_len,block_size,flops,bytes,median_us,min_us,"
       "gflops,gbps,compute_peak_gflops,roofline_us,roofline_fraction,bound,max_us,ceiling_drift,ceilings_moved\n";
   char line[1024];
   for (const bench::Row& r : rows) {
     const bench::BenchCase& c = r.bench_case;
-    std::snprintf(line, sizeof line,
-                  "%s,\"%s\",%s,%s,%s,%d,%d,%d,%d,%d,%d,%s,%s,%d,%d,%d,%d,%d,%d,%.6g,%.6g,%.3f,%.3f,%.4g,%.4g,%.4g,%.3f,"
-                  "%.4f,%s,%.3f,%.4f,%d\n",
-                  c.name().c_str(), c.label.c_str(), bench::phase_name(c.phase), c.backend.c_str(),
-                  device_name(c.device).c_str(), c.num_threads, c.dims.num_heads, c.dims.kv_lora_rank,
-                  c.dims.qk_nope_head_dim, c.dims.qk_rope_head_dim,
-                  c.dims.v_head_dim, dtype_flag_name(c.dtype), dtype_flag_name(c.kv_cache_dtype), c.batch, c.query_len,
-                  c.context_len, c.context_chunks, c.seq_len, c.block_size, r.work.flops, r.work.bytes,
-                  r.measurement.median_us, r.measurement.min_us, r.gflops, r.gbps, r.compute_peak_gflops,
-                  r.roofline_us, r.roofline_fraction, r.bound.c_str(), r.measurement.max_us, r.ceiling_drift,
-                  int(r.ceilings_moved));
+    std::snprintf(
+        line, sizeof line,
+        "%s,\"%s\",%s,%s,%s,%d,%d,%d,%d,%d,%d,%s,%s,%d,%d,%d,%d,%d,%d,%.6g,%.6g,%.3f,%.3f,%.4g,%.4g,%.4g,%.3f,"
+        "%.4f,%s,%.3f,%.4f,%d\n",
+        c.name().c_str(), c.label.c_str(), bench::phase_name(c.phase), c.backend.c_str(), device_name(c.device).c_str(),
+        c.num_threads, c.dims.num_heads, c.dims.kv_lora_rank, c.dims.qk_nope_head_dim, c.dims.qk_rope_head_dim,
+        c.dims.v_head_dim, dtype_flag_name(c.dtype), dtype_flag_name(c.kv_cache_dtype), c.batch, c.query_len,
+        c.context_len, c.context_chunks, c.seq_len, c.block_size, r.work.flops, r.work.bytes, r.measurement.median_us,
+        r.measurement.min_us, r.gflops, r.gbps, r.compute_peak_gflops, r.roofline_us, r.roofline_fraction,
+        r.bound.c_str(), r.measurement.max_us, r.ceiling_drift, int(r.ceilings_moved));
     s += line;
   }
   return s;
@@ -129,8 +129,10 @@ std::vector<bench::BenchCase> sweep(const BenchOptions& o, const LayerSetup& set
     } else if (p == "decode") {
       phases.push_back(bench::Phase::decode);
     } else if (p != "sparse-decode" && p != "sparse-prefill" && p != "indexer") {  // those: sparse_bench below
-      throw CliError(kExitUsage, "--phase takes prefill, decode, sparse-decode, sparse-prefill and/or indexer separated "
-                                 "by commas; got '" + p + "'");
+      throw CliError(kExitUsage,
+                     "--phase takes prefill, decode, sparse-decode, sparse-prefill and/or indexer separated "
+                     "by commas; got '" +
+                         p + "'");
     }
   }
   const std::vector<int> heads =
@@ -262,10 +264,14 @@ int bench_command(const BenchOptions& o) {
   std::vector<bench::SparsePhase> sparse_phases;
   bool dense = false;
   for (const std::string& p : split_list(o.phases, "--phase")) {
-    if (p == "sparse-decode") sparse_phases.push_back(bench::SparsePhase::decode);
-    else if (p == "sparse-prefill") sparse_phases.push_back(bench::SparsePhase::prefill);
-    else if (p == "indexer") sparse_phases.push_back(bench::SparsePhase::indexer);
-    else dense = true;
+    if (p == "sparse-decode")
+      sparse_phases.push_back(bench::SparsePhase::decode);
+    else if (p == "sparse-prefill")
+      sparse_phases.push_back(bench::SparsePhase::prefill);
+    else if (p == "indexer")
+      sparse_phases.push_back(bench::SparsePhase::indexer);
+    else
+      dense = true;
   }
   if (!sparse_phases.empty()) {
     sparse_bench(o, sparse_phases, setup);
@@ -282,8 +288,9 @@ int bench_command(const BenchOptions& o) {
     const std::filesystem::path folder = std::filesystem::path(o.plot).parent_path();
     std::error_code error;
     if (!folder.empty() && !std::filesystem::is_directory(folder, error)) {
-      throw CliError(kExitUsage, "--plot: the folder '" + folder.string() + "' does not exist (create it, or give "
-                                 "a PNG path in an existing folder)");
+      throw CliError(kExitUsage, "--plot: the folder '" + folder.string() +
+                                     "' does not exist (create it, or give "
+                                     "a PNG path in an existing folder)");
     }
   }
   // More threads than this only time-share the processors (and a huge count
@@ -353,8 +360,7 @@ int bench_command(const BenchOptions& o) {
   }
 
   // The harness's JSON (ceilings and rows) after the provenance fields.
-  const std::string json =
-      with_provenance(nlohmann::ordered_json::parse(bench::to_json(ceilings, rows))).dump(2);
+  const std::string json = with_provenance(nlohmann::ordered_json::parse(bench::to_json(ceilings, rows))).dump(2);
   if (o.output == "json") {
     std::printf("%s\n", json.c_str());
   } else if (o.output == "csv") {
@@ -379,7 +385,11 @@ Subcommand add_bench_command(CLI::App& root) {
       "roofline.");
   add_layer_flags(*app, o->layer, FlagSet{.block_size = false, .backends = false});
   const std::string sweep_group = "Sweep (comma-separated lists)";
-  app->add_option("--phase", o->phases, "prefill, decode, sparse-decode, sparse-prefill, indexer (the sparse phases: fixed DeepSeek-V3.2 target cases on the CPU)")->capture_default_str()->group(sweep_group);
+  app->add_option("--phase", o->phases,
+                  "prefill, decode, sparse-decode, sparse-prefill, indexer (the sparse phases: fixed DeepSeek-V3.2 "
+                  "target cases on the CPU)")
+      ->capture_default_str()
+      ->group(sweep_group);
   app->add_option("--heads", o->heads, "Heads per rank (default: the model's, after --tp)")->group(sweep_group);
   app->add_option("--batch", o->batches, "Requests per case")->capture_default_str()->group(sweep_group);
   app->add_option("--seq", o->seqs, "prefill: new tokens per request; decode: tokens in the cache per request")

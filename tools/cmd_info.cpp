@@ -10,8 +10,8 @@
 #include "commands.h"
 #include "cpu_info.h"
 #include "exit_codes.h"
-#include "lattn/device.h"
 #include "lattn/cpu.h"
+#include "lattn/device.h"
 #include "lattn/kernel_label.h"
 #include "lattn/version.h"
 #include "layer_options.h"
@@ -134,8 +134,9 @@ void print_info(const LayerSetup& setup, const CpuInfo& cpu, const CudaDeviceQue
 Subcommand add_info_command(CLI::App& root) {
   auto options = std::make_shared<InfoOptions>();
   CLI::App* app = root.add_subcommand(
-      "info", "Version and build options, CPU features and threads, CUDA devices, and which prefill and decode "
-              "backends can serve the chosen model configuration (and why the others cannot)");
+      "info",
+      "Version and build options, CPU features and threads, CUDA devices, and which prefill and decode "
+      "backends can serve the chosen model configuration (and why the others cannot)");
   add_layer_flags(*app, options->layer);
   app->add_flag("--json", options->json, "Print one JSON object instead of text");
   app->footer(exit_codes_help());

@@ -3,9 +3,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <cstdio>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -70,9 +70,9 @@ std::vector<serving::Request> make_trace(const RunOptions& o, RunDescription& de
       throw CliError(kExitUsage, e.what());
     }
     const serving::TraceConfig& t = o.trace;
-    const std::string rate =
-        (t.request_rate > 0 && std::isfinite(t.request_rate)) ? format_number(t.request_rate) + " requests/s (Poisson)"
-                                                                : "all at t = 0";
+    const std::string rate = (t.request_rate > 0 && std::isfinite(t.request_rate))
+                                 ? format_number(t.request_rate) + " requests/s (Poisson)"
+                                 : "all at t = 0";
     description.trace = std::to_string(t.num_requests) + " generated requests, seed " + std::to_string(t.seed) + ": " +
                         rate + "; prompts log-normal, median " + format_number(t.prompt_len_median) + " sigma " +
                         format_number(t.prompt_len_sigma) + " (max " + std::to_string(t.max_prompt_len) +
@@ -94,8 +94,8 @@ std::vector<serving::Request> make_trace(const RunOptions& o, RunDescription& de
     prompt_tokens += r.prompt_len;
     output_tokens += r.output_len;
   }
-  description.trace += "; " + std::to_string(prompt_tokens) + " prompt + " + std::to_string(output_tokens) +
-                       " output tokens";
+  description.trace +=
+      "; " + std::to_string(prompt_tokens) + " prompt + " + std::to_string(output_tokens) + " output tokens";
   description.trace_json["prompt_tokens"] = prompt_tokens;
   description.trace_json["output_tokens"] = output_tokens;
   if (!o.save_trace.empty()) {
@@ -125,8 +125,8 @@ void check_fits(const serving::SchedulerConfig& s, const LayerSetup& layer, int 
   int64_t bytes = 0;
   try {
     // A sparse model's indexer keeps D fp8 values and one f32 scale per token too.
-    const int64_t entry_bytes = cache_entry_bytes(layer.dims, layer.kv_cache_dtype) +
-                                (layer.sparse() ? layer.indexer.index_head_dim + 4 : 0);
+    const int64_t entry_bytes =
+        cache_entry_bytes(layer.dims, layer.kv_cache_dtype) + (layer.sparse() ? layer.indexer.index_head_dim + 4 : 0);
     const int64_t block_bytes = checked_mul(entry_bytes, s.block_size, "cache block");
     bytes = checked_mul(checked_mul(block_bytes, s.num_blocks, "cache"), layers, "caches");
   } catch (const ValueError&) {
@@ -151,12 +151,13 @@ void check_fits(const serving::SchedulerConfig& s, const LayerSetup& layer, int 
                                     (layer.sparse() ? layer.indexer.index_head_dim + 4 : 0)) *
                              s.block_size * layers;
     throw CliError(kExitNoBackend,
-                   "--num-blocks " + std::to_string(s.num_blocks) + " x --block-size " +
-                       std::to_string(s.block_size) + " x --layers " + std::to_string(layers) + " needs " +
+                   "--num-blocks " + std::to_string(s.num_blocks) + " x --block-size " + std::to_string(s.block_size) +
+                       " x --layers " + std::to_string(layers) + " needs " +
                        (bytes == std::numeric_limits<int64_t>::max() ? std::string("more than 2^63")
                                                                      : std::to_string(bytes >> 20) + " MiB") +
                        " of latent cache, more than " + where + " " + std::to_string(memory >> 20) +
-                       " MiB of memory; at most " + std::to_string(int64_t(double(memory) / per_block)) + " blocks fit");
+                       " MiB of memory; at most " + std::to_string(int64_t(double(memory) / per_block)) +
+                       " blocks fit");
   }
 }
 
@@ -214,8 +215,9 @@ int run_command(const RunOptions& o) {
   if (!o.trace_file.empty()) {
     for (const CLI::Option* option : o.generator_options) {
       if (option->count() > 0) {
-        throw CliError(kExitUsage, option->get_name() + " shapes a generated trace; it cannot be combined with --trace, "
-                                   "which replays the requests of a file");
+        throw CliError(kExitUsage, option->get_name() +
+                                       " shapes a generated trace; it cannot be combined with --trace, "
+                                       "which replays the requests of a file");
       }
     }
   }

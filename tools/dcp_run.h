@@ -32,10 +32,10 @@ struct DcpRunOptions {
   int interleave = 1;  // tokens per rank in turn
   DcpCombineMethod method = DcpCombineMethod::all_gather_reduce_scatter;
   int num_requests = 4;
-  int context = 300;    // tokens already in each request's cache
-  int steps = 4;        // decode steps (one new token per request each)
+  int context = 300;      // tokens already in each request's cache
+  int steps = 4;          // decode steps (one new token per request each)
   int prefill_chunk = 0;  // > 0: prefill the context through the layer, this many tokens per request per step
-  bool verify = false;  // compare every step with one rank
+  bool verify = false;    // compare every step with one rank
   uint64_t seed = 0;
 };
 

@@ -12,19 +12,20 @@ namespace lattn::cli {
 
 void add_layer_flags(CLI::App& app, LayerFlags& flags, FlagSet which) {
   const std::string group = "Model";
-  app.add_option("--model", flags.model.model,
-                 "Attention shape of a known model: " + serving::model_preset_names())
+  app.add_option("--model", flags.model.model, "Attention shape of a known model: " + serving::model_preset_names())
       ->capture_default_str()
       ->group(group);
   app.add_option("--tp", flags.model.tensor_parallel_size,
                  "Tensor-parallel size: heads are split evenly over this many ranks and one rank runs "
                  "(default: how the model is usually served, 8 for deepseek-v3/r1, 1 otherwise)")
       ->group(group);
-  app.add_option("--num-heads", flags.model.num_heads, "Override the model's attention heads (before --tp)")->group(group);
+  app.add_option("--num-heads", flags.model.num_heads, "Override the model's attention heads (before --tp)")
+      ->group(group);
   app.add_option("--kv-lora-rank", flags.model.kv_lora_rank, "Override L, the latent (kv_lora_rank) dim")->group(group);
   app.add_option("--qk-nope-head-dim", flags.model.qk_nope_head_dim, "Override P, the non-rotary q/k head dim")
       ->group(group);
-  app.add_option("--qk-rope-head-dim", flags.model.qk_rope_head_dim, "Override R, the rotary q/k head dim")->group(group);
+  app.add_option("--qk-rope-head-dim", flags.model.qk_rope_head_dim, "Override R, the rotary q/k head dim")
+      ->group(group);
   app.add_option("--v-head-dim", flags.model.v_head_dim, "Override V, the value head dim")->group(group);
   app.add_option("--softmax-scale", flags.model.softmax_scale,
                  "Override the softmax scale (default: the model's; DeepSeek's YaRN mscale^2/sqrt(P+R), "
@@ -41,7 +42,9 @@ void add_layer_flags(CLI::App& app, LayerFlags& flags, FlagSet which) {
       ->capture_default_str()
       ->group(group);
   if (which.block_size) {
-    app.add_option("--block-size", flags.block_size, "Tokens per cache block (page)")->capture_default_str()->group(group);
+    app.add_option("--block-size", flags.block_size, "Tokens per cache block (page)")
+        ->capture_default_str()
+        ->group(group);
   }
   app.add_option("--device", flags.device, "Where the layers run: auto (cuda:0 when present, else cpu), cpu, cuda:N")
       ->capture_default_str()
@@ -73,12 +76,18 @@ int64_t cache_entry_bytes(const MlaDims& dims, DType kv_cache_dtype) {
 
 const char* dtype_flag_name(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return "bf16";
-    case DType::f16: return "fp16";
-    case DType::f32: return "fp32";
-    case DType::fp8_e4m3: return "fp8";
-    case kFp8DsMla: return "fp8_ds_mla";
-    default: return dtype_name(dtype);
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "fp16";
+    case DType::f32:
+      return "fp32";
+    case DType::fp8_e4m3:
+      return "fp8";
+    case kFp8DsMla:
+      return "fp8_ds_mla";
+    default:
+      return dtype_name(dtype);
   }
 }
 
@@ -109,10 +118,10 @@ Device resolve_device(const std::string& text) {
   if (device.is_cuda()) {
     const CudaDeviceQuery query = query_cuda_devices();
     if (device.index >= int(query.devices.size())) {
-      throw CliError(kExitNoBackend, "--device " + text + " is not available: " +
-                                         (query.devices.empty() ? query.unavailable_reason
-                                                                : std::to_string(query.devices.size()) +
-                                                                      " CUDA device(s) found"));
+      throw CliError(kExitNoBackend,
+                     "--device " + text + " is not available: " +
+                         (query.devices.empty() ? query.unavailable_reason
+                                                : std::to_string(query.devices.size()) + " CUDA device(s) found"));
     }
   }
   return device;
@@ -144,8 +153,9 @@ LayerSetup resolve_layer_setup(const LayerFlags& flags) {
                                    setup.model + " attends densely: use bf16, fp16 or fp8");
   }
   if (setup.sparse() && (!flags.prefill_backend.empty() || !flags.decode_backend.empty())) {
-    throw CliError(kExitUsage, setup.model + " is a sparse model: every token runs the indexer and sparse attention, "
-                                             "no dense backend; choose with --sparse-backend and --indexer-backend");
+    throw CliError(kExitUsage, setup.model +
+                                   " is a sparse model: every token runs the indexer and sparse attention, "
+                                   "no dense backend; choose with --sparse-backend and --indexer-backend");
   }
   if (!setup.sparse() && (!flags.sparse_backend.empty() || !flags.indexer_backend.empty())) {
     throw CliError(kExitUsage, "--sparse-backend and --indexer-backend apply to sparse models (deepseek-v3.2); " +

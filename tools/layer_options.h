@@ -23,8 +23,8 @@ struct LayerFlags {
   std::string device = "auto";
   std::string prefill_backend;  // "" = the selector's choice
   std::string decode_backend;
-  std::string sparse_backend;   // sparse models (deepseek-v3.2): "" = the sparse selector's choice
-  std::string indexer_backend;  // "" = the device's own indexer; or reference
+  std::string sparse_backend;    // sparse models (deepseek-v3.2): "" = the sparse selector's choice
+  std::string indexer_backend;   // "" = the device's own indexer; or reference
   bool batch_invariant = false;  // --batch-invariant
 };
 
@@ -36,9 +36,9 @@ void add_layer_flags(CLI::App& app, LayerFlags& flags, FlagSet which = {});
 
 // The layer the flags describe.
 struct LayerSetup {
-  std::string model;   // preset name
-  int tp = 1;          // tensor-parallel size (heads were divided by it)
-  MlaDims dims;        // one rank's
+  std::string model;  // preset name
+  int tp = 1;         // tensor-parallel size (heads were divided by it)
+  MlaDims dims;       // one rank's
   DType dtype = DType::bf16;
   DType kv_cache_dtype = DType::bf16;
   int block_size = 64;

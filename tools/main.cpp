@@ -15,8 +15,8 @@
 
 #include "commands.h"
 #include "exit_codes.h"
-#include "lattn/errors.h"
 #include "lattn/cpu.h"
+#include "lattn/errors.h"
 #include "lattn/version.h"
 
 namespace lattn::cli {
@@ -36,11 +36,12 @@ int report(const std::string& command, ExitCode code, const std::string& message
 }
 
 int main_impl(int argc, char** argv) {
-  CLI::App app{"lattn: Multi-head Latent Attention (MLA) for inference engines.\n"
-               "  lattn run     serve a request trace through MLA layers and report throughput\n"
-               "  lattn info    the build, this machine, and which backends can serve a model\n"
-               "  lattn bench   measure prefill and decode against this machine's ceilings",
-               "lattn"};
+  CLI::App app{
+      "lattn: Multi-head Latent Attention (MLA) for inference engines.\n"
+      "  lattn run     serve a request trace through MLA layers and report throughput\n"
+      "  lattn info    the build, this machine, and which backends can serve a model\n"
+      "  lattn bench   measure prefill and decode against this machine's ceilings",
+      "lattn"};
   app.set_version_flag("--version", std::string("lattn ") + version());
   app.require_subcommand(1);
   app.footer(exit_codes_help());
@@ -85,8 +86,9 @@ int main_impl(int argc, char** argv) {
       return report(command_name, e.code(), e.what());
     } catch (const OutOfMemoryError& e) {
       return report(command_name, kExitNoBackend,
-                    std::string(e.what()) + "; the configuration does not fit in memory: lower --num-blocks, "
-                                            "--layers or --max-num-batched-tokens");
+                    std::string(e.what()) +
+                        "; the configuration does not fit in memory: lower --num-blocks, "
+                        "--layers or --max-num-batched-tokens");
     } catch (const std::bad_alloc&) {
       return report(command_name, kExitNoBackend,
                     "out of memory; the configuration does not fit: lower --num-blocks, --layers or "

@@ -1,8 +1,8 @@
 // Runs scripts/plot_bench.py on the benchmark JSON.
 #include "plot.h"
 
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -58,8 +58,8 @@ std::string find_plot_script() {
   }
   std::string tried;
   for (const fs::path& p : candidates) tried += (tried.empty() ? "" : ", ") + p.string();
-  throw CliError(kExitPlotFailed, "--plot: plot_bench.py was not found (tried " + tried +
-                                      "); set LATTN_PLOT_SCRIPT to its path");
+  throw CliError(kExitPlotFailed,
+                 "--plot: plot_bench.py was not found (tried " + tried + "); set LATTN_PLOT_SCRIPT to its path");
 }
 
 void plot_bench_json(const std::string& json, const std::string& png_path) {
@@ -82,8 +82,7 @@ void plot_bench_json(const std::string& json, const std::string& png_path) {
                                         "); install Debian's python3 and python3-matplotlib");
   }
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     const std::string how = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) : "a signal";
     throw CliError(kExitPlotFailed, "--plot: " + script + " failed with " + how +

@@ -39,11 +39,13 @@ std::vector<double> step_latencies(const RunReport& r) {
 void print_run_header(std::FILE* out, const RunDescription& run) {
   const LayerSetup& l = run.layer;
   std::fprintf(out, "model      %s --tp %d: %s scale %.4g, %d layer%s, %s activations, %s cache, device %s\n",
-               l.model.c_str(), l.tp, l.dims.str().c_str(), double(l.dims.softmax_scale()), run.num_layers, run.num_layers == 1 ? "" : "s", dtype_flag_name(l.dtype),
-               dtype_flag_name(l.kv_cache_dtype), device_name(l.device).c_str());
+               l.model.c_str(), l.tp, l.dims.str().c_str(), double(l.dims.softmax_scale()), run.num_layers,
+               run.num_layers == 1 ? "" : "s", dtype_flag_name(l.dtype), dtype_flag_name(l.kv_cache_dtype),
+               device_name(l.device).c_str());
   if (l.sparse()) {
-    std::fprintf(out, "sparse     every token attends to the top %d cached tokens of its lightning indexer (%d heads x %d)\n",
-                 l.indexer.index_topk, l.indexer.index_n_heads, l.indexer.index_head_dim);
+    std::fprintf(
+        out, "sparse     every token attends to the top %d cached tokens of its lightning indexer (%d heads x %d)\n",
+        l.indexer.index_topk, l.indexer.index_n_heads, l.indexer.index_head_dim);
   }
   std::fprintf(out, "trace      %s\n", run.trace.c_str());
   std::fprintf(out, "scheduler  %d tokens per step, %d sequences, %d blocks of %d tokens per layer\n",
@@ -61,9 +63,10 @@ void print_run_summary(std::FILE* out, const RunDescription& run, const RunRepor
                (long long)r.prefill_with_context_rows);
   std::fprintf(out, "decode     %lld tokens, %.1f tokens/s\n", (long long)r.decode_tokens,
                per_second(r.decode_tokens, r.busy_s));
-  std::fprintf(out, run.virtual_clock
-                        ? "step       p50 %.1f ms, p99 %.1f ms, mean %.1f ms (modelled: --clock virtual, %lld layers)\n"
-                        : "step       p50 %.1f ms, p99 %.1f ms, mean %.1f ms (metadata + %lld layers' forward)\n",
+  std::fprintf(out,
+               run.virtual_clock
+                   ? "step       p50 %.1f ms, p99 %.1f ms, mean %.1f ms (modelled: --clock virtual, %lld layers)\n"
+                   : "step       p50 %.1f ms, p99 %.1f ms, mean %.1f ms (metadata + %lld layers' forward)\n",
                ms(percentile(latencies, 0.5)), ms(percentile(latencies, 0.99)), ms(serving::mean(latencies)),
                (long long)r.num_layers);
   std::fprintf(out, "latency    time to first token p50 %.0f ms, p99 %.0f ms; request p50 %.0f ms, p99 %.0f ms\n",
@@ -148,7 +151,9 @@ nlohmann::ordered_json run_report_json(const RunDescription& run, const RunRepor
                   {"tokens_per_s", rounded(per_second(r.prefill_tokens, r.busy_s), 2)},
                   {"rows_without_context", r.prefill_rows},
                   {"rows_with_context", r.prefill_with_context_rows}};
-  j["decode"] = {{"tokens", r.decode_tokens}, {"tokens_per_s", rounded(per_second(r.decode_tokens, r.busy_s), 2)}, {"rows", r.decode_rows}};
+  j["decode"] = {{"tokens", r.decode_tokens},
+                 {"tokens_per_s", rounded(per_second(r.decode_tokens, r.busy_s), 2)},
+                 {"rows", r.decode_rows}};
   j["step_latency"] = latency_json(step_latencies(r));
   j["time_to_first_token"] = latency_json(r.time_to_first_token_s);
   j["request_latency"] = latency_json(r.request_latency_s);
@@ -178,13 +183,15 @@ nlohmann::ordered_json run_report_json(const RunDescription& run, const RunRepor
                           {"prefill_chunks", q.prefill_chunks},
                           {"chunks_with_context", q.chunks_with_context},
                           {"decode_steps", q.decode_steps},
-                          {"rel_l2", std::isfinite(q.worst_rel_l2) ? nlohmann::ordered_json(q.worst_rel_l2) : nlohmann::ordered_json("inf")},
+                          {"rel_l2", std::isfinite(q.worst_rel_l2) ? nlohmann::ordered_json(q.worst_rel_l2)
+                                                                   : nlohmann::ordered_json("inf")},
                           {"worst_layer", q.worst_layer},
                           {"finite", q.finite},
                           {"complete", q.complete}});
     }
     j["verify"] = {{"reference_backend", "reference"},
-                   {"worst_rel_l2", std::isfinite(v.worst_rel_l2) ? nlohmann::ordered_json(v.worst_rel_l2) : nlohmann::ordered_json("inf")},
+                   {"worst_rel_l2", std::isfinite(v.worst_rel_l2) ? nlohmann::ordered_json(v.worst_rel_l2)
+                                                                  : nlohmann::ordered_json("inf")},
                    {"worst_request", v.worst_request},
                    {"worst_layer", v.worst_layer},
                    {"bound", v.bound},

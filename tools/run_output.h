@@ -16,7 +16,7 @@ struct RunDescription {
   LayerSetup layer;
   int num_layers = 0;
   serving::SchedulerConfig scheduler;
-  std::string trace;        // "48 generated requests (seed 0, ...)" or "trace.jsonl (20 requests)"
+  std::string trace;  // "48 generated requests (seed 0, ...)" or "trace.jsonl (20 requests)"
   nlohmann::ordered_json trace_json;
   uint64_t seed = 0;
   bool virtual_clock = false;  // --clock virtual: step times are modelled, not measured

@@ -13,7 +13,7 @@ namespace lattn::bench {
 
 enum class Phase { prefill, decode };
 
-const char* phase_name(Phase phase);       // "prefill", "decode"
+const char* phase_name(Phase phase);         // "prefill", "decode"
 Phase parse_phase(const std::string& name);  // ValueError otherwise
 
 // One case: a backend (by registry name) on a device, a batch shape, dtypes.
@@ -33,14 +33,14 @@ struct BenchCase {
   DType kv_cache_dtype = DType::bf16;  // decode: the latent cache
   int batch = 1;
   int query_len = 1;
-  int context_len = 0;                 // prefill only
-  int context_chunks = 0;              // prefill only; 0 when context_len == 0
-  int seq_len = 0;                     // decode only
-  int block_size = 16;                 // decode only
+  int context_len = 0;     // prefill only
+  int context_chunks = 0;  // prefill only; 0 when context_len == 0
+  int seq_len = 0;         // decode only
+  int block_size = 16;     // decode only
   Device device = Device::cpu();
-  int num_threads = 0;                 // CPU backends: 0 = all
-  bool batch_invariant = false;        // the backends' batch-invariant mode (RunContext::batch_invariant)
-  std::string label;                   // free text shown in reports, e.g. "target"
+  int num_threads = 0;           // CPU backends: 0 = all
+  bool batch_invariant = false;  // the backends' batch-invariant mode (RunContext::batch_invariant)
+  std::string label;             // free text shown in reports, e.g. "target"
 
   // "prefill H16 B1 q1024 ctx8192/4 bf16 cpu" / "decode H16 B8 S4096 sq1 bs16 bf16/bf16 cpu"
   std::string name() const;

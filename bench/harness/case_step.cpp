@@ -54,10 +54,10 @@ std::vector<int32_t> offsets(int count, int each) {
 }
 
 struct PrefillInputs {
-  OwnedTensor q, k, v, out, lse;          // new tokens: [T, N, Dqk], [T, N, Dqk], [T, N, V], [T, N, V], [N, T]
-  OwnedTensor k_ctx, v_ctx;               // the gathered context chunk (the forward's workspace)
+  OwnedTensor q, k, v, out, lse;                  // new tokens: [T, N, Dqk], [T, N, Dqk], [T, N, V], [T, N, V], [N, T]
+  OwnedTensor k_ctx, v_ctx;                       // the gathered context chunk (the forward's workspace)
   OwnedTensor prefix_out, chunk_out, merged_out;  // [T, N, V]: merged chunks so far, this chunk, final
-  OwnedTensor prefix_lse[2], chunk_lse;    // [N, T]; the merged LSE alternates (it may not alias)
+  OwnedTensor prefix_lse[2], chunk_lse;           // [N, T]; the merged LSE alternates (it may not alias)
   std::vector<IndexArray> arrays;
   PrefillMetadata md;
   std::unique_ptr<PrefillBackend> backend;
@@ -210,14 +210,16 @@ CaseStep decode_step(const BenchCase& c, std::mt19937_64& rng) {
   md.max_decode_seq_len = c.seq_len;
   md.block_size = c.block_size;
   in->arrays.reserve(3);
-  const IndexArray& qsl = in->arrays.emplace_back(offsets(c.batch, c.query_len), std::initializer_list<int64_t>{c.batch + 1}, c.device);
+  const IndexArray& qsl =
+      in->arrays.emplace_back(offsets(c.batch, c.query_len), std::initializer_list<int64_t>{c.batch + 1}, c.device);
   md.query_start_loc_cpu = qsl.cpu();
   md.query_start_loc = qsl.on_device();
   const IndexArray& seq = in->arrays.emplace_back(std::vector<int32_t>(size_t(c.batch), c.seq_len),
                                                   std::initializer_list<int64_t>{c.batch}, c.device);
   md.seq_lens_cpu = seq.cpu();
   md.seq_lens = seq.on_device();
-  const IndexArray& bt = in->arrays.emplace_back(table, std::initializer_list<int64_t>{c.batch, blocks_per_request}, c.device);
+  const IndexArray& bt =
+      in->arrays.emplace_back(table, std::initializer_list<int64_t>{c.batch, blocks_per_request}, c.device);
   md.block_table_cpu = bt.cpu();
   md.block_table = bt.on_device();
 

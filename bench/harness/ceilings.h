@@ -10,13 +10,13 @@
 namespace lattn::bench {
 
 struct Ceilings {
-  std::string device;        // "cpu", "cuda:0"
-  std::string device_name;   // "AMD EPYC (2 threads, avx512bf16)", "NVIDIA H200"
-  int threads = 0;           // CPU: threads the peaks were measured with
-  double bandwidth_gbps = 0; // CPU: STREAM triad; GPU: device-to-device copy (bytes read + written)
-  double f32_gflops = 0;     // CPU: f32 FMA peak over all threads; GPU: f32 rate (0: not measured)
-  double f16_gflops = 0;     // f16 matrix rate; 0: none (CPU: the kernels run f16 as f32)
-  double bf16_gflops = 0;    // CPU: bf16 dot-product (vdpbf16ps) peak; GPU: bf16 GEMM; 0: none
+  std::string device;         // "cpu", "cuda:0"
+  std::string device_name;    // "AMD EPYC (2 threads, avx512bf16)", "NVIDIA H200"
+  int threads = 0;            // CPU: threads the peaks were measured with
+  double bandwidth_gbps = 0;  // CPU: STREAM triad; GPU: device-to-device copy (bytes read + written)
+  double f32_gflops = 0;      // CPU: f32 FMA peak over all threads; GPU: f32 rate (0: not measured)
+  double f16_gflops = 0;      // f16 matrix rate; 0: none (CPU: the kernels run f16 as f32)
+  double bf16_gflops = 0;     // CPU: bf16 dot-product (vdpbf16ps) peak; GPU: bf16 GEMM; 0: none
 
   // The compute peak a case with activations of `dtype` is judged by: the
   // dtype's own rate where the device has one, else the f32 rate.

@@ -183,7 +183,8 @@ Ceilings measure_cpu_ceilings(int threads, const CeilingOptions& options) {
   }
   c.f32_gflops = measure_probe(fma, threads, options);
   // One vdpbf16ps: 16 lanes x 2 products x (multiply + add).
-  if (best >= CpuIsa::avx512_bf16) c.bf16_gflops = measure_probe({dot_probe_avx512bf16, 64.0 * kChains}, threads, options);
+  if (best >= CpuIsa::avx512_bf16)
+    c.bf16_gflops = measure_probe({dot_probe_avx512bf16, 64.0 * kChains}, threads, options);
   c.bandwidth_gbps = measure_triad_gbps(threads, options);
   return c;
 }

@@ -24,8 +24,8 @@ void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) throw RuntimeError(std::string("cuda runner: ") + what + ": " + cudaGetErrorString(err));
 }
 void check(cublasStatus_t st, const char* what) {
-  if (st != CUBLAS_STATUS_SUCCESS) throw RuntimeError(std::string("cuda runner: ") + what + ": cuBLAS status " +
-                                                      std::to_string(int(st)));
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw RuntimeError(std::string("cuda runner: ") + what + ": cuBLAS status " + std::to_string(int(st)));
 }
 
 // Device memory released at scope exit.
@@ -89,7 +89,8 @@ class CudaRunner final : public DeviceRunner {
     check(cudaMemset(src.ptr, 0x5a, bytes), "cudaMemset");
     std::vector<double> us;
     for (int i = 0; i < trials + 1; ++i) {  // the first copy warms up
-      const double t = time_us([&] { check(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice), "copy"); });
+      const double t =
+          time_us([&] { check(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice), "copy"); });
       if (i) us.push_back(t);
     }
     return 2.0 * double(bytes) / median(us) * 1e-3;  // bytes read + written, per µs -> GB/s

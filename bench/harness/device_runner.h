@@ -48,9 +48,9 @@ std::unique_ptr<DeviceRunner> make_cuda_runner(int index = 0);
 std::unique_ptr<DeviceRunner> make_runner(Device device, int num_threads = 0);
 
 struct RunOptions {
-  int warmup = 2;          // untimed runs first (caches, page faults, thread pools)
-  int repeats = 10;        // timed runs; the median is reported
-  uint64_t seed = 1234;    // random inputs
+  int warmup = 2;        // untimed runs first (caches, page faults, thread pools)
+  int repeats = 10;      // timed runs; the median is reported
+  uint64_t seed = 1234;  // random inputs
   // Shared machines: re-measure the ceilings (short probes) right before
   // every timed repeat, so each sample is judged against the share of the
   // machine it actually had (make_row then reports the median of the
@@ -60,11 +60,11 @@ struct RunOptions {
 };
 
 struct Measurement {
-  std::vector<double> samples_us;          // one per repeat, in run order
-  std::vector<Ceilings> paired_ceilings;   // one per repeat with RunOptions::pair_ceilings, else empty
+  std::vector<double> samples_us;         // one per repeat, in run order
+  std::vector<Ceilings> paired_ceilings;  // one per repeat with RunOptions::pair_ceilings, else empty
   double median_us = 0;
   double min_us = 0;
-  double max_us = 0;  // with min_us: the spread of the repeats
+  double max_us = 0;         // with min_us: the spread of the repeats
   std::string kernel_label;  // what the backend ran, after the timed runs (its kernel_label())
 };
 

@@ -55,8 +55,8 @@ Row make_row(const BenchCase& c, const Measurement& m, const Ceilings& ceilings)
   r.roofline_us = roof.us;
   r.bound = roof.compute_bound ? "compute" : "memory";
   r.paired = !m.paired_ceilings.empty();
-  r.roofline_fraction = r.paired ? median(paired_fractions(c, r.work, m))
-                                 : (m.median_us > 0 ? r.roofline_us / m.median_us : 0);
+  r.roofline_fraction =
+      r.paired ? median(paired_fractions(c, r.work, m)) : (m.median_us > 0 ? r.roofline_us / m.median_us : 0);
   return r;
 }
 
@@ -87,8 +87,8 @@ std::string format_table(const Ceilings& ceilings, const std::vector<Row>& rows)
                 ceilings.device.c_str(), ceilings.device_name.c_str(), ceilings.f32_gflops, ceilings.bf16_gflops,
                 ceilings.f16_gflops, ceilings.bandwidth_gbps);
   s += line;
-  std::snprintf(line, sizeof line, "%-52s %12s %10s %10s %9s %9s %8s %8s %s\n", "case", "median_us", "min_us",
-                "max_us", "GFLOP/s", "GB/s", "roofline", "bound", "ceilings");
+  std::snprintf(line, sizeof line, "%-52s %12s %10s %10s %9s %9s %8s %8s %s\n", "case", "median_us", "min_us", "max_us",
+                "GFLOP/s", "GB/s", "roofline", "bound", "ceilings");
   s += line;
   int moved = 0;
   for (const Row& r : rows) {
@@ -114,9 +114,9 @@ std::string format_table(const Ceilings& ceilings, const std::vector<Row>& rows)
 
 std::string to_json(const Ceilings& ceilings, const std::vector<Row>& rows, int indent) {
   nlohmann::json j;
-  j["ceilings"] = {{"device", ceilings.device},         {"device_name", ceilings.device_name},
-                   {"threads", ceilings.threads},       {"bandwidth_gbps", ceilings.bandwidth_gbps},
-                   {"f32_gflops", ceilings.f32_gflops}, {"f16_gflops", ceilings.f16_gflops},
+  j["ceilings"] = {{"device", ceilings.device},          {"device_name", ceilings.device_name},
+                   {"threads", ceilings.threads},        {"bandwidth_gbps", ceilings.bandwidth_gbps},
+                   {"f32_gflops", ceilings.f32_gflops},  {"f16_gflops", ceilings.f16_gflops},
                    {"bf16_gflops", ceilings.bf16_gflops}};
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {

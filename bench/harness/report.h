@@ -29,19 +29,19 @@ struct Row {
   BenchCase bench_case;
   Work work;
   Measurement measurement;
-  double gflops = 0;             // FLOPs / median time
-  double gbps = 0;               // bytes / median time
+  double gflops = 0;               // FLOPs / median time
+  double gbps = 0;                 // bytes / median time
   double compute_peak_gflops = 0;  // the ceiling the FLOPs are judged by
   double roofline_us = 0;
   double roofline_fraction = 0;
-  std::string bound;             // "compute" or "memory"
-  bool paired = false;           // roofline_fraction from per-repeat ceilings
+  std::string bound;    // "compute" or "memory"
+  bool paired = false;  // roofline_fraction from per-repeat ceilings
   // The largest relative change, over the probes taken around this case, of
   // the two ceilings its roofline uses (its compute peak, the bandwidth),
   // against the run's ceilings: -0.4 = a probe saw 40 % less. 0 = not checked.
   double ceiling_drift = 0;
   bool ceilings_checked = false;
-  bool ceilings_moved = false;   // |ceiling_drift| > the tolerance
+  bool ceilings_moved = false;  // |ceiling_drift| > the tolerance
 };
 
 Row make_row(const BenchCase& c, const Measurement& m, const Ceilings& ceilings);

@@ -44,9 +44,12 @@ void fill_random(const Tensor& t, std::mt19937_64& rng, float stddev) {
 
 const char* sparse_phase_name(SparsePhase p) {
   switch (p) {
-    case SparsePhase::decode: return "sparse-decode";
-    case SparsePhase::prefill: return "sparse-prefill";
-    case SparsePhase::indexer: return "indexer";
+    case SparsePhase::decode:
+      return "sparse-decode";
+    case SparsePhase::prefill:
+      return "sparse-prefill";
+    case SparsePhase::indexer:
+      return "indexer";
   }
   return "?";
 }
@@ -54,7 +57,8 @@ const char* sparse_phase_name(SparsePhase p) {
 std::string SparseCase::name() const {
   char buf[160];
   if (phase == SparsePhase::indexer) {
-    std::snprintf(buf, sizeof buf, "indexer H%d D128 T%d S%d topk%d %s", num_heads, tokens, positions, topk, backend.c_str());
+    std::snprintf(buf, sizeof buf, "indexer H%d D128 T%d S%d topk%d %s", num_heads, tokens, positions, topk,
+                  backend.c_str());
   } else {
     std::snprintf(buf, sizeof buf, "%s H%d T%d topk%d S%d %s %s", sparse_phase_name(phase), num_heads, tokens, topk,
                   positions, kv_cache_dtype == kFp8DsMla ? "fp8_ds_mla" : dtype_name(kv_cache_dtype), backend.c_str());
@@ -104,17 +108,21 @@ SparseRow time_sparse_case(const SparseCase& c, int repeats) {
     fill_random(k, rng, 1.f);
     std::iota(slots.data_as<int64_t>(), slots.data_as<int64_t>() + blocks * block_size, int64_t(0));
     indexer_k_cache_write(k, cache, slots);
-    OwnedTensor q = OwnedTensor::empty({c.tokens, c.num_heads, D}, DType::bf16), w = OwnedTensor::empty({c.tokens, c.num_heads}, DType::f32);
+    OwnedTensor q = OwnedTensor::empty({c.tokens, c.num_heads, D}, DType::bf16),
+                w = OwnedTensor::empty({c.tokens, c.num_heads}, DType::f32);
     fill_random(q, rng, 1.f);
     fill_random(w, rng, 0.1f);
-    OwnedTensor bt = OwnedTensor::empty({1, blocks}, DType::i32), qsl = OwnedTensor::empty({2}, DType::i32), sl = OwnedTensor::empty({1}, DType::i32);
+    OwnedTensor bt = OwnedTensor::empty({1, blocks}, DType::i32), qsl = OwnedTensor::empty({2}, DType::i32),
+                sl = OwnedTensor::empty({1}, DType::i32);
     std::iota(bt.data_as<int32_t>(), bt.data_as<int32_t>() + blocks, 0);
     qsl.data_as<int32_t>()[0] = 0, qsl.data_as<int32_t>()[1] = c.tokens, sl.data_as<int32_t>()[0] = c.positions;
     const IndexerArgs args{q, w, bt, qsl, sl};
     OwnedTensor out = OwnedTensor::empty({c.tokens, c.topk}, DType::i32);
-    row.median_us = median_us([&] { indexer_topk(args, cache, out, c.backend == "reference" ? "reference" : "cpu"); }, repeats);
+    row.median_us =
+        median_us([&] { indexer_topk(args, cache, out, c.backend == "reference" ? "reference" : "cpu"); }, repeats);
     // The top-k step alone, on logits of the same size.
-    OwnedTensor logits = OwnedTensor::empty({c.tokens, c.positions}, DType::f32), lens = OwnedTensor::empty({c.tokens}, DType::i32);
+    OwnedTensor logits = OwnedTensor::empty({c.tokens, c.positions}, DType::f32),
+                lens = OwnedTensor::empty({c.tokens}, DType::i32);
     fill_random(logits, rng, 1.f);
     std::fill(lens.data_as<int32_t>(), lens.data_as<int32_t>() + c.tokens, c.positions);
     row.topk_us = median_us([&] { topk_positions(logits, lens, out); }, repeats);
@@ -137,7 +145,8 @@ SparseRow time_sparse_case(const SparseCase& c, int repeats) {
     OwnedTensor idx = OwnedTensor::empty({c.tokens, c.topk}, DType::i32);
     std::uniform_int_distribution<int32_t> pick(0, int32_t(c.positions - 1));
     for (int64_t i = 0; i < int64_t(c.tokens) * c.topk; ++i) idx.data_as<int32_t>()[i] = pick(rng);
-    OwnedTensor out = OwnedTensor::empty({c.tokens, c.num_heads, 512}, DType::bf16), lse = OwnedTensor::empty({c.num_heads, c.tokens}, DType::f32);
+    OwnedTensor out = OwnedTensor::empty({c.tokens, c.num_heads, 512}, DType::bf16),
+                lse = OwnedTensor::empty({c.num_heads, c.tokens}, DType::f32);
     SparseMlaArgs a;
     a.q = q, a.indices = idx, a.out = out, a.lse = lse, a.scale = 1.f / std::sqrt(192.f);
     row.median_us = median_us([&] { sparse_mla(a, cache, c.backend); }, repeats);
@@ -157,8 +166,8 @@ std::string format_sparse_table(const Ceilings& ceil, const std::vector<SparseRo
   s += buf;
   s += "case                                                   median_us   GFLOP/s     GB/s  roofline  topk_us\n";
   for (const SparseRow& r : rows) {
-    std::snprintf(buf, sizeof buf, "%-54s %10.1f %9.1f %8.2f %9.2f %8.1f\n", r.c.name().c_str(), r.median_us, r.gflops(),
-                  r.gbps(), r.roofline_fraction(ceil), r.topk_us);
+    std::snprintf(buf, sizeof buf, "%-54s %10.1f %9.1f %8.2f %9.2f %8.1f\n", r.c.name().c_str(), r.median_us,
+                  r.gflops(), r.gbps(), r.roofline_fraction(ceil), r.topk_us);
     s += buf;
   }
   return s;

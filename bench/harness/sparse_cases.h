@@ -23,19 +23,19 @@ const char* sparse_phase_name(SparsePhase p);  // "sparse-decode", "sparse-prefi
 struct SparseCase {
   SparsePhase phase = SparsePhase::decode;
   std::string backend = "cpu";
-  int num_heads = 16;                 // attention heads (indexer: indexer heads)
-  int tokens = 8;                     // decode: batch (s_q 1); prefill: query tokens
+  int num_heads = 16;  // attention heads (indexer: indexer heads)
+  int tokens = 8;      // decode: batch (s_q 1); prefill: query tokens
   int topk = 2048;
-  int positions = 65536;              // cached positions the indices / indexer range over
-  DType kv_cache_dtype = DType::bf16; // bf16 or kFp8DsMla (sparse phases)
-  int threads = 0;                    // 0 = all
+  int positions = 65536;               // cached positions the indices / indexer range over
+  DType kv_cache_dtype = DType::bf16;  // bf16 or kFp8DsMla (sparse phases)
+  int threads = 0;                     // 0 = all
   std::string name() const;
 };
 
 struct SparseRow {
   SparseCase c;
   double median_us = 0, flops = 0, bytes = 0;
-  double topk_us = 0;                 // indexer: the top-k step alone
+  double topk_us = 0;  // indexer: the top-k step alone
   double gflops() const { return flops / median_us * 1e-3; }
   double gbps() const { return bytes / median_us * 1e-3; }
   // bf16 activations: the bf16 dot-product peak bounds compute (f32 for the indexer's f32 reduction).

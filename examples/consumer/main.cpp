@@ -19,8 +19,8 @@ static void fill_random(const Tensor& t, std::mt19937& rng, float stddev) {
 
 int main() {
   const MlaDims dims = MlaDims::deepseek_v3(/*num_heads=*/16);  // a TP8 shard of DeepSeek-V3
-  const int N = dims.num_heads, L = dims.kv_lora_rank, P = dims.qk_nope_head_dim,
-            R = dims.qk_rope_head_dim, V = dims.v_head_dim;
+  const int N = dims.num_heads, L = dims.kv_lora_rank, P = dims.qk_nope_head_dim, R = dims.qk_rope_head_dim,
+            V = dims.v_head_dim;
   std::mt19937 rng(0);
 
   // The layer: backends chosen by the selector (`cpu` on a machine without a GPU).
@@ -55,8 +55,8 @@ int main() {
     std::printf("consumer FAILED: out %s, sum of squares %g\n", out.describe().c_str(), sum_sq);
     return 1;
   }
-  std::printf("consumer ok: lattn %s, %s via %s prefill + %s decode, rms %.4f\n", version(),
-              out.describe().c_str(), attn.prefill_backend().name().c_str(), attn.decode_backend().name().c_str(),
+  std::printf("consumer ok: lattn %s, %s via %s prefill + %s decode, rms %.4f\n", version(), out.describe().c_str(),
+              attn.prefill_backend().name().c_str(), attn.decode_backend().name().c_str(),
               std::sqrt(sum_sq / double(out.numel())));
   return 0;
 }

@@ -143,8 +143,8 @@ class ExampleNaivePrefill final : public lattn::PrefillBackend {
         store(out, row, h, d, k_end > k_begin ? acc / denominator : 0.f);
       }
       if (lse.defined()) {
-        const float value = k_end > k_begin ? max_score + std::log(denominator)
-                                            : -std::numeric_limits<float>::infinity();
+        const float value =
+            k_end > k_begin ? max_score + std::log(denominator) : -std::numeric_limits<float>::infinity();
         *static_cast<float*>(lse.ptr_at({h, row})) = value;
       }
     }

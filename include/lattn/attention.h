@@ -36,9 +36,9 @@ struct MlaAttentionConfig {
   DType kv_cache_dtype = DType::bf16;  // f16, bf16 or fp8_e4m3 (must match the caches passed to forward)
   Device device = Device::cpu();
   Stream stream = nullptr;
-  std::string prefill_backend;         // "" = the selector's choice
-  std::string decode_backend;          // "" = the selector's choice
-  int block_size = 16;                 // for backend selection
+  std::string prefill_backend;           // "" = the selector's choice
+  std::string decode_backend;            // "" = the selector's choice
+  int block_size = 16;                   // for backend selection
   int max_query_tokens_per_request = 1;  // decode s_q the backends must support
   // Batch-invariant mode (docs/mla.md, "Batch invariance"): a request's
   // output bits do not depend on the rest of the batch. Also switched on by
@@ -54,11 +54,11 @@ struct MlaAttentionConfig {
   // indexer scores highest (all of them when it sees fewer). Such a layer
   // takes the indexer's inputs in forward (IndexerInputs), runs no dense
   // backend, and allows kv_cache_dtype = kFp8DsMla (the 656-byte format).
-  int index_topk = 0;            // 0 = dense MLA; DeepSeek-V3.2: 2048
-  int index_n_heads = 64;        // H, indexer heads
-  int index_head_dim = 128;      // D, indexer key and query width
-  std::string sparse_backend;    // "" = the sparse selector's choice (lattn/sparse.h)
-  std::string indexer_backend;   // "" = the device's own ("cpu" on the host, "cuda"); or "reference"
+  int index_topk = 0;           // 0 = dense MLA; DeepSeek-V3.2: 2048
+  int index_n_heads = 64;       // H, indexer heads
+  int index_head_dim = 128;     // D, indexer key and query width
+  std::string sparse_backend;   // "" = the sparse selector's choice (lattn/sparse.h)
+  std::string indexer_backend;  // "" = the device's own ("cpu" on the host, "cuda"); or "reference"
 
   // The caches this layer is configured for, as one value: {dims.kv_lora_rank,
   // dims.qk_rope_head_dim, kv_cache_dtype, block_size}; the fp8 scale is the

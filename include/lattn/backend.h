@@ -38,10 +38,10 @@ namespace lattn {
 // What the selector knows about a layer when it picks backends (the seeds'
 // MLAPrefillSelectorConfig, extended with what decode backends need).
 struct SelectorConfig {
-  DType dtype = DType::bf16;             // activation dtype
-  MLADimensions mla_dimensions{};        // newer seed revision (S0)
-  bool is_r1_compatible = false;         // older seed revision (S1)
-  Device device = Device::cpu();         // where the tensors live
+  DType dtype = DType::bf16;       // activation dtype
+  MLADimensions mla_dimensions{};  // newer seed revision (S0)
+  bool is_r1_compatible = false;   // older seed revision (S1)
+  Device device = Device::cpu();   // where the tensors live
   // Decode-side facts (ignored by prefill backends):
   int num_heads = 0;
   int kv_lora_rank = 0;                  // L
@@ -184,7 +184,7 @@ class PrefillBackendClass {
  public:
   virtual ~PrefillBackendClass() = default;
 
-  virtual std::string name() const = 0;                                  // get_name(), e.g. "cpu"
+  virtual std::string name() const = 0;  // get_name(), e.g. "cpu"
   virtual std::vector<DType> supported_dtypes() const { return {DType::f16, DType::bf16}; }
   virtual std::vector<MLADimensions> supported_mla_dimensions() const { return {}; }  // empty = any (S0)
   virtual bool requires_r1_mla_dimensions() const { return false; }                   // (S1)
@@ -215,11 +215,11 @@ class PrefillBackendClass {
 // with QK dim L+R ([ql_nope | q_pe] · [kv_c | k_pe]) and V = kv_c (dim L).
 
 struct DecodeBackendParams {
-  int num_heads = 0;          // N, heads of this layer (per tensor-parallel shard)
-  float scale = 0.f;          // softmax scale (the same as prefill's: 1/sqrt(P+R) usually); dimensionless
-  int kv_lora_rank = 0;       // L, elements
-  int qk_rope_head_dim = 0;   // R, elements
-  DType dtype = DType::bf16;  // activation dtype of ql_nope, q_pe, out
+  int num_heads = 0;                   // N, heads of this layer (per tensor-parallel shard)
+  float scale = 0.f;                   // softmax scale (the same as prefill's: 1/sqrt(P+R) usually); dimensionless
+  int kv_lora_rank = 0;                // L, elements
+  int qk_rope_head_dim = 0;            // R, elements
+  DType dtype = DType::bf16;           // activation dtype of ql_nope, q_pe, out
   DType kv_cache_dtype = DType::bf16;  // f16, bf16 or fp8_e4m3: the dtype of the caches passed to run
   RunContext context{};
 };
@@ -273,12 +273,12 @@ class DecodeBackendClass {
   virtual std::string name() const = 0;
   virtual std::vector<DType> supported_dtypes() const { return {DType::f16, DType::bf16}; }  // activations
   virtual std::vector<DType> supported_kv_cache_dtypes() const { return {DType::f16, DType::bf16, DType::fp8_e4m3}; }
-  virtual std::vector<int> supported_block_sizes() const { return {}; }              // tokens per block; empty = any
+  virtual std::vector<int> supported_block_sizes() const { return {}; }  // tokens per block; empty = any
   // Supported (kv_lora_rank, qk_rope_head_dim) pairs in elements; empty = any.
   virtual std::vector<std::pair<int, int>> supported_latent_dims() const { return {}; }
   // Largest decode query length s_q per request (> 1: speculative / MTP decodes).
   virtual int max_query_tokens_per_request() const { return 1 << 30; }
-  virtual bool returns_lse() const { return true; }           // run writes lse when it is defined
+  virtual bool returns_lse() const { return true; }            // run writes lse when it is defined
   virtual bool supports_cuda_graphs() const { return false; }  // run may be captured and replayed
   // Whether a layer running this decode backend may write fp8 output with an
   // output_scale (MlaAttention requires it of both its backends).

@@ -23,10 +23,10 @@
 namespace lattn {
 
 struct LatentCache {
-  Tensor data;            // [num_blocks, block_size, kv_lora_rank + qk_rope_head_dim]
-  int kv_lora_rank = 0;   // L
+  Tensor data;               // [num_blocks, block_size, kv_lora_rank + qk_rope_head_dim]
+  int kv_lora_rank = 0;      // L
   int qk_rope_head_dim = 0;  // R
-  float scale = 1.0f;     // fp8 only: dequantized value = stored * scale
+  float scale = 1.0f;        // fp8 only: dequantized value = stored * scale
 
   int64_t num_blocks() const { return data.size(0); }
   int64_t block_size() const { return data.size(1); }
@@ -48,7 +48,9 @@ struct LatentCache {
 
 // get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size)
 // = (num_blocks, block_size, head_size); num_kv_heads is ignored (1 for MLA).
-struct KvCacheShape { int64_t num_blocks, block_size, head_size; };
+struct KvCacheShape {
+  int64_t num_blocks, block_size, head_size;
+};
 inline KvCacheShape get_kv_cache_shape(int64_t num_blocks, int64_t block_size, int64_t /*num_kv_heads*/,
                                        int64_t head_size) {
   return {num_blocks, block_size, head_size};

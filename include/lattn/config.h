@@ -23,11 +23,11 @@ double yarn_mscale(double factor, double mscale_all_dim);
 float mla_softmax_scale(int qk_head_dim, double yarn_factor = 1.0, double yarn_mscale_all_dim = 0.0);
 
 struct MlaDims {
-  int num_heads = 128;        // N (per tensor-parallel shard)
-  int kv_lora_rank = 512;     // L
-  int qk_nope_head_dim = 128; // P
-  int qk_rope_head_dim = 64;  // R
-  int v_head_dim = 128;       // V
+  int num_heads = 128;         // N (per tensor-parallel shard)
+  int kv_lora_rank = 512;      // L
+  int qk_nope_head_dim = 128;  // P
+  int qk_rope_head_dim = 64;   // R
+  int v_head_dim = 128;        // V
   // Multiplies the plain softmax scale (P+R)^-0.5: YaRN's mscale^2 for
   // models trained with it (DeepSeek-V2/V3/R1), 1 otherwise; dimensionless.
   // Kept apart from P and R so that changing a head dim keeps the model's factor.

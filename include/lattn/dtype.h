@@ -24,13 +24,20 @@ enum class DType : uint8_t { f32, f16, bf16, fp8_e4m3, i32, i64, u8 };
 // Size of one element in bytes.
 constexpr int dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::fp8_e4m3: return 1;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::u8: return 1;
+    case DType::f32:
+      return 4;
+    case DType::f16:
+      return 2;
+    case DType::bf16:
+      return 2;
+    case DType::fp8_e4m3:
+      return 1;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
+    case DType::u8:
+      return 1;
   }
   return 0;
 }
@@ -51,8 +58,16 @@ DType parse_dtype(const std::string& name);
 
 // ---- bit-level conversions (host, inline: used in hot CPU loops) ----------
 
-inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-inline float f32_from_bits(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float f32_from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 inline float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
@@ -112,29 +127,36 @@ inline uint8_t f32_to_fp8e4m3(float f) {
   const uint32_t u = f32_bits(f);
   const uint8_t sign = uint8_t((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return uint8_t(sign | 0x7fu);          // NaN
-  if (a >= 0x43e80000u) return uint8_t(sign | 0x7eu);         // >= 464 (or inf): saturate to 448
-  if (a < 0x3c800000u) {                                       // < 2^-6: subnormal range
-    const double v = double(f32_from_bits(a)) * 512.0;         // units of 2^-9, exact
-    return uint8_t(sign | uint8_t(std::nearbyint(v)));         // 8 rounds up into the min normal
+  if (a > 0x7f800000u) return uint8_t(sign | 0x7fu);    // NaN
+  if (a >= 0x43e80000u) return uint8_t(sign | 0x7eu);   // >= 464 (or inf): saturate to 448
+  if (a < 0x3c800000u) {                                // < 2^-6: subnormal range
+    const double v = double(f32_from_bits(a)) * 512.0;  // units of 2^-9, exact
+    return uint8_t(sign | uint8_t(std::nearbyint(v)));  // 8 rounds up into the min normal
   }
   // Normal: keep 3 mantissa bits, RNE, rebias 127 -> 7.
   const uint32_t rounded = a + 0x7ffffu + ((a >> 20) & 1u);
   uint32_t bits = (rounded - 0x3c000000u) >> 20;
-  if (bits > 0x7eu) bits = 0x7eu;                              // [448, 464) rounds to 448 anyway
+  if (bits > 0x7eu) bits = 0x7eu;  // [448, 464) rounds to 448 anyway
   return uint8_t(sign | bits);
 }
 
 // Reads element i of a buffer of dtype t as f32 (floating types only).
 inline float load_as_f32(const void* p, DType t, int64_t i) {
   switch (t) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::fp8_e4m3: return fp8e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
-    case DType::i32: return float(static_cast<const int32_t*>(p)[i]);
-    case DType::i64: return float(static_cast<const int64_t*>(p)[i]);
-    case DType::u8: return float(static_cast<const uint8_t*>(p)[i]);
+    case DType::f32:
+      return static_cast<const float*>(p)[i];
+    case DType::f16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::bf16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::fp8_e4m3:
+      return fp8e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
+    case DType::i32:
+      return float(static_cast<const int32_t*>(p)[i]);
+    case DType::i64:
+      return float(static_cast<const int64_t*>(p)[i]);
+    case DType::u8:
+      return float(static_cast<const uint8_t*>(p)[i]);
   }
   return 0.f;
 }
@@ -142,23 +164,41 @@ inline float load_as_f32(const void* p, DType t, int64_t i) {
 // Writes f32 value v as element i of a buffer of floating dtype t (RNE; fp8 saturates).
 inline void store_from_f32(void* p, DType t, int64_t i, float v) {
   switch (t) {
-    case DType::f32: static_cast<float*>(p)[i] = v; break;
-    case DType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16(v); break;
-    case DType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(v); break;
-    case DType::fp8_e4m3: static_cast<uint8_t*>(p)[i] = f32_to_fp8e4m3(v); break;
-    case DType::i32: static_cast<int32_t*>(p)[i] = int32_t(v); break;
-    case DType::i64: static_cast<int64_t*>(p)[i] = int64_t(v); break;
-    case DType::u8: static_cast<uint8_t*>(p)[i] = uint8_t(v); break;
+    case DType::f32:
+      static_cast<float*>(p)[i] = v;
+      break;
+    case DType::f16:
+      static_cast<uint16_t*>(p)[i] = f32_to_f16(v);
+      break;
+    case DType::bf16:
+      static_cast<uint16_t*>(p)[i] = f32_to_bf16(v);
+      break;
+    case DType::fp8_e4m3:
+      static_cast<uint8_t*>(p)[i] = f32_to_fp8e4m3(v);
+      break;
+    case DType::i32:
+      static_cast<int32_t*>(p)[i] = int32_t(v);
+      break;
+    case DType::i64:
+      static_cast<int64_t*>(p)[i] = int64_t(v);
+      break;
+    case DType::u8:
+      static_cast<uint8_t*>(p)[i] = uint8_t(v);
+      break;
   }
 }
 
 // Rounds v through dtype t and back (the value a store then load would give).
 inline float round_through(float v, DType t) {
   switch (t) {
-    case DType::f16: return f16_to_f32(f32_to_f16(v));
-    case DType::bf16: return bf16_to_f32(f32_to_bf16(v));
-    case DType::fp8_e4m3: return fp8e4m3_to_f32(f32_to_fp8e4m3(v));
-    default: return v;
+    case DType::f16:
+      return f16_to_f32(f32_to_f16(v));
+    case DType::bf16:
+      return bf16_to_f32(f32_to_bf16(v));
+    case DType::fp8_e4m3:
+      return fp8e4m3_to_f32(f32_to_fp8e4m3(v));
+    default:
+      return v;
   }
 }
 

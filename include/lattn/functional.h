@@ -35,9 +35,9 @@ struct DecodePlanParams {
   DType dtype = DType::bf16;           // activation dtype of q and out
   DType kv_cache_dtype = DType::bf16;  // dtype of the caches the plan serves
   Device device = Device::cpu();
-  Stream stream = nullptr;             // CUDA stream the metadata upload and the runs use
-  std::string backend;                 // decode registry name; "" = the selector's choice (env var, then automatic)
-  int num_threads = 0;                 // CPU backends: worker threads, 0 = all
+  Stream stream = nullptr;  // CUDA stream the metadata upload and the runs use
+  std::string backend;      // decode registry name; "" = the selector's choice (env var, then automatic)
+  int num_threads = 0;      // CPU backends: worker threads, 0 = all
 };
 
 // One step's decode schedule: the metadata of a decode-only batch (requests
@@ -67,9 +67,9 @@ class DecodePlan {
   int num_requests() const;                 // B
   int num_tokens() const;                   // the rows of q: B * query_len (the metadata's decode tokens)
   int block_size() const;
-  KvCacheSpec kv_cache_spec() const;        // {L, R, kv_cache_dtype, block size} of the caches it serves
-  const DecodeMetadata& metadata() const;   // on the params' device
-  void set_stream(Stream stream);           // for later runs (e.g. the caller's current stream)
+  KvCacheSpec kv_cache_spec() const;       // {L, R, kv_cache_dtype, block size} of the caches it serves
+  const DecodeMetadata& metadata() const;  // on the params' device
+  void set_stream(Stream stream);          // for later runs (e.g. the caller's current stream)
 
   struct Impl;
   Impl& impl();
@@ -115,7 +115,7 @@ void mla_decode(const Tensor& q_absorbed, const Tensor& ckv, const Tensor& kpe, 
 struct PrefillCallParams {
   Device device = Device::cpu();
   Stream stream = nullptr;
-  std::string backend;      // prefill registry name; "" = the selector's choice
+  std::string backend;       // prefill registry name; "" = the selector's choice
   int qk_rope_head_dim = 0;  // R, for the backends' dimension checks; 0 = Dqk / 3 (DeepSeek's and MiniCPM3's split)
   int kv_lora_rank = 512;    // L, the model's latent dim (prefill attends in Dqk / V; backends only check it)
   int num_threads = 0;

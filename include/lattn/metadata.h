@@ -74,12 +74,12 @@ struct ContextChunkPlan {
 // Under CUDA-graph padding the padded requests are decodes too (seq_len 1,
 // block-table row of zeros, slot PAD_SLOT_ID).
 struct DecodeMetadata {
-  int num_decodes = 0;                 // requests (padded ones included)
-  int num_decode_tokens = 0;           // tokens (padded ones included)
-  int max_decode_query_len = 1;        // s_q (> 1 for speculative / MTP decodes)
-  int max_decode_seq_len = 0;          // longest seq_len among decodes (tokens)
-  int block_size = 0;                  // tokens per cache block
-  bool use_cuda_graph = false;         // built into pointer-stable CUDA-graph buffers
+  int num_decodes = 0;                          // requests (padded ones included)
+  int num_decode_tokens = 0;                    // tokens (padded ones included)
+  int max_decode_query_len = 1;                 // s_q (> 1 for speculative / MTP decodes)
+  int max_decode_seq_len = 0;                   // longest seq_len among decodes (tokens)
+  int block_size = 0;                           // tokens per cache block
+  bool use_cuda_graph = false;                  // built into pointer-stable CUDA-graph buffers
   Tensor query_start_loc_cpu, query_start_loc;  // [num_decodes + 1] int32, [0] == 0
   Tensor seq_lens_cpu, seq_lens;                // [num_decodes] int32 (context + new)
   Tensor seq_start_loc_cpu, seq_start_loc;      // [num_decodes + 1] int32, [0] == 0
@@ -96,17 +96,17 @@ struct DecodeMetadata {
 struct PrefillMetadata {
   int num_prefills = 0;
   int num_prefill_tokens = 0;
-  int max_query_len = 0;               // longest prefill query (tokens)
-  int max_prefill_seq_len = 0;         // longest prefill seq_len (tokens)
-  int block_size = 0;                  // tokens per cache block
+  int max_query_len = 0;                        // longest prefill query (tokens)
+  int max_prefill_seq_len = 0;                  // longest prefill seq_len (tokens)
+  int block_size = 0;                           // tokens per cache block
   Tensor query_start_loc_cpu, query_start_loc;  // [num_prefills + 1] int32, rebased: [0] == 0
   Tensor seq_lens_cpu, seq_lens;                // [num_prefills] int32
   Tensor context_lens_cpu, context_lens;        // [num_prefills] int32
   // [num_prefills + 1] int32, NOT rebased (the parent's seq_start_loc[num_decodes:]),
   // as the seed leaves seq_start_loc of the sliced view: [0] == sum of decode seq_lens.
   Tensor seq_start_loc_cpu, seq_start_loc;
-  Tensor block_table_cpu, block_table;          // [num_prefills, max_blocks] int32
-  Tensor slot_mapping_cpu, slot_mapping;        // [num_prefill_tokens] int64
+  Tensor block_table_cpu, block_table;    // [num_prefills, max_blocks] int32
+  Tensor slot_mapping_cpu, slot_mapping;  // [num_prefill_tokens] int64
   ContextChunkPlan chunks;
   bool has_context() const { return chunks.num_chunks > 0; }
 };
@@ -117,20 +117,20 @@ struct MetadataStorage;  // owns the arrays behind every Tensor view (src/core/m
 
 // Attention metadata of one step (seed 002's MLACommonMetadata, v1 order).
 struct MlaMetadata {
-  int num_reqs = 0;                    // requests, CUDA-graph padding included
-  int num_actual_tokens = 0;           // real tokens; slot_mapping may be longer (padding)
+  int num_reqs = 0;           // requests, CUDA-graph padding included
+  int num_actual_tokens = 0;  // real tokens; slot_mapping may be longer (padding)
   int num_decodes = 0;
   int num_prefills = 0;
-  int num_decode_tokens = 0;           // padded tokens included (seed: batch_size - num_prefill_tokens)
+  int num_decode_tokens = 0;  // padded tokens included (seed: batch_size - num_prefill_tokens)
   int num_prefill_tokens = 0;
-  int num_pad_reqs = 0;                // CUDA-graph padding: rows [num_reqs - num_pad_reqs, num_reqs)
-  int max_query_len = 0;               // longest query of the batch (tokens)
-  int max_decode_query_len = 1;        // longest decode query; 1 when there is no decode (seed default)
-  int max_prefill_seq_len = 0;         // 0 when there is no prefill
-  int max_decode_seq_len = 0;          // 0 when there is no decode
+  int num_pad_reqs = 0;          // CUDA-graph padding: rows [num_reqs - num_pad_reqs, num_reqs)
+  int max_query_len = 0;         // longest query of the batch (tokens)
+  int max_decode_query_len = 1;  // longest decode query; 1 when there is no decode (seed default)
+  int max_prefill_seq_len = 0;   // 0 when there is no prefill
+  int max_decode_seq_len = 0;    // 0 when there is no decode
   int block_size = 0;
-  bool use_cuda_graph = false;         // views live in the builder's pointer-stable graph buffers
-  bool is_profile_run = false;         // slots are all PAD_SLOT_ID (memory-profiling run)
+  bool use_cuda_graph = false;               // views live in the builder's pointer-stable graph buffers
+  bool is_profile_run = false;               // slots are all PAD_SLOT_ID (memory-profiling run)
   int64_t context_chunk_workspace_size = 0;  // rows of the gather workspace (0: no chunking)
   Device device = Device::cpu();
 
@@ -141,8 +141,8 @@ struct MlaMetadata {
   Tensor block_table_cpu, block_table;          // [num_reqs, max_blocks] int32, rows right-padded with 0
   Tensor slot_mapping_cpu, slot_mapping;        // [>= num_actual_tokens] int64, PAD_SLOT_ID past the end
 
-  std::optional<DecodeMetadata> decode;        // absent when num_decodes == 0
-  std::optional<PrefillMetadata> prefill;      // absent when num_prefills == 0
+  std::optional<DecodeMetadata> decode;    // absent when num_decodes == 0
+  std::optional<PrefillMetadata> prefill;  // absent when num_prefills == 0
 
   // The seeds' properties: nullptr when that part is empty.
   const DecodeMetadata* decode_metadata() const { return decode ? &*decode : nullptr; }
@@ -279,8 +279,7 @@ class MlaMetadataBuilder {
   // num_computed_tokens_cpu, block_table_tensor and slot_mapping (copied as
   // given, PAD entries included; device tensors are first copied to the host,
   // synchronously). common_prefix_len and fast_build do not change the result.
-  MlaMetadata build(const CommonAttentionMetadata& common, int common_prefix_len = 0,
-                    bool fast_build = false) const;
+  MlaMetadata build(const CommonAttentionMetadata& common, int common_prefix_len = 0, bool fast_build = false) const;
   // The same with build options (CUDA-graph padding, profile run). In a
   // CUDA-graph build only the first num_actual_tokens slots are taken from
   // common.slot_mapping; the rest up to the padded batch are PAD_SLOT_ID.

@@ -25,8 +25,8 @@ namespace lattn {
 //                raises ValueError before anything is written; on the device
 //                the kernel skips it and the ValueError follows at the next
 //                CUDA op, or right away with LATTN_CHECK_INDICES=1)
-void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
-                          const Tensor& slot_mapping, Stream stream = nullptr);
+void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache, const Tensor& slot_mapping,
+                          Stream stream = nullptr);
 
 // Gathers context tokens into a contiguous workspace, converting to dst's
 // dtype (fp8 entries are dequantized: stored * cache.scale; f16/bf16 entries
@@ -45,8 +45,8 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
 //   block_table  [>= batch_size, max_blocks] int32
 //   cu_seq_lens  [batch_size + 1] int32
 //   seq_starts   [batch_size] int32 (may be undefined: all 0)
-void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& block_table,
-                  const Tensor& cu_seq_lens, int batch_size, const Tensor& seq_starts, Stream stream = nullptr);
+void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& block_table, const Tensor& cu_seq_lens,
+                  int batch_size, const Tensor& seq_starts, Stream stream = nullptr);
 
 // Merges two partial attention results by their LSE (arXiv:2501.01005 §2.2):
 //   out = prefix_out * e^p / (e^p + e^s) + suffix_out * e^s / (e^p + e^s)
@@ -63,7 +63,6 @@ void copy_blocks(std::span<const LatentCache> caches, const Tensor& block_mappin
 
 // Copies whole blocks from src to dst (host<->host, host<->device,
 // device<->device on the same GPU). block_mapping [n, 2] int64 on the host.
-void swap_blocks(const LatentCache& src, const LatentCache& dst, const Tensor& block_mapping,
-                 Stream stream = nullptr);
+void swap_blocks(const LatentCache& src, const LatentCache& dst, const Tensor& block_mapping, Stream stream = nullptr);
 
 }  // namespace lattn

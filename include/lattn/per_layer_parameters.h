@@ -21,7 +21,7 @@ struct PerLayerParameters {
 struct AttentionLayerHyperparameters {
   std::optional<std::pair<int, int>> sliding_window;  // (left, right); nullopt: none
   std::optional<double> logits_soft_cap;
-  double scale = 0;                                    // softmax scale
+  double scale = 0;  // softmax scale
 };
 
 // Named layers in model order (a Python dict keeps insertion order).

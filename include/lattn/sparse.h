@@ -31,9 +31,9 @@ namespace lattn {
 // fp8_ds_mla_entry_bytes(L, R) holds this format (vLLM's "fp8_ds_mla": its
 // cache tensor is uint8 too). docs/mla.md gives the layout byte by byte.
 
-constexpr DType kFp8DsMla = DType::u8;   // the cache dtype that means fp8_ds_mla
-constexpr int kFp8DsMlaTile = 128;       // latent elements per scale
-constexpr float kFp8E4m3Max = 448.f;     // largest finite e4m3 value
+constexpr DType kFp8DsMla = DType::u8;  // the cache dtype that means fp8_ds_mla
+constexpr int kFp8DsMlaTile = 128;      // latent elements per scale
+constexpr float kFp8E4m3Max = 448.f;    // largest finite e4m3 value
 
 constexpr int64_t fp8_ds_mla_entry_bytes(int64_t kv_lora_rank, int64_t qk_rope_head_dim) {
   return kv_lora_rank + 4 * (kv_lora_rank / kFp8DsMlaTile) + 2 * qk_rope_head_dim;
@@ -41,8 +41,7 @@ constexpr int64_t fp8_ds_mla_entry_bytes(int64_t kv_lora_rank, int64_t qk_rope_h
 
 // Encodes one entry from f32 values: latent [L], rope [R] -> entry [bytes].
 // amax ignores NaN and ±inf (NaN stays NaN, ±inf saturates to ±448·scale).
-void fp8_ds_mla_encode(const float* latent, const float* rope, int kv_lora_rank, int qk_rope_head_dim,
-                       uint8_t* entry);
+void fp8_ds_mla_encode(const float* latent, const float* rope, int kv_lora_rank, int qk_rope_head_dim, uint8_t* entry);
 // Decodes one entry to f32 [L + R]: latent = fp8 · tile scale, rope = bf16.
 void fp8_ds_mla_decode(const uint8_t* entry, int kv_lora_rank, int qk_rope_head_dim, float* out);
 // The same in fp64 (exact: an fp8 value times an f32 scale fits a double).
@@ -60,12 +59,12 @@ void fp8_ds_mla_decode_f64(const uint8_t* entry, int kv_lora_rank, int qk_rope_h
 // With attn_sink [N] f32: out[t, h] *= exp(lse) / (exp(lse) + exp(sink[h]))
 // (lse itself is reported without the sink).
 struct SparseMlaArgs {
-  Tensor q;          // [T, N, L+R] f32/f16/bf16 (absorbed: [q_nope·W_UK | q_pe]), last dim contiguous
-  Tensor indices;    // [T, topk] int32 slots in [-1, num_blocks·block_size), last dim contiguous
-  Tensor attn_sink;  // [N] f32, or undefined
-  Tensor out;        // [T, N, L] q's dtype, written; last dim contiguous
-  Tensor lse;        // [N, T] f32, written when defined
-  float scale = 0.f; // softmax scale (> 0)
+  Tensor q;           // [T, N, L+R] f32/f16/bf16 (absorbed: [q_nope·W_UK | q_pe]), last dim contiguous
+  Tensor indices;     // [T, topk] int32 slots in [-1, num_blocks·block_size), last dim contiguous
+  Tensor attn_sink;   // [N] f32, or undefined
+  Tensor out;         // [T, N, L] q's dtype, written; last dim contiguous
+  Tensor lse;         // [N, T] f32, written when defined
+  float scale = 0.f;  // softmax scale (> 0)
 };
 
 // What the sparse selector knows about a call.
@@ -77,7 +76,7 @@ struct SparseSelectorConfig {
   int qk_rope_head_dim = 64;
   int topk = 2048;
   Device device = Device::cpu();
-  std::string backend;                 // "" = LATTN_SPARSE_MLA_BACKEND, then automatic
+  std::string backend;  // "" = LATTN_SPARSE_MLA_BACKEND, then automatic
   // "SparseMlaSelectorConfig(dtype=torch.bfloat16, kv_cache_dtype=fp8_ds_mla, num_heads=16, ...)"
   std::string repr() const;
 };
@@ -164,13 +163,13 @@ void indexer_k_cache_write(const Tensor& k, const IndexerKeyCache& cache, const 
 // CUDA indexer, on q's device (unchecked: the kernels treat a block id
 // outside the cache as no key); then max_seq_len must be given.
 struct IndexerArgs {
-  Tensor q;                // [T, H, D] f32/f16/bf16
-  Tensor weights;          // [T, H] f32 (per-token head weights, softmax scale folded in)
-  Tensor block_table;      // [B, max_blocks] int32
-  Tensor query_start_loc;  // [B + 1] int32, ends at T
-  Tensor seq_lens;         // [B] int32, >= the request's query length
-  int max_seq_len = 0;     // >= every seq_lens value; 0 = read from host seq_lens
-  Stream stream = nullptr; // CUDA work is enqueued here
+  Tensor q;                 // [T, H, D] f32/f16/bf16
+  Tensor weights;           // [T, H] f32 (per-token head weights, softmax scale folded in)
+  Tensor block_table;       // [B, max_blocks] int32
+  Tensor query_start_loc;   // [B + 1] int32, ends at T
+  Tensor seq_lens;          // [B] int32, >= the request's query length
+  int max_seq_len = 0;      // >= every seq_lens value; 0 = read from host seq_lens
+  Stream stream = nullptr;  // CUDA work is enqueued here
 };
 
 // logits[t, p] = Σ_h weights[t, h] · relu(q[t, h] · key(p)) for visible p,

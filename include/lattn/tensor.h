@@ -38,7 +38,9 @@ class Tensor {
   bool defined() const { return defined_; }
   void* data() const { return data_; }
   template <class T>
-  T* data_as() const { return static_cast<T*>(data_); }
+  T* data_as() const {
+    return static_cast<T*>(data_);
+  }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   int dim() const { return ndim_; }
@@ -127,7 +129,9 @@ class OwnedTensor {
   operator const Tensor&() const { return view_; }
   void* data() const { return view_.data(); }
   template <class T>
-  T* data_as() const { return view_.data_as<T>(); }
+  T* data_as() const {
+    return view_.data_as<T>();
+  }
 
  private:
   Buffer storage_;

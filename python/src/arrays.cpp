@@ -53,8 +53,7 @@ bool is_instance_of(py::handle obj, const char* module, const char* type) {
 }
 
 bool numpy_can_hold(DType dtype) {
-  return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::i32 || dtype == DType::i64 ||
-         dtype == DType::u8;
+  return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::i32 || dtype == DType::i64 || dtype == DType::u8;
 }
 
 // "float32", "bfloat16", ...: the name NumPy and PyTorch share (dtype_torch_name
@@ -70,11 +69,16 @@ PyTensor import_read_only_numpy(py::handle obj, const char* op, const char* arg)
   const py::buffer_info info = py::reinterpret_borrow<py::buffer>(obj).request();
   DType dtype;
   const std::string& f = info.format;
-  if (f == "f") dtype = DType::f32;
-  else if (f == "e") dtype = DType::f16;
-  else if ((f == "i" || f == "l") && info.itemsize == 4) dtype = DType::i32;
-  else if ((f == "l" || f == "q") && info.itemsize == 8) dtype = DType::i64;
-  else if (f == "B") dtype = DType::u8;
+  if (f == "f")
+    dtype = DType::f32;
+  else if (f == "e")
+    dtype = DType::f16;
+  else if ((f == "i" || f == "l") && info.itemsize == 4)
+    dtype = DType::i32;
+  else if ((f == "l" || f == "q") && info.itemsize == 8)
+    dtype = DType::i64;
+  else if (f == "B")
+    dtype = DType::u8;
   else {
     throw ValueError(std::string(op) + ": argument '" + arg + "': unsupported NumPy buffer format '" + f +
                      "'; expected float32, float16, int32, int64 or uint8");
@@ -162,8 +166,7 @@ PyTensor import_array(py::handle obj, const char* op, const char* arg, Stream st
                        "; lattn reads DLPack 1.x (and 0.6 without max_version)");
     }
     try {
-      return PyTensor{from_dlpack(managed->dl_tensor), std::move(owner),
-                      (managed->flags & kDLPackFlagReadOnly) != 0};
+      return PyTensor{from_dlpack(managed->dl_tensor), std::move(owner), (managed->flags & kDLPackFlagReadOnly) != 0};
     } catch (const ValueError& e) {
       throw ValueError(where + e.what());
     }

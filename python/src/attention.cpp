@@ -34,9 +34,10 @@ class BindingUse {
   explicit BindingUse(std::atomic<bool>& in_use) : in_use_(in_use) {
     bool expected = false;
     if (!in_use_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
-      throw RuntimeError("MlaAttention.forward: this MlaAttention is already running a call on another thread; a "
-                         "layer's scratch memory serves one call at a time: give each thread its own layer, or "
-                         "serialize the calls");
+      throw RuntimeError(
+          "MlaAttention.forward: this MlaAttention is already running a call on another thread; a "
+          "layer's scratch memory serves one call at a time: give each thread its own layer, or "
+          "serialize the calls");
     }
   }
   ~BindingUse() { in_use_.store(false, std::memory_order_release); }
@@ -65,8 +66,8 @@ Rows: decodes first, then prefills (the metadata's order).)doc");
     cls.def(
         py::init([](py::handle num_heads, py::handle kv_lora_rank, py::handle qk_nope_head_dim,
                     py::handle qk_rope_head_dim, py::handle v_head_dim, py::handle scale, py::handle dtype,
-                    py::handle kv_cache_dtype, py::handle device, py::handle prefill_backend,
-                    py::handle decode_backend, py::handle block_size, py::handle max_query_tokens_per_request,
+                    py::handle kv_cache_dtype, py::handle device, py::handle prefill_backend, py::handle decode_backend,
+                    py::handle block_size, py::handle max_query_tokens_per_request,
                     py::handle kv_sharing_target_layer_name, py::handle stream, py::handle batch_invariant,
                     py::handle index_topk, py::handle index_n_heads, py::handle index_head_dim,
                     py::handle sparse_backend, py::handle indexer_backend) {
@@ -123,15 +124,15 @@ Rows: decodes first, then prefills (the metadata's order).)doc");
         "with batch_invariant=True too).");
   }
   cls.def(
-          "process_weights_after_loading",
-          [](PyMlaAttention& a, py::object weight) {
-            ArrayArgs args("process_weights_after_loading", py::none());
-            const Tensor w = args.get(weight, "kv_b_proj_weight");
-            py::gil_scoped_release release;
-            a.layer->process_weights_after_loading(w);
-          },
-          py::arg("kv_b_proj_weight"),
-          "Loads kv_b_proj's weight (out, in) = [N*(P+V), L] and splits it into W_UK_T [N, P, L], W_UV [N, L, V].")
+         "process_weights_after_loading",
+         [](PyMlaAttention& a, py::object weight) {
+           ArrayArgs args("process_weights_after_loading", py::none());
+           const Tensor w = args.get(weight, "kv_b_proj_weight");
+           py::gil_scoped_release release;
+           a.layer->process_weights_after_loading(w);
+         },
+         py::arg("kv_b_proj_weight"),
+         "Loads kv_b_proj's weight (out, in) = [N*(P+V), L] and splits it into W_UK_T [N, P, L], W_UV [N, L, V].")
       .def(
           "load_kv_b_proj",
           [](PyMlaAttention& a, py::object weight) {
@@ -143,39 +144,45 @@ Rows: decodes first, then prefills (the metadata's order).)doc");
           py::arg("kv_b_proj_weight"), "The same as process_weights_after_loading.")
       // Views own the weights they show: a later process_weights_after_loading
       // allocates new storage and leaves these valid.
-      .def_property_readonly("W_UK_T", [](const PyMlaAttention& a) {
-        const Tensor view = a.layer->W_UK_T();
-        return PyTensor{view, std::const_pointer_cast<void>(a.layer->weights_owner())};
-      })
-      .def_property_readonly("W_UV", [](const PyMlaAttention& a) {
-        const Tensor view = a.layer->W_UV();
-        return PyTensor{view, std::const_pointer_cast<void>(a.layer->weights_owner())};
-      })
-      .def_property_readonly("prefill_backend", [](const PyMlaAttention& a) { return a.layer->prefill_backend().name(); })
-      .def_property_readonly("decode_backend", [](const PyMlaAttention& a) { return a.layer->decode_backend().name(); })
-      .def_property_readonly("sparse_backend",
-                             [](const PyMlaAttention& a) -> py::object {
-                               const SparseMlaBackendClass* s = a.layer->sparse_backend();
-                               return s ? py::object(py::str(s->name())) : py::object(py::none());
-                             },
-                             "The sparse backend's name for a sparse layer (index_topk > 0), else None.")
-      .def_property_readonly("scale", [](const PyMlaAttention& a) { return a.layer->config().scale; },
-                             "The softmax scale in use (0 at construction resolves to the dims' softmax_scale).")
-      .def_property_readonly("dims", [](const PyMlaAttention& a) { return a.layer->config().dims; })
-      .def_property_readonly("kernels",
+      .def_property_readonly("W_UK_T",
                              [](const PyMlaAttention& a) {
-                               py::dict d;
-                               if (const SparseMlaBackendClass* s = a.layer->sparse_backend()) {
-                                 d["sparse"] = s->name();
-                                 return d;
-                               }
-                               d["prefill"] = a.layer->prefill_backend().kernel_label();
-                               d["decode"] = a.layer->decode_backend().kernel_label();
-                               return d;
-                             },
-                             "What runs, in words: {'prefill': ..., 'decode': ...}: the cpu backend's ISA path and "
-                             "GEMM; a CUDA backend's kernel, tiles and (decode, after a forward) split-KV parts; "
-                             "{'sparse': name} for a sparse layer.")
+                               const Tensor view = a.layer->W_UK_T();
+                               return PyTensor{view, std::const_pointer_cast<void>(a.layer->weights_owner())};
+                             })
+      .def_property_readonly("W_UV",
+                             [](const PyMlaAttention& a) {
+                               const Tensor view = a.layer->W_UV();
+                               return PyTensor{view, std::const_pointer_cast<void>(a.layer->weights_owner())};
+                             })
+      .def_property_readonly("prefill_backend",
+                             [](const PyMlaAttention& a) { return a.layer->prefill_backend().name(); })
+      .def_property_readonly("decode_backend", [](const PyMlaAttention& a) { return a.layer->decode_backend().name(); })
+      .def_property_readonly(
+          "sparse_backend",
+          [](const PyMlaAttention& a) -> py::object {
+            const SparseMlaBackendClass* s = a.layer->sparse_backend();
+            return s ? py::object(py::str(s->name())) : py::object(py::none());
+          },
+          "The sparse backend's name for a sparse layer (index_topk > 0), else None.")
+      .def_property_readonly(
+          "scale", [](const PyMlaAttention& a) { return a.layer->config().scale; },
+          "The softmax scale in use (0 at construction resolves to the dims' softmax_scale).")
+      .def_property_readonly("dims", [](const PyMlaAttention& a) { return a.layer->config().dims; })
+      .def_property_readonly(
+          "kernels",
+          [](const PyMlaAttention& a) {
+            py::dict d;
+            if (const SparseMlaBackendClass* s = a.layer->sparse_backend()) {
+              d["sparse"] = s->name();
+              return d;
+            }
+            d["prefill"] = a.layer->prefill_backend().kernel_label();
+            d["decode"] = a.layer->decode_backend().kernel_label();
+            return d;
+          },
+          "What runs, in words: {'prefill': ..., 'decode': ...}: the cpu backend's ISA path and "
+          "GEMM; a CUDA backend's kernel, tiles and (decode, after a forward) split-KV parts; "
+          "{'sparse': name} for a sparse layer.")
       .def_property_readonly("workspace_bytes", [](const PyMlaAttention& a) { return a.layer->workspace_bytes(); })
       .def(
           "set_dcp",
@@ -195,64 +202,65 @@ Rows: decodes first, then prefills (the metadata's order).)doc");
           "then takes a DcpDecodePlan (build_dcp_decode_metadata with dcp_config) as forward's metadata. None "
           "switches it off.")
       .def_property_readonly("dcp_config", [](const PyMlaAttention& a) { return a.layer->dcp_config(); })
-      .def("forward",
-           [](PyMlaAttention& a, py::object q, py::object kv_c_normed, py::object k_pe, py::handle cache_obj,
-              py::handle metadata, py::object out, py::object output_scale, py::object stream, py::object indexer_q,
-              py::object indexer_k, py::object indexer_weights, py::object indexer_cache) {
-             const PyLatentCache& cache = class_arg<PyLatentCache>(cache_obj, "forward", "cache", "LatentCache");
-             // A DcpDecodePlan (set_dcp) or an MlaMetadata.
-             const DcpDecodePlan* plan = py::isinstance<PyDcpDecodePlan>(metadata)
-                                             ? metadata.cast<const PyDcpDecodePlan&>().plan.get()
-                                             : nullptr;
-             const MlaMetadata& md =
-                 plan ? plan->metadata
-                      : *class_arg<PyMlaMetadata>(metadata, "forward", "metadata", "MlaMetadata or lattn.DcpDecodePlan")
-                             .md;
-             if (cache.read_only && md.num_actual_tokens > 0) throw_read_only("forward", "cache");
-             ArrayArgs args("forward", stream);
-             const Tensor tq = args.get(q, "q"), tkv = args.get(kv_c_normed, "kv_c_normed"),
-                          tpe = args.get(k_pe, "k_pe"), tscale = args.get_optional(output_scale, "output_scale");
-             args.note(cache.source);
-             const MlaAttentionConfig& c = a.layer->config();
-             if (out.is_none()) {
-               out = empty_like_framework(q, {tq.size(0), int64_t(c.dims.num_heads) * c.dims.v_head_dim},
-                                          tscale.defined() ? DType::fp8_e4m3 : tq.dtype(), tq.device());
-             }
-             const Tensor tout = args.get_writable(out, "out");
-             const bool sparse = !indexer_cache.is_none();
-             IndexerInputs indexer;
-             if (sparse) {
-               indexer.cache =
-                   &class_arg<PyIndexerKeyCache>(indexer_cache, "forward", "indexer_cache", "IndexerKeyCache").cache;
-               indexer.q = args.get(indexer_q, "indexer_q");
-               indexer.k = args.get(indexer_k, "indexer_k");
-               indexer.weights = args.get(indexer_weights, "indexer_weights");
-             }
-             const BindingUse use(*a.in_use);
-             a.layer->set_stream(args.stream());
-             {
-               py::gil_scoped_release release;
-               if (sparse) {
-                 if (tscale.defined()) {
-                   throw NotImplementedError("fused output quantization is not yet supported for MLAImplBase");
-                 }
-                 a.layer->forward(tq, tkv, tpe, cache.cache, md, indexer, tout);
-               } else if (plan) {
-                 a.layer->forward(tq, tkv, tpe, cache.cache, *plan, tout, tscale);
-               } else {
-                 a.layer->forward(tq, tkv, tpe, cache.cache, md, tout, tscale);
-               }
-             }
-             return out;
-           },
-           py::arg("q"), py::arg("kv_c_normed"), py::arg("k_pe"), py::arg("cache"), py::arg("metadata"),
-           py::arg("out") = py::none(), py::arg("output_scale") = py::none(), py::arg("stream") = py::none(),
-           py::arg("indexer_q") = py::none(), py::arg("indexer_k") = py::none(),
-           py::arg("indexer_weights") = py::none(), py::arg("indexer_cache") = py::none(),
-           "q [T, N, P+R] or [T, N*(P+R)], kv_c_normed [T, L], k_pe [T, R] or [T, 1, R]; writes the cache, returns "
-           "out [T, N*V] (a new array of q's framework unless out is given). A sparse layer (index_topk > 0) also takes "
-           "indexer_q [T, H, D], indexer_k [T, D], indexer_weights [T, H] float32 and indexer_cache (an "
-           "IndexerKeyCache with the latent cache's blocks); it writes the indexer keys too.");
+      .def(
+          "forward",
+          [](PyMlaAttention& a, py::object q, py::object kv_c_normed, py::object k_pe, py::handle cache_obj,
+             py::handle metadata, py::object out, py::object output_scale, py::object stream, py::object indexer_q,
+             py::object indexer_k, py::object indexer_weights, py::object indexer_cache) {
+            const PyLatentCache& cache = class_arg<PyLatentCache>(cache_obj, "forward", "cache", "LatentCache");
+            // A DcpDecodePlan (set_dcp) or an MlaMetadata.
+            const DcpDecodePlan* plan = py::isinstance<PyDcpDecodePlan>(metadata)
+                                            ? metadata.cast<const PyDcpDecodePlan&>().plan.get()
+                                            : nullptr;
+            const MlaMetadata& md =
+                plan ? plan->metadata
+                     : *class_arg<PyMlaMetadata>(metadata, "forward", "metadata", "MlaMetadata or lattn.DcpDecodePlan")
+                            .md;
+            if (cache.read_only && md.num_actual_tokens > 0) throw_read_only("forward", "cache");
+            ArrayArgs args("forward", stream);
+            const Tensor tq = args.get(q, "q"), tkv = args.get(kv_c_normed, "kv_c_normed"),
+                         tpe = args.get(k_pe, "k_pe"), tscale = args.get_optional(output_scale, "output_scale");
+            args.note(cache.source);
+            const MlaAttentionConfig& c = a.layer->config();
+            if (out.is_none()) {
+              out = empty_like_framework(q, {tq.size(0), int64_t(c.dims.num_heads) * c.dims.v_head_dim},
+                                         tscale.defined() ? DType::fp8_e4m3 : tq.dtype(), tq.device());
+            }
+            const Tensor tout = args.get_writable(out, "out");
+            const bool sparse = !indexer_cache.is_none();
+            IndexerInputs indexer;
+            if (sparse) {
+              indexer.cache =
+                  &class_arg<PyIndexerKeyCache>(indexer_cache, "forward", "indexer_cache", "IndexerKeyCache").cache;
+              indexer.q = args.get(indexer_q, "indexer_q");
+              indexer.k = args.get(indexer_k, "indexer_k");
+              indexer.weights = args.get(indexer_weights, "indexer_weights");
+            }
+            const BindingUse use(*a.in_use);
+            a.layer->set_stream(args.stream());
+            {
+              py::gil_scoped_release release;
+              if (sparse) {
+                if (tscale.defined()) {
+                  throw NotImplementedError("fused output quantization is not yet supported for MLAImplBase");
+                }
+                a.layer->forward(tq, tkv, tpe, cache.cache, md, indexer, tout);
+              } else if (plan) {
+                a.layer->forward(tq, tkv, tpe, cache.cache, *plan, tout, tscale);
+              } else {
+                a.layer->forward(tq, tkv, tpe, cache.cache, md, tout, tscale);
+              }
+            }
+            return out;
+          },
+          py::arg("q"), py::arg("kv_c_normed"), py::arg("k_pe"), py::arg("cache"), py::arg("metadata"),
+          py::arg("out") = py::none(), py::arg("output_scale") = py::none(), py::arg("stream") = py::none(),
+          py::arg("indexer_q") = py::none(), py::arg("indexer_k") = py::none(), py::arg("indexer_weights") = py::none(),
+          py::arg("indexer_cache") = py::none(),
+          "q [T, N, P+R] or [T, N*(P+R)], kv_c_normed [T, L], k_pe [T, R] or [T, 1, R]; writes the cache, returns "
+          "out [T, N*V] (a new array of q's framework unless out is given). A sparse layer (index_topk > 0) also takes "
+          "indexer_q [T, H, D], indexer_k [T, D], indexer_weights [T, H] float32 and indexer_cache (an "
+          "IndexerKeyCache with the latent cache's blocks); it writes the indexer keys too.");
 }
 
 }  // namespace lattn::python

@@ -63,20 +63,25 @@ DeepSeek, 1 otherwise): dims.softmax_scale is the scale q.k is multiplied by.
                   "MiniCPM3-4B: L=256 P=64 R=32 V=64, scale 1/sqrt(P+R).")
       .def("__eq__", [](const MlaDims& a, const MlaDims& b) { return a == b; })
       .def("__repr__", [](const MlaDims& d) {
-        return "MlaDims(" + d.str() + (d.softmax_scale_factor == 1.0f ? "" : " softmax_scale_factor=" +
-                                       std::to_string(d.softmax_scale_factor)) + ")";
+        return "MlaDims(" + d.str() +
+               (d.softmax_scale_factor == 1.0f ? ""
+                                               : " softmax_scale_factor=" + std::to_string(d.softmax_scale_factor)) +
+               ")";
       });
 
   py::class_<MLADimensions>(m, "MLADimensions", "The seeds' MLADimensions (per-head dims a prefill backend checks).")
-      .def(py::init([](int nope, int rope, int v) { return MLADimensions{nope, rope, v}; }),
+      .def(py::init([](int nope, int rope, int v) {
+             return MLADimensions{nope, rope, v};
+           }),
            py::arg("qk_nope_head_dim"), py::arg("qk_rope_head_dim"), py::arg("v_head_dim"))
       .def_readonly("qk_nope_head_dim", &MLADimensions::qk_nope_head_dim)
       .def_readonly("qk_rope_head_dim", &MLADimensions::qk_rope_head_dim)
       .def_readonly("v_head_dim", &MLADimensions::v_head_dim)
       .def("__eq__", [](const MLADimensions& a, const MLADimensions& b) { return a == b; })
-      .def("__hash__", [](const MLADimensions& d) {
-        return py::hash(py::make_tuple(d.qk_nope_head_dim, d.qk_rope_head_dim, d.v_head_dim));
-      })
+      .def("__hash__",
+           [](const MLADimensions& d) {
+             return py::hash(py::make_tuple(d.qk_nope_head_dim, d.qk_rope_head_dim, d.v_head_dim));
+           })
       .def("__str__", &MLADimensions::str)
       .def("__repr__", [](const MLADimensions& d) { return "MLADimensions" + d.str(); });
   m.attr("DEEPSEEK_R1_MLA_DIMENSIONS") = kDeepSeekR1MlaDimensions;
@@ -86,38 +91,38 @@ DeepSeek, 1 otherwise): dims.softmax_scale is the scale q.k is multiplied by.
 What the selector knows about a layer (the seeds' MLAPrefillSelectorConfig,
 with the decode-side facts). is_r1_compatible defaults to
 mla_dimensions == (128, 64, 128).)doc")
-      .def(py::init([](py::handle dtype, std::optional<MLADimensions> dims, std::optional<bool> is_r1,
-                       py::handle device, int num_heads, int kv_lora_rank, int qk_rope_head_dim,
-                       py::handle kv_cache_dtype, int block_size, int max_query_tokens_per_request,
-                       std::string prefill_backend, std::string decode_backend) {
-             SelectorConfig c;
-             c.dtype = dtype_arg(dtype);
-             c.mla_dimensions = dims.value_or(MLADimensions{});
-             c.is_r1_compatible = is_r1.value_or(is_deepseek_r1_mla_compatible(c.mla_dimensions));
-             c.device = device_arg(device);
-             c.num_heads = num_heads;
-             c.kv_lora_rank = kv_lora_rank;
-             c.qk_rope_head_dim = qk_rope_head_dim;
-             c.kv_cache_dtype = dtype_arg(kv_cache_dtype);
-             c.block_size = block_size;
-             c.max_query_tokens_per_request = max_query_tokens_per_request;
-             c.prefill_backend = std::move(prefill_backend);
-             c.decode_backend = std::move(decode_backend);
-             return c;
-           }),
-           py::arg("dtype") = "bf16", py::arg("mla_dimensions") = py::none(), py::arg("is_r1_compatible") = py::none(),
-           py::arg("device") = "cpu", py::arg("num_heads") = 0, py::arg("kv_lora_rank") = 0,
-           py::arg("qk_rope_head_dim") = 0, py::arg("kv_cache_dtype") = "bf16", py::arg("block_size") = 16,
-           py::arg("max_query_tokens_per_request") = 1, py::arg("prefill_backend") = "",
-           py::arg("decode_backend") = "")
-      .def_static("for_dims",
-                  [](const MlaDims& dims, py::handle dtype, py::handle kv_cache_dtype, py::handle device,
-                     int block_size, int max_query_tokens_per_request) {
-                    return SelectorConfig::for_dims(dims, dtype_arg(dtype), dtype_arg(kv_cache_dtype),
-                                                    device_arg(device), block_size, max_query_tokens_per_request);
-                  },
-                  py::arg("dims"), py::arg("dtype") = "bf16", py::arg("kv_cache_dtype") = "bf16",
-                  py::arg("device") = "cpu", py::arg("block_size") = 16, py::arg("max_query_tokens_per_request") = 1)
+      .def(
+          py::init([](py::handle dtype, std::optional<MLADimensions> dims, std::optional<bool> is_r1, py::handle device,
+                      int num_heads, int kv_lora_rank, int qk_rope_head_dim, py::handle kv_cache_dtype, int block_size,
+                      int max_query_tokens_per_request, std::string prefill_backend, std::string decode_backend) {
+            SelectorConfig c;
+            c.dtype = dtype_arg(dtype);
+            c.mla_dimensions = dims.value_or(MLADimensions{});
+            c.is_r1_compatible = is_r1.value_or(is_deepseek_r1_mla_compatible(c.mla_dimensions));
+            c.device = device_arg(device);
+            c.num_heads = num_heads;
+            c.kv_lora_rank = kv_lora_rank;
+            c.qk_rope_head_dim = qk_rope_head_dim;
+            c.kv_cache_dtype = dtype_arg(kv_cache_dtype);
+            c.block_size = block_size;
+            c.max_query_tokens_per_request = max_query_tokens_per_request;
+            c.prefill_backend = std::move(prefill_backend);
+            c.decode_backend = std::move(decode_backend);
+            return c;
+          }),
+          py::arg("dtype") = "bf16", py::arg("mla_dimensions") = py::none(), py::arg("is_r1_compatible") = py::none(),
+          py::arg("device") = "cpu", py::arg("num_heads") = 0, py::arg("kv_lora_rank") = 0,
+          py::arg("qk_rope_head_dim") = 0, py::arg("kv_cache_dtype") = "bf16", py::arg("block_size") = 16,
+          py::arg("max_query_tokens_per_request") = 1, py::arg("prefill_backend") = "", py::arg("decode_backend") = "")
+      .def_static(
+          "for_dims",
+          [](const MlaDims& dims, py::handle dtype, py::handle kv_cache_dtype, py::handle device, int block_size,
+             int max_query_tokens_per_request) {
+            return SelectorConfig::for_dims(dims, dtype_arg(dtype), dtype_arg(kv_cache_dtype), device_arg(device),
+                                            block_size, max_query_tokens_per_request);
+          },
+          py::arg("dims"), py::arg("dtype") = "bf16", py::arg("kv_cache_dtype") = "bf16", py::arg("device") = "cpu",
+          py::arg("block_size") = 16, py::arg("max_query_tokens_per_request") = 1)
       .def_property_readonly("dtype", [](const SelectorConfig& c) { return std::string(dtype_name(c.dtype)); })
       .def_readonly("mla_dimensions", &SelectorConfig::mla_dimensions)
       .def_readonly("is_r1_compatible", &SelectorConfig::is_r1_compatible)

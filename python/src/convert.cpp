@@ -70,8 +70,8 @@ double float_arg(py::handle obj, const char* op, const char* arg, bool finite) {
   const std::string name = std::string(op) + ": argument '" + arg + "'";
   // Arrays have __float__ too (size-1 ones convert): refuse anything with __dlpack__ or __array__,
   // except 0-d ones (NumPy scalars such as numpy.float32 have __array_interface__ and ndim 0).
-  const bool zero_dim = py::hasattr(obj, "ndim") && PyIndex_Check(obj.attr("ndim").ptr()) &&
-                        obj.attr("ndim").cast<int64_t>() == 0;
+  const bool zero_dim =
+      py::hasattr(obj, "ndim") && PyIndex_Check(obj.attr("ndim").ptr()) && obj.attr("ndim").cast<int64_t>() == 0;
   const bool array_like = !zero_dim && (py::hasattr(obj, "__dlpack__") || py::hasattr(obj, "__array_interface__"));
   const bool is_number = PyFloat_Check(obj.ptr()) || PyLong_Check(obj.ptr()) ||
                          (!array_like && Py_TYPE(obj.ptr())->tp_as_number != nullptr &&

@@ -57,9 +57,9 @@ RequestSpec request_arg(py::handle r, size_t i, const char* op) {
   if (py::isinstance<RequestSpec>(r)) return r.cast<RequestSpec>();
   const std::string arg = "requests[" + std::to_string(i) + "]";
   if (!is_sequence(r)) {
-    throw py::type_error(std::string(op) + ": argument '" + arg +
-                         "' must be a lattn.RequestSpec or a (query_len, num_computed_tokens, block_table) tuple, got " +
-                         type_name(r));
+    throw py::type_error(
+        std::string(op) + ": argument '" + arg +
+        "' must be a lattn.RequestSpec or a (query_len, num_computed_tokens, block_table) tuple, got " + type_name(r));
   }
   const py::sequence t = py::reinterpret_borrow<py::sequence>(r);
   if (t.size() != 3) {
@@ -132,12 +132,11 @@ into slot_mapping[num_actual_tokens:] of the caller's array).)doc")
                c.keep_alive.push_back(t.owner);
                return t.view;
              };
-             c.view = CommonAttentionMetadata(take(qsl, "query_start_loc"), take(qsl_cpu, "query_start_loc_cpu"),
-                                              take(seq_lens, "seq_lens"), take(seq_lens_cpu, "seq_lens_cpu"),
-                                              take(num_computed_tokens_cpu, "num_computed_tokens_cpu"), num_reqs,
-                                              num_actual_tokens, max_query_len,
-                                              take(block_table_tensor, "block_table_tensor"),
-                                              take(slot_mapping, "slot_mapping"));
+             c.view = CommonAttentionMetadata(
+                 take(qsl, "query_start_loc"), take(qsl_cpu, "query_start_loc_cpu"), take(seq_lens, "seq_lens"),
+                 take(seq_lens_cpu, "seq_lens_cpu"), take(num_computed_tokens_cpu, "num_computed_tokens_cpu"), num_reqs,
+                 num_actual_tokens, max_query_len, take(block_table_tensor, "block_table_tensor"),
+                 take(slot_mapping, "slot_mapping"));
              return c;
            }),
            py::arg("query_start_loc"), py::arg("query_start_loc_cpu"), py::arg("seq_lens"), py::arg("seq_lens_cpu"),
@@ -167,28 +166,37 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
       .def_property_readonly("context_chunk_workspace_size",
                              [](const PyMlaMetadata& s) { return s.md->context_chunk_workspace_size; })
       .def_property_readonly("device", [](const PyMlaMetadata& s) { return device_name(s.md->device); })
-      .def_property_readonly("prefill", [](const PyMlaMetadata& s) -> py::object {
-        if (!s.md->prefill) return py::none();
-        PyPrefillMetadata p{*s.md->prefill, {s.md}};
-        return py::cast(std::move(p));
-      }, "The prefill view (None without prefills): what a prefill backend's prepare_metadata takes.")
-      .def_property_readonly("decode", [](const PyMlaMetadata& s) -> py::object {
-        if (!s.md->decode) return py::none();
-        return py::cast(PyDecodeMetadata{*s.md->decode, s.md});
-      }, "The decode view (None without decodes).")
-      .def("to_device",
-           [](PyMlaMetadata& s, py::handle device, py::object stream) {
-             const Stream st = stream.is_none() ? nullptr
-                                                : reinterpret_cast<Stream>(static_cast<intptr_t>(int_arg(
-                                                      stream, "MlaMetadata.to_device", "stream", 0,
-                                                      std::numeric_limits<int64_t>::max())));
-             s.md->to_device(device_arg(device), st);
-           },
-           py::arg("device"), py::arg("stream") = py::none(),
-           "Copies every index array to device (asynchronously on stream, an int cudaStream_t; None = the default).")
+      .def_property_readonly(
+          "prefill",
+          [](const PyMlaMetadata& s) -> py::object {
+            if (!s.md->prefill) return py::none();
+            PyPrefillMetadata p{*s.md->prefill, {s.md}};
+            return py::cast(std::move(p));
+          },
+          "The prefill view (None without prefills): what a prefill backend's prepare_metadata takes.")
+      .def_property_readonly(
+          "decode",
+          [](const PyMlaMetadata& s) -> py::object {
+            if (!s.md->decode) return py::none();
+            return py::cast(PyDecodeMetadata{*s.md->decode, s.md});
+          },
+          "The decode view (None without decodes).")
+      .def(
+          "to_device",
+          [](PyMlaMetadata& s, py::handle device, py::object stream) {
+            const Stream st =
+                stream.is_none()
+                    ? nullptr
+                    : reinterpret_cast<Stream>(static_cast<intptr_t>(
+                          int_arg(stream, "MlaMetadata.to_device", "stream", 0, std::numeric_limits<int64_t>::max())));
+            s.md->to_device(device_arg(device), st);
+          },
+          py::arg("device"), py::arg("stream") = py::none(),
+          "Copies every index array to device (asynchronously on stream, an int cudaStream_t; None = the default).")
       .def("__repr__", [](const PyMlaMetadata& s) {
-        return "MlaMetadata(num_decodes=" + std::to_string(s.md->num_decodes) + ", num_prefills=" +
-               std::to_string(s.md->num_prefills) + ", num_actual_tokens=" + std::to_string(s.md->num_actual_tokens) +
+        return "MlaMetadata(num_decodes=" + std::to_string(s.md->num_decodes) +
+               ", num_prefills=" + std::to_string(s.md->num_prefills) +
+               ", num_actual_tokens=" + std::to_string(s.md->num_actual_tokens) +
                ", device=" + device_name(s.md->device) + ")";
       });
   auto md_pair = [&md](const char* name, Tensor MlaMetadata::*dev, Tensor MlaMetadata::*host) {
@@ -206,7 +214,8 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
   py::class_<PyDecodeMetadata> dec(m, "DecodeMetadata", "The decode rows of a step (requests [0, num_decodes)).");
   dec.def_property_readonly("num_decodes", [](const PyDecodeMetadata& s) { return s.view.num_decodes; })
       .def_property_readonly("num_decode_tokens", [](const PyDecodeMetadata& s) { return s.view.num_decode_tokens; })
-      .def_property_readonly("max_decode_query_len", [](const PyDecodeMetadata& s) { return s.view.max_decode_query_len; })
+      .def_property_readonly("max_decode_query_len",
+                             [](const PyDecodeMetadata& s) { return s.view.max_decode_query_len; })
       .def_property_readonly("max_decode_seq_len", [](const PyDecodeMetadata& s) { return s.view.max_decode_seq_len; });
   auto dec_pair = [&dec](const char* name, Tensor DecodeMetadata::*dev, Tensor DecodeMetadata::*host) {
     dec.def_property_readonly(name, [dev](const PyDecodeMetadata& s) { return array(s.view.*dev, s.owner); });
@@ -234,18 +243,20 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
              };
              MetadataBuilderConfig c;
              c.batch_invariant = bool_arg(batch_invariant, op, "batch_invariant");
-             c.batch_invariant_context_chunk = int_arg(batch_invariant_context_chunk, op,
-                                                       "batch_invariant_context_chunk", -kI64, kI64);
+             c.batch_invariant_context_chunk =
+                 int_arg(batch_invariant_context_chunk, op, "batch_invariant_context_chunk", -kI64, kI64);
              c.block_size = int(int_arg(block_size, op, "block_size", -kInt, kInt));
              c.chunked_prefill_enabled = bool_arg(chunked_prefill_enabled, op, "chunked_prefill_enabled");
              c.enable_prefix_caching = bool_arg(enable_prefix_caching, op, "enable_prefix_caching");
-             c.context_chunk_workspace_size = int_arg(context_chunk_workspace_size, op, "context_chunk_workspace_size",
-                                                      -kI64, kI64);
-             c.reorder_batch_threshold = int(int_arg(reorder_batch_threshold, op, "reorder_batch_threshold", -kInt, kInt));
+             c.context_chunk_workspace_size =
+                 int_arg(context_chunk_workspace_size, op, "context_chunk_workspace_size", -kI64, kI64);
+             c.reorder_batch_threshold =
+                 int(int_arg(reorder_batch_threshold, op, "reorder_batch_threshold", -kInt, kInt));
              c.sliding_window = optional_int(sliding_window, "sliding_window");
              c.num_cache_blocks = int_arg(num_cache_blocks, op, "num_cache_blocks", -kI64, kI64);
              c.head_dim = optional_int(head_dim, "head_dim");
-             if (!cudagraph.is_none()) c.cudagraph = class_arg<CudaGraphConfig>(cudagraph, op, "cudagraph", "CudaGraphConfig");
+             if (!cudagraph.is_none())
+               c.cudagraph = class_arg<CudaGraphConfig>(cudagraph, op, "cudagraph", "CudaGraphConfig");
              return MlaMetadataBuilder(std::move(c));
            }),
            py::arg("block_size") = 16, py::arg("chunked_prefill_enabled") = true,
@@ -253,49 +264,57 @@ are lattn.Tensor views (X on the metadata's device, X_cpu on the host); read
            py::arg("reorder_batch_threshold") = 1, py::arg("sliding_window") = py::none(),
            py::arg("num_cache_blocks") = 0, py::arg("head_dim") = py::none(), py::arg("cudagraph") = py::none(),
            py::arg("batch_invariant") = false, py::arg("batch_invariant_context_chunk") = 0)
-      .def("build",
-           [](const MlaMetadataBuilder& b, py::handle requests, py::handle is_profile_run,
-              py::handle cudagraph_batch_size) {
-             constexpr const char* op = "MlaMetadataBuilder.build";
-             const std::vector<RequestSpec> specs = requests_arg(requests, op);
-             BuildOptions options;
-             options.is_profile_run = bool_arg(is_profile_run, op, "is_profile_run");
-             if (!cudagraph_batch_size.is_none()) {
-               options.cudagraph_batch_size =
-                   int(int_arg(cudagraph_batch_size, op, "cudagraph_batch_size", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
-             }
-             py::gil_scoped_release release;
-             return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build(specs, options))};
-           },
-           py::arg("requests"), py::arg("is_profile_run") = false, py::arg("cudagraph_batch_size") = py::none(),
-           "requests: RequestSpec objects or (query_len, num_computed_tokens, block_table) tuples, decodes first.")
-      .def("build_common",
-           [](const MlaMetadataBuilder& b, py::handle common_obj, py::handle common_prefix_len, py::handle fast_build) {
-             constexpr const char* op = "MlaMetadataBuilder.build_common";
-             const PyCommonAttentionMetadata& common =
-                 class_arg<PyCommonAttentionMetadata>(common_obj, op, "common", "CommonAttentionMetadata");
-             const int prefix = int(int_arg(common_prefix_len, op, "common_prefix_len", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
-             const bool fast = bool_arg(fast_build, op, "fast_build");
-             return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build(common.view, prefix, fast))};
-           },
-           py::arg("common"), py::arg("common_prefix_len") = 0, py::arg("fast_build") = false,
-           "The v1 entry point: build(common_prefix_len, common_attn_metadata, fast_build).")
-      .def("padded_batch_size",
-           [](const MlaMetadataBuilder& b, py::handle num_reqs) {
-             return b.padded_batch_size(
-                 int(int_arg(num_reqs, "MlaMetadataBuilder.padded_batch_size", "num_reqs", std::numeric_limits<int>::min(), std::numeric_limits<int>::max())));
-           },
-           py::arg("num_reqs"))
-      .def("build_for_cudagraph",
-           [](const MlaMetadataBuilder& b, py::handle requests, py::handle batch_size_obj) {
-             constexpr const char* op = "MlaMetadataBuilder.build_for_cudagraph";
-             std::optional<int> batch_size;
-             if (!batch_size_obj.is_none()) {
-               batch_size = int(int_arg(batch_size_obj, op, "batch_size", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
-             }
-             return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build_for_cudagraph(requests_arg(requests, op), batch_size))};
-           },
-           py::arg("requests"), py::arg("batch_size") = py::none());
+      .def(
+          "build",
+          [](const MlaMetadataBuilder& b, py::handle requests, py::handle is_profile_run,
+             py::handle cudagraph_batch_size) {
+            constexpr const char* op = "MlaMetadataBuilder.build";
+            const std::vector<RequestSpec> specs = requests_arg(requests, op);
+            BuildOptions options;
+            options.is_profile_run = bool_arg(is_profile_run, op, "is_profile_run");
+            if (!cudagraph_batch_size.is_none()) {
+              options.cudagraph_batch_size =
+                  int(int_arg(cudagraph_batch_size, op, "cudagraph_batch_size", std::numeric_limits<int>::min(),
+                              std::numeric_limits<int>::max()));
+            }
+            py::gil_scoped_release release;
+            return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build(specs, options))};
+          },
+          py::arg("requests"), py::arg("is_profile_run") = false, py::arg("cudagraph_batch_size") = py::none(),
+          "requests: RequestSpec objects or (query_len, num_computed_tokens, block_table) tuples, decodes first.")
+      .def(
+          "build_common",
+          [](const MlaMetadataBuilder& b, py::handle common_obj, py::handle common_prefix_len, py::handle fast_build) {
+            constexpr const char* op = "MlaMetadataBuilder.build_common";
+            const PyCommonAttentionMetadata& common =
+                class_arg<PyCommonAttentionMetadata>(common_obj, op, "common", "CommonAttentionMetadata");
+            const int prefix = int(int_arg(common_prefix_len, op, "common_prefix_len", std::numeric_limits<int>::min(),
+                                           std::numeric_limits<int>::max()));
+            const bool fast = bool_arg(fast_build, op, "fast_build");
+            return PyMlaMetadata{std::make_shared<MlaMetadata>(b.build(common.view, prefix, fast))};
+          },
+          py::arg("common"), py::arg("common_prefix_len") = 0, py::arg("fast_build") = false,
+          "The v1 entry point: build(common_prefix_len, common_attn_metadata, fast_build).")
+      .def(
+          "padded_batch_size",
+          [](const MlaMetadataBuilder& b, py::handle num_reqs) {
+            return b.padded_batch_size(int(int_arg(num_reqs, "MlaMetadataBuilder.padded_batch_size", "num_reqs",
+                                                   std::numeric_limits<int>::min(), std::numeric_limits<int>::max())));
+          },
+          py::arg("num_reqs"))
+      .def(
+          "build_for_cudagraph",
+          [](const MlaMetadataBuilder& b, py::handle requests, py::handle batch_size_obj) {
+            constexpr const char* op = "MlaMetadataBuilder.build_for_cudagraph";
+            std::optional<int> batch_size;
+            if (!batch_size_obj.is_none()) {
+              batch_size = int(int_arg(batch_size_obj, op, "batch_size", std::numeric_limits<int>::min(),
+                                       std::numeric_limits<int>::max()));
+            }
+            return PyMlaMetadata{
+                std::make_shared<MlaMetadata>(b.build_for_cudagraph(requests_arg(requests, op), batch_size))};
+          },
+          py::arg("requests"), py::arg("batch_size") = py::none());
 }
 
 }  // namespace lattn::python

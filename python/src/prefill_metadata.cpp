@@ -6,8 +6,6 @@
 #include <optional>
 #include <string>
 
-
-
 #include "arrays.h"
 #include "bind.h"
 #include "convert.h"
@@ -21,8 +19,8 @@ constexpr const char* kOp = "PrefillMetadata.from_arrays";
 
 // An index array and its host copy: the host copy is `host` when given, else
 // `device` itself when that is on the host; ValueError when neither is.
-std::pair<Tensor, Tensor> index_pair(ArrayArgs& args, PyPrefillMetadata& md, py::handle device_obj,
-                                     py::handle host_obj, const char* arg, const char* host_arg) {
+std::pair<Tensor, Tensor> index_pair(ArrayArgs& args, PyPrefillMetadata& md, py::handle device_obj, py::handle host_obj,
+                                     const char* arg, const char* host_arg) {
   PyTensor device = args.get_with_owner(device_obj, arg);
   md.keep_alive.push_back(device.owner);
   check_dtype(kOp, arg, device.view, DType::i32);
@@ -120,10 +118,10 @@ offsets (rebased to 0) and the context-chunk plan. Made by
 PrefillMetadata.from_arrays from an engine's arrays (viewed, not copied), or
 taken from lattn's metadata builder (MlaMetadata.prefill).)doc");
   cls.def_static("from_arrays", &from_arrays, py::arg("query_start_loc"), py::arg("max_query_len"),
-                  py::arg("query_start_loc_cpu") = py::none(), py::arg("chunk_cu_seq_lens") = py::none(),
-                  py::arg("chunk_cu_seq_lens_cpu") = py::none(), py::arg("chunk_starts") = py::none(),
-                  py::arg("chunk_starts_cpu") = py::none(), py::arg("chunk_seq_tot") = py::none(),
-                  py::arg("chunk_max_seq_lens") = py::none(), py::arg("block_size") = 0, R"doc(
+                 py::arg("query_start_loc_cpu") = py::none(), py::arg("chunk_cu_seq_lens") = py::none(),
+                 py::arg("chunk_cu_seq_lens_cpu") = py::none(), py::arg("chunk_starts") = py::none(),
+                 py::arg("chunk_starts_cpu") = py::none(), py::arg("chunk_seq_tot") = py::none(),
+                 py::arg("chunk_max_seq_lens") = py::none(), py::arg("block_size") = 0, R"doc(
   query_start_loc        [num_prefills + 1] int32, starting at 0
   chunk_cu_seq_lens      [num_chunks, num_prefills + 1] int32 (None: no context)
   chunk_starts           [num_chunks, num_prefills] int32 (optional)
@@ -134,7 +132,8 @@ taken from lattn's metadata builder (MlaMetadata.prefill).)doc");
       .def_property_readonly("max_query_len", [](const PyPrefillMetadata& m) { return m.view.max_query_len; })
       .def_property_readonly("num_chunks", [](const PyPrefillMetadata& m) { return m.view.chunks.num_chunks; })
       .def_property_readonly("chunk_seq_tot", [](const PyPrefillMetadata& m) { return m.view.chunks.seq_tot; })
-      .def_property_readonly("chunk_max_seq_lens", [](const PyPrefillMetadata& m) { return m.view.chunks.max_seq_lens; })
+      .def_property_readonly("chunk_max_seq_lens",
+                             [](const PyPrefillMetadata& m) { return m.view.chunks.max_seq_lens; })
       .def("has_context", [](const PyPrefillMetadata& m) { return m.view.has_context(); });
   auto array = [&cls](const char* name, Tensor PrefillMetadata::*member) {
     cls.def_property_readonly(name, [member](const PyPrefillMetadata& m) -> py::object {
@@ -160,12 +159,12 @@ taken from lattn's metadata builder (MlaMetadata.prefill).)doc");
   chunk_array("chunk_cu_seq_lens_cpu", &ContextChunkPlan::cu_seq_lens_cpu);
   chunk_array("chunk_starts", &ContextChunkPlan::starts);
   chunk_array("chunk_starts_cpu", &ContextChunkPlan::starts_cpu);
-  cls
-      .def("__repr__", [](const PyPrefillMetadata& m) {
-        return "PrefillMetadata(num_prefills=" + std::to_string(m.view.num_prefills) + ", num_prefill_tokens=" +
-               std::to_string(m.view.num_prefill_tokens) + ", max_query_len=" + std::to_string(m.view.max_query_len) +
-               ", num_chunks=" + std::to_string(m.view.chunks.num_chunks) + ")";
-      });
+  cls.def("__repr__", [](const PyPrefillMetadata& m) {
+    return "PrefillMetadata(num_prefills=" + std::to_string(m.view.num_prefills) +
+           ", num_prefill_tokens=" + std::to_string(m.view.num_prefill_tokens) +
+           ", max_query_len=" + std::to_string(m.view.max_query_len) +
+           ", num_chunks=" + std::to_string(m.view.chunks.num_chunks) + ")";
+  });
 }
 
 }  // namespace lattn::python

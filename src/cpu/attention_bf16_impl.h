@@ -131,8 +131,9 @@ inline int64_t qk_steps_bf16(int n, int groups, int dim) {
 // p2 [G][kKeyTile/2][16]: lane bits = bf16(P[2i]) | bf16(P[2i+1]) << 16.
 void pack_probability_pairs(const float* p, int groups, int n, uint32_t* p2) {
   // cvtne2ps gives [P[2i] x16 | P[2i+1] x16]; interleave the halves.
-  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                           21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i idx = _mm512_load_si512(kInterleave);
   for (int g = 0; g < groups; ++g) {
     const float* pg = p + size_t(g) * kKeyTile * 16;
@@ -191,12 +192,12 @@ void pv_tile_bf16(const uint32_t* p2, int groups, int n, const uint32_t* v2, int
   const int pairs = (n + 1) / 2;
   int g = 0;
   for (; g + 2 <= groups; g += 2) {
-    pv_groups_bf16<2, kPvDims2>(p2 + size_t(g) * (kKeyTile / 2) * 16, pairs, v2, v2_stride,
-                                         ot + size_t(g) * dv * 16, dv, alpha + size_t(g) * 16);
+    pv_groups_bf16<2, kPvDims2>(p2 + size_t(g) * (kKeyTile / 2) * 16, pairs, v2, v2_stride, ot + size_t(g) * dv * 16,
+                                dv, alpha + size_t(g) * 16);
   }
   if (g < groups) {
-    pv_groups_bf16<1, kPvDims1>(p2 + size_t(g) * (kKeyTile / 2) * 16, pairs, v2, v2_stride,
-                                         ot + size_t(g) * dv * 16, dv, alpha + size_t(g) * 16);
+    pv_groups_bf16<1, kPvDims1>(p2 + size_t(g) * (kKeyTile / 2) * 16, pairs, v2, v2_stride, ot + size_t(g) * dv * 16,
+                                dv, alpha + size_t(g) * 16);
   }
 }
 
@@ -204,9 +205,7 @@ void pv_tile_bf16(const uint32_t* p2, int groups, int n, const uint32_t* v2, int
 // lane) that the paired output product takes: all n when every lane sees
 // them, else the even count below seen_by_all (a pair must not hold a masked
 // key); pv_masked_tail takes the rest.
-inline int fast_keys(int n, int seen_by_all) {
-  return seen_by_all >= n ? n : imax(0, seen_by_all) & ~1;
-}
+inline int fast_keys(int n, int seen_by_all) { return seen_by_all >= n ? n : imax(0, seen_by_all) & ~1; }
 
 inline float bf16_bits_to_f32(uint16_t bits) {
   const uint32_t u = uint32_t(bits) << 16;
@@ -235,15 +234,15 @@ inline void zero_query_pairs(int dim, int lane, uint32_t* qp) {
 // Prefill, bf16_dot path.
 
 struct PrefillScratchBf16 {
-  uint32_t* qp;     // [G][ceil(dqk/2)][16]
-  float* s;         // [G][kKeyTile][16]
-  uint32_t* p2;     // [G][kKeyTile/2][16]
-  float* ot;        // [G][dv][16]
+  uint32_t* qp;  // [G][ceil(dqk/2)][16]
+  float* s;      // [G][kKeyTile][16]
+  uint32_t* p2;  // [G][kKeyTile/2][16]
+  float* ot;     // [G][dv][16]
   float *m, *l, *alpha;
   int32_t* lane_end;
   int32_t* group_min_end;
-  float* row;       // [16][dv] a group's output rows
-  float* lse;       // [16]
+  float* row;             // [16][dv] a group's output rows
+  float* lse;             // [16]
   const uint16_t** krow;  // [kKeyTile]
 
   PrefillScratchBf16(Arena& a, int groups, int dqk, int dv) {
@@ -325,19 +324,19 @@ void prefill_tile_bf16(const PrefillTileJob& job) {
 // their first L elements are packed into key pairs for the output product.
 
 struct DecodeScratchBf16 {
-  uint32_t* qp;     // [G][ceil((L+R)/2)][16]
-  float* s;         // [G][kKeyTile][16]
-  uint32_t* p2;     // [G][kKeyTile/2][16]
-  float* ot;        // [G][L][16]
+  uint32_t* qp;  // [G][ceil((L+R)/2)][16]
+  float* s;      // [G][kKeyTile][16]
+  uint32_t* p2;  // [G][kKeyTile/2][16]
+  float* ot;     // [G][L][16]
   float *m, *l, *alpha;
   int32_t* lane_end;
   int32_t* group_min_end;
-  uint32_t* qstage; // [16][round_up(ceil((L+R)/2), 16)] a group's query rows as pairs, before the transpose
-  float* out_rows;  // [16][L] a group's output rows
-  float* lse;       // [16]
-  uint16_t* keys;   // [kKeyTile][L+R] fp8 cache rows converted to bf16
-  uint32_t* values; // [kKeyTile/2][L] key pairs of the tile's latent rows
-  const uint16_t** krow;  // [kKeyTile]
+  uint32_t* qstage;        // [16][round_up(ceil((L+R)/2), 16)] a group's query rows as pairs, before the transpose
+  float* out_rows;         // [16][L] a group's output rows
+  float* lse;              // [16]
+  uint16_t* keys;          // [kKeyTile][L+R] fp8 cache rows converted to bf16
+  uint32_t* values;        // [kKeyTile/2][L] key pairs of the tile's latent rows
+  const uint16_t** krow;   // [kKeyTile]
   const char** rows;       // [kKeyTile] this tile's cache rows
   const char** next_rows;  // [kKeyTile] the next tile's, being prefetched
 
@@ -405,8 +404,8 @@ void pack_decode_query_pairs(const DecodeSplitJob& job, int groups, uint32_t* st
     uint32_t* out = qp + size_t(g) * pairs * 16;
     int p = 0;
     for (; p + 16 <= pairs; p += 16) {
-      Avx512::transpose(reinterpret_cast<const float*>(stage + p), stride, reinterpret_cast<float*>(out + size_t(p) * 16),
-                        16);
+      Avx512::transpose(reinterpret_cast<const float*>(stage + p), stride,
+                        reinterpret_cast<float*>(out + size_t(p) * 16), 16);
     }
     if (p < pairs) {  // the last, partial block of pairs
       alignas(64) float block[16 * 16];

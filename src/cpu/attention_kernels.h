@@ -34,13 +34,13 @@ enum class MathPath : uint8_t {
 // Prefill: `rows` query rows of one (request, head) against that request's keys.
 struct PrefillTileJob {
   MathPath path = MathPath::f32_fma;
-  const void* q = nullptr;     // [rows][dqk] of q_dtype, row i at q + i * q_stride (elements)
+  const void* q = nullptr;  // [rows][dqk] of q_dtype, row i at q + i * q_stride (elements)
   int64_t q_stride = 0;
   DType q_dtype = DType::f32;
   // The same queries already in the kernel's layout (pack_prefill_queries),
   // or null: the kernel packs them itself.
   const void* q_packed = nullptr;
-  int rows = 0;                // 1..prefill_tile_rows
+  int rows = 0;  // 1..prefill_tile_rows
   int dqk = 0, dv = 0;
   // Keys [num_keys][dqk], key j at k + j * k_stride (elements):
   //   f32_fma: f32; bf16_dot: bf16.
@@ -58,14 +58,14 @@ struct PrefillTileJob {
   // otherwise every key.
   bool causal = false;
   int first_row = 0;
-  float scale = 0.f;           // softmax scale
-  void* out = nullptr;         // [rows][dv] of out_dtype, row i at out + i * out_stride (elements)
+  float scale = 0.f;    // softmax scale
+  void* out = nullptr;  // [rows][dv] of out_dtype, row i at out + i * out_stride (elements)
   int64_t out_stride = 0;
   DType out_dtype = DType::f32;  // f32/f16/bf16, or fp8_e4m3: out = fp8(o / out_scale)
   float out_scale = 1.f;
-  float* lse = nullptr;        // natural-log LSE of row i at lse[i * lse_stride]; may be null
+  float* lse = nullptr;  // natural-log LSE of row i at lse[i * lse_stride]; may be null
   int64_t lse_stride = 0;
-  void* scratch = nullptr;     // prefill_scratch_bytes(dqk, dv), 64-byte aligned, this thread's
+  void* scratch = nullptr;  // prefill_scratch_bytes(dqk, dv), 64-byte aligned, this thread's
 };
 
 // Decode: all s_q * num_heads query rows of one request against its cache
@@ -75,15 +75,15 @@ struct DecodeSplitJob {
   MathPath path = MathPath::f32_fma;
   const void* ql_nope = nullptr;  // [s_q][num_heads][L] of q_dtype, strides in elements
   int64_t ql_stride_t = 0, ql_stride_h = 0;
-  const void* q_pe = nullptr;     // [s_q][num_heads][R] of q_dtype
+  const void* q_pe = nullptr;  // [s_q][num_heads][R] of q_dtype
   int64_t qpe_stride_t = 0, qpe_stride_h = 0;
   DType q_dtype = DType::f32;
   int s_q = 1, num_heads = 0, kv_lora_rank = 0, rope_dim = 0;
-  const void* cache = nullptr;    // [num_blocks][block_size][L + R] of cache_dtype, contiguous rows
+  const void* cache = nullptr;  // [num_blocks][block_size][L + R] of cache_dtype, contiguous rows
   DType cache_dtype = DType::bf16;
-  int64_t block_stride = 0;       // elements between blocks
+  int64_t block_stride = 0;  // elements between blocks
   int block_size = 0;
-  float cache_scale = 1.f;        // fp8: value = stored * cache_scale; else 1
+  float cache_scale = 1.f;               // fp8: value = stored * cache_scale; else 1
   const int32_t* block_table = nullptr;  // this request's row of the block table
   int seq_len = 0;
   int key_begin = 0, key_end = 0;  // the split's keys
@@ -92,13 +92,13 @@ struct DecodeSplitJob {
   // softmax sum) and lse [lanes] (natural log, -inf for a lane with no key).
   float* o = nullptr;
   float* lse = nullptr;
-  void* scratch = nullptr;         // decode_scratch_bytes(lanes, L, R), 64-byte aligned
+  void* scratch = nullptr;  // decode_scratch_bytes(lanes, L, R), 64-byte aligned
 };
 
 struct KernelTable {
   CpuIsa isa = CpuIsa::scalar;
-  int lanes_per_group = 8;       // W
-  int prefill_tile_rows = 16;    // query rows per PrefillTileJob
+  int lanes_per_group = 8;     // W
+  int prefill_tile_rows = 16;  // query rows per PrefillTileJob
   MathPath (*prefill_path)(DType act_dtype) = nullptr;
   MathPath (*decode_path)(DType act_dtype, DType cache_dtype) = nullptr;
   size_t (*prefill_scratch_bytes)(int dqk, int dv) = nullptr;

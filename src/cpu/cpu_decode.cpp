@@ -54,8 +54,8 @@ class CpuDecodeBackend final : public DecodeBackend {
  private:
   DecodePlan plan_for(const DecodeMetadata& md) const {
     const KernelTable& kt = kernel_table(cpu_isa());
-    const std::vector<int32_t> q_begin =
-        read_offsets(kRunOp, "metadata.query_start_loc_cpu", md.query_start_loc_cpu, md.num_decodes, md.num_decode_tokens);
+    const std::vector<int32_t> q_begin = read_offsets(kRunOp, "metadata.query_start_loc_cpu", md.query_start_loc_cpu,
+                                                      md.num_decodes, md.num_decode_tokens);
     const std::vector<int32_t> seq_lens = read_i32(kRunOp, "metadata.seq_lens_cpu", md.seq_lens_cpu, md.num_decodes);
     return plan_decode(q_begin, seq_lens, params_.num_heads, kt.lanes_per_group, thread_count(params_.context),
                        params_.context.batch_invariant);

@@ -16,7 +16,8 @@ constexpr CpuIsa kAllIsas[] = {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512, Cpu
 bool cpu_can_run(CpuIsa isa) {
   __builtin_cpu_init();
   switch (isa) {
-    case CpuIsa::scalar: return true;
+    case CpuIsa::scalar:
+      return true;
     case CpuIsa::avx2:
 #if defined(__clang__)
       // clang (the fuzz build) knows no "f16c" here; every AVX2 CPU has F16C.
@@ -27,7 +28,8 @@ bool cpu_can_run(CpuIsa isa) {
     case CpuIsa::avx512:
       return cpu_can_run(CpuIsa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    case CpuIsa::avx512_bf16: return cpu_can_run(CpuIsa::avx512) && __builtin_cpu_supports("avx512bf16");
+    case CpuIsa::avx512_bf16:
+      return cpu_can_run(CpuIsa::avx512) && __builtin_cpu_supports("avx512bf16");
   }
   return false;
 }
@@ -62,10 +64,14 @@ void read_env() {
 
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::scalar: return "scalar";
-    case CpuIsa::avx2: return "avx2";
-    case CpuIsa::avx512: return "avx512";
-    case CpuIsa::avx512_bf16: return "avx512bf16";
+    case CpuIsa::scalar:
+      return "scalar";
+    case CpuIsa::avx2:
+      return "avx2";
+    case CpuIsa::avx512:
+      return "avx512";
+    case CpuIsa::avx512_bf16:
+      return "avx512bf16";
   }
   return "?";
 }
@@ -74,7 +80,8 @@ CpuIsa parse_cpu_isa(const std::string& name) {
   for (CpuIsa isa : kAllIsas) {
     if (name == cpu_isa_name(isa)) return isa;
   }
-  throw ValueError("unknown CPU instruction-set path '" + name + "' (expected one of: scalar, avx2, avx512, avx512bf16)");
+  throw ValueError("unknown CPU instruction-set path '" + name +
+                   "' (expected one of: scalar, avx2, avx512, avx512bf16)");
 }
 
 std::vector<CpuIsa> cpu_isas_supported() {

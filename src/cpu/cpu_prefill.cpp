@@ -25,12 +25,12 @@ constexpr const char* kChunkOp = "cpu prefill run_prefill_context_chunk";
 // One call's attention: for request r, query rows [q_begin[r], q_begin[r+1])
 // against key rows [k_begin[r], k_begin[r+1]) of every head.
 struct PrefillProblem {
-  Tensor q, k, v, out;        // validated: [Tq, N, P+R], [Tk, N, P+R], [Tk, N, V], [Tq, N, V]
-  Tensor lse;                 // [N, Tq] f32, or undefined
+  Tensor q, k, v, out;                    // validated: [Tq, N, P+R], [Tk, N, P+R], [Tk, N, V], [Tq, N, V]
+  Tensor lse;                             // [N, Tq] f32, or undefined
   std::vector<int32_t> q_begin, k_begin;  // [num_requests + 1]
-  bool causal = false;        // new tokens: query i of a request sees its keys [0, i]
-  DType out_dtype = DType::f32;  // set by validate_tensors: the activation dtype, or fp8_e4m3
-  float out_scale = 1.f;         // fp8_e4m3 output: out = fp8(o / out_scale)
+  bool causal = false;                    // new tokens: query i of a request sees its keys [0, i]
+  DType out_dtype = DType::f32;           // set by validate_tensors: the activation dtype, or fp8_e4m3
+  float out_scale = 1.f;                  // fp8_e4m3 output: out = fp8(o / out_scale)
 };
 
 struct TileTask {
@@ -55,8 +55,8 @@ class CpuPrefillBackend final : public PrefillBackend {
       pb.out_dtype = DType::fp8_e4m3;
       pb.out_scale = *output_scale.data_as<const float>();
     }
-    pb.q_begin = read_offsets(kNewTokensOp, "metadata.query_start_loc_cpu", md.query_start_loc_cpu,
-                              md.num_prefills, md.num_prefill_tokens);
+    pb.q_begin = read_offsets(kNewTokensOp, "metadata.query_start_loc_cpu", md.query_start_loc_cpu, md.num_prefills,
+                              md.num_prefill_tokens);
     pb.k_begin = pb.q_begin;
     pb.causal = true;
     validate_tensors(kNewTokensOp, q, k, v, out, return_softmax_lse ? lse : Tensor(), md.num_prefill_tokens,
@@ -161,7 +161,7 @@ void CpuPrefillBackend::attend(const PrefillProblem& pb) {
   const char* const v_src = v_base;
   const int64_t k_src_token = k_token_stride, k_src_head = k_head_stride;
   const int64_t v_src_token = v_token_stride, v_src_head = v_head_stride;
-  uint32_t* pairs = nullptr;  // bf16_dot: [N][total_pairs][dv]
+  uint32_t* pairs = nullptr;           // bf16_dot: [N][total_pairs][dv]
   float *kf = nullptr, *vf = nullptr;  // f32_fma from f16/bf16: [Tk][N][dqk], [Tk][N][dv]
   if (path == MathPath::bf16_dot) {
     pairs = static_cast<uint32_t*>(packed_.reserve(size_t(heads) * total_pairs * dv * 4));

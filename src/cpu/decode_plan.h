@@ -46,15 +46,15 @@ struct DecodeSplit {
 };
 
 struct DecodePlan {
-  std::vector<int32_t> q_begin;        // [R + 1] query token offsets
-  std::vector<int32_t> seq_lens;       // [R]
-  std::vector<int> request_of_token;   // [T]
-  std::vector<DecodeSplit> splits;     // grouped by request, in key order
-  std::vector<int> split_begin;        // [R + 1] request r owns splits [split_begin[r], split_begin[r+1])
-  std::vector<int> order;              // execution order of the splits (most work first)
-  size_t partial_rows = 0;             // sum over splits of the request's lanes
-  int max_lanes = 0;                   // most query rows (s_q * heads) of one request
-  int max_splits = 0;                  // most splits of one request
+  std::vector<int32_t> q_begin;       // [R + 1] query token offsets
+  std::vector<int32_t> seq_lens;      // [R]
+  std::vector<int> request_of_token;  // [T]
+  std::vector<DecodeSplit> splits;    // grouped by request, in key order
+  std::vector<int> split_begin;       // [R + 1] request r owns splits [split_begin[r], split_begin[r+1])
+  std::vector<int> order;             // execution order of the splits (most work first)
+  size_t partial_rows = 0;            // sum over splits of the request's lanes
+  int max_lanes = 0;                  // most query rows (s_q * heads) of one request
+  int max_splits = 0;                 // most splits of one request
   friend bool operator==(const DecodePlan&, const DecodePlan&) = default;
 };
 

@@ -39,7 +39,8 @@ void* host_malloc(size_t bytes, int) {
   const size_t rounded = (bytes + align - 1) / align * align;
   void* data = std::aligned_alloc(align, rounded);
   if (data && align == kHugePage) madvise(data, rounded, MADV_HUGEPAGE);
-  if (!data) throw OutOfMemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed (out of memory)");
+  if (!data)
+    throw OutOfMemoryError("Buffer: host allocation of " + std::to_string(bytes) + " bytes failed (out of memory)");
   return data;
 }
 

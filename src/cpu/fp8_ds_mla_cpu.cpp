@@ -71,7 +71,8 @@ void dequant_ds_mla_rows_bf16(const uint8_t* cache_base, const int64_t* row_offs
 void dequant_ds_mla_rows_f32(const uint8_t* cache_base, const int64_t* row_offsets, int rows, int kv_lora_rank,
                              int rope_dim, float* out) {
   for (int r = 0; r < rows; ++r) {
-    fp8_ds_mla_decode(cache_base + row_offsets[r], kv_lora_rank, rope_dim, out + int64_t(r) * (kv_lora_rank + rope_dim));
+    fp8_ds_mla_decode(cache_base + row_offsets[r], kv_lora_rank, rope_dim,
+                      out + int64_t(r) * (kv_lora_rank + rope_dim));
   }
 }
 

@@ -25,7 +25,7 @@
 namespace lattn::cpu {
 namespace {
 
-constexpr int kRowsPerBlock = 6;   // micro-kernel rows
+constexpr int kRowsPerBlock = 6;     // micro-kernel rows
 constexpr int kVectorsPerBlock = 4;  // micro-kernel columns / 16
 constexpr int64_t kColsPerItem = 16 * kVectorsPerBlock;
 constexpr int64_t kRowsPerItem = 8 * kRowsPerBlock;
@@ -75,13 +75,14 @@ struct PackedB {
 struct DirectB {
   const uint16_t* b;  // this batch entry's B
   int64_t ldb, k, n;
-  __m512i idx;        // 16-bit element 2j <- even[j], 2j + 1 <- odd[j]
+  __m512i idx;  // 16-bit element 2j <- even[j], 2j + 1 <- odd[j]
   __m512bh load(int64_t kp, int64_t col) const {
     const int64_t left = n - col;
     const __mmask16 m = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
     const __m512i even = _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(m, b + 2 * kp * ldb + col));
-    const __m512i odd = 2 * kp + 1 < k ? _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(m, b + (2 * kp + 1) * ldb + col))
-                                       : _mm512_setzero_si512();
+    const __m512i odd = 2 * kp + 1 < k
+                            ? _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(m, b + (2 * kp + 1) * ldb + col))
+                            : _mm512_setzero_si512();
     return (__m512bh)_mm512_permutex2var_epi16(even, idx, odd);
   }
 };
@@ -89,8 +90,7 @@ struct DirectB {
 DirectB direct_b(const detail::GemmProblem& p, int64_t b) {
   alignas(64) static constexpr uint16_t kPairs[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
                                                       8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  return DirectB{static_cast<const uint16_t*>(p.b) + b * p.batch_stride_b, p.ldb, p.k, p.n,
-                 _mm512_load_si512(kPairs)};
+  return DirectB{static_cast<const uint16_t*>(p.b) + b * p.batch_stride_b, p.ldb, p.k, p.n, _mm512_load_si512(kPairs)};
 }
 
 // C rows [m0, m0 + MR) x columns [n0, n0 + 16 NV) of batch entry b.
@@ -150,10 +150,18 @@ template <int MR, class BSource>
 void row_block(const detail::GemmProblem& p, int64_t b, int64_t m0, int64_t n0, const BSource& bsrc) {
   const int64_t vectors = min64(kVectorsPerBlock, (p.n - n0 + 15) / 16);
   switch (vectors) {
-    case 4: micro_tile<MR, 4>(p, b, m0, n0, bsrc); break;
-    case 3: micro_tile<MR, 3>(p, b, m0, n0, bsrc); break;
-    case 2: micro_tile<MR, 2>(p, b, m0, n0, bsrc); break;
-    default: micro_tile<MR, 1>(p, b, m0, n0, bsrc); break;
+    case 4:
+      micro_tile<MR, 4>(p, b, m0, n0, bsrc);
+      break;
+    case 3:
+      micro_tile<MR, 3>(p, b, m0, n0, bsrc);
+      break;
+    case 2:
+      micro_tile<MR, 2>(p, b, m0, n0, bsrc);
+      break;
+    default:
+      micro_tile<MR, 1>(p, b, m0, n0, bsrc);
+      break;
   }
 }
 
@@ -163,12 +171,23 @@ void item(const detail::GemmProblem& p, int64_t b, int64_t m0, int64_t m1, int64
   int64_t m = m0;
   for (; m + kRowsPerBlock <= m1; m += kRowsPerBlock) row_block<kRowsPerBlock>(p, b, m, n0, bsrc);
   switch (m1 - m) {
-    case 5: row_block<5>(p, b, m, n0, bsrc); break;
-    case 4: row_block<4>(p, b, m, n0, bsrc); break;
-    case 3: row_block<3>(p, b, m, n0, bsrc); break;
-    case 2: row_block<2>(p, b, m, n0, bsrc); break;
-    case 1: row_block<1>(p, b, m, n0, bsrc); break;
-    default: break;
+    case 5:
+      row_block<5>(p, b, m, n0, bsrc);
+      break;
+    case 4:
+      row_block<4>(p, b, m, n0, bsrc);
+      break;
+    case 3:
+      row_block<3>(p, b, m, n0, bsrc);
+      break;
+    case 2:
+      row_block<2>(p, b, m, n0, bsrc);
+      break;
+    case 1:
+      row_block<1>(p, b, m, n0, bsrc);
+      break;
+    default:
+      break;
   }
 }
 

@@ -39,19 +39,20 @@ const float* f32_panel(const void* src, DType dtype, int64_t rows, int64_t cols,
 void one_gemm(const detail::GemmProblem& p, int64_t b, std::vector<float>& abuf, std::vector<float>& bbuf,
               std::vector<float>& cbuf) {
   const KernelTable& kt = kernel_table(cpu_isa());
-  const size_t ea = size_t(dtype_size(p.a_dtype)), eb = size_t(dtype_size(p.b_dtype)), ec = size_t(dtype_size(p.c_dtype));
+  const size_t ea = size_t(dtype_size(p.a_dtype)), eb = size_t(dtype_size(p.b_dtype)),
+               ec = size_t(dtype_size(p.c_dtype));
   int64_t lda = 0, ldb = 0;
   const float* a = f32_panel(static_cast<const char*>(p.a) + size_t(b * p.batch_stride_a) * ea, p.a_dtype, p.m, p.k,
                              p.lda, abuf, lda);
-  const float* bm = p.trans_b ? f32_panel(static_cast<const char*>(p.b) + size_t(b * p.batch_stride_b) * eb,
-                                          p.b_dtype, p.n, p.k, p.ldb, bbuf, ldb)
-                              : f32_panel(static_cast<const char*>(p.b) + size_t(b * p.batch_stride_b) * eb,
-                                          p.b_dtype, p.k, p.n, p.ldb, bbuf, ldb);
+  const float* bm = p.trans_b ? f32_panel(static_cast<const char*>(p.b) + size_t(b * p.batch_stride_b) * eb, p.b_dtype,
+                                          p.n, p.k, p.ldb, bbuf, ldb)
+                              : f32_panel(static_cast<const char*>(p.b) + size_t(b * p.batch_stride_b) * eb, p.b_dtype,
+                                          p.k, p.n, p.ldb, bbuf, ldb);
   char* c = static_cast<char*>(p.c) + size_t(b * p.batch_stride_c) * ec;
   const CBLAS_TRANSPOSE tb = p.trans_b ? CblasTrans : CblasNoTrans;
   if (p.c_dtype == DType::f32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, blasint(p.m), blasint(p.n), blasint(p.k), p.alpha, a, blasint(lda),
-                bm, blasint(ldb), p.beta, reinterpret_cast<float*>(c), blasint(p.ldc));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, blasint(p.m), blasint(p.n), blasint(p.k), p.alpha, a, blasint(lda), bm,
+                blasint(ldb), p.beta, reinterpret_cast<float*>(c), blasint(p.ldc));
     return;
   }
   cbuf.resize(size_t(p.m * p.n));

@@ -50,9 +50,9 @@ void gemm_bf16_dot(const detail::GemmProblem& p, int threads, uint32_t* packed);
 // [0, plan.items) in any order and on any thread. For a few rows (decode) B
 // is not packed but interleaved in registers as it is used (`packed` unused).
 struct Bf16GemmPlan {
-  bool packed = true;     // B packed into k-pair panels first (else read in place: m <= 48, not trans_b)
-  int64_t npad = 0;       // columns padded to a multiple of 16
-  int64_t panel = 0;      // uint32 per batch entry's packed panel
+  bool packed = true;  // B packed into k-pair panels first (else read in place: m <= 48, not trans_b)
+  int64_t npad = 0;    // columns padded to a multiple of 16
+  int64_t panel = 0;   // uint32 per batch entry's packed panel
   int64_t row_items = 0, col_items = 0, items = 0;
 };
 Bf16GemmPlan gemm_bf16_plan(const detail::GemmProblem& p);

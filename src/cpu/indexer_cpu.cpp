@@ -30,7 +30,8 @@ constexpr int kChunk = 1024;  // positions per GEMM
 const uint8_t* key_entry(const IndexerKeyCache& c, const IndexerArgs& a, const IndexerTokens& tok, int t, int64_t p) {
   const int r = tok.request[size_t(t)];
   const int64_t bs = c.block_size();
-  const int32_t block = a.block_table.data_as<const int32_t>()[r * a.block_table.stride(0) + (p / bs) * a.block_table.stride(1)];
+  const int32_t block =
+      a.block_table.data_as<const int32_t>()[r * a.block_table.stride(0) + (p / bs) * a.block_table.stride(1)];
   return static_cast<const uint8_t*>(c.data.data()) + block * c.data.stride(0) + (p % bs) * c.data.stride(1);
 }
 
@@ -129,7 +130,8 @@ void indexer_k_cache_write(const Tensor& k, const IndexerKeyCache& cache, const 
       if (std::isfinite(x[size_t(d)])) amax = std::fmax(amax, std::fabs(x[size_t(d)]));
     }
     const float scale = std::fmax(amax / 448.f, FLT_MIN);  // as fp8_ds_mla's tiles
-    uint8_t* e = static_cast<uint8_t*>(cache.data.data()) + (slot / bs) * cache.data.stride(0) + (slot % bs) * cache.data.stride(1);
+    uint8_t* e = static_cast<uint8_t*>(cache.data.data()) + (slot / bs) * cache.data.stride(0) +
+                 (slot % bs) * cache.data.stride(1);
     for (int d = 0; d < D; ++d) e[d] = f32_to_fp8e4m3(x[size_t(d)] / scale);
     std::memcpy(e + D, &scale, 4);
   }
@@ -140,7 +142,8 @@ void indexer_token_logits_reference(const IndexerArgs& a, const IndexerKeyCache&
   const int H = int(a.q.size(1)), D = c.head_dim;
   std::vector<double> q(static_cast<size_t>(H) * D);
   for (int h = 0; h < H; ++h) {
-    for (int d = 0; d < D; ++d) q[size_t(h) * D + d] = load_as_f32(a.q.data(), a.q.dtype(), t * a.q.stride(0) + h * a.q.stride(1) + d);
+    for (int d = 0; d < D; ++d)
+      q[size_t(h) * D + d] = load_as_f32(a.q.data(), a.q.dtype(), t * a.q.stride(0) + h * a.q.stride(1) + d);
   }
   const float* w = a.weights.data_as<const float>() + t * a.weights.stride(0);
   for (int64_t p = 0; p <= tok.position[size_t(t)]; ++p) {

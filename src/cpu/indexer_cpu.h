@@ -20,8 +20,8 @@ void indexer_k_cache_write(const Tensor& k, const IndexerKeyCache& cache, const 
 
 // logits[p] for p <= position of token t (count = position + 1), f64 math
 // (reference) or the fast path (cpu).
-void indexer_token_logits_reference(const IndexerArgs& a, const IndexerKeyCache& cache, const IndexerTokens& tok,
-                                    int t, float* logits);
+void indexer_token_logits_reference(const IndexerArgs& a, const IndexerKeyCache& cache, const IndexerTokens& tok, int t,
+                                    float* logits);
 // The fast path; `threads` splits the positions (1: the calling thread only).
 void indexer_token_logits_cpu(const IndexerArgs& a, const IndexerKeyCache& cache, const IndexerTokens& tok, int t,
                               float* logits, int threads);

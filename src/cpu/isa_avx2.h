@@ -80,8 +80,10 @@ struct Avx2 {
   // 8 values at p (all 8 readable) to f32; fp8 as in Avx512::fp8x16_to_f32.
   static F load8_as_f32(const void* p, DType t) {
     switch (t) {
-      case DType::f32: return _mm256_loadu_ps(static_cast<const float*>(p));
-      case DType::f16: return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+      case DType::f32:
+        return _mm256_loadu_ps(static_cast<const float*>(p));
+      case DType::f16:
+        return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
       case DType::bf16: {
         const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
         return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
@@ -94,7 +96,8 @@ struct Avx2 {
         const __m256 nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f))));
         return _mm256_blendv_ps(f, _mm256_set1_ps(__builtin_nanf("")), nan);
       }
-      default: return _mm256_setzero_ps();
+      default:
+        return _mm256_setzero_ps();
     }
   }
 
@@ -118,7 +121,8 @@ struct Avx2 {
   static __m128i f32_to_bf16x8(F x) {
     const __m256i u = _mm256_castps_si256(x);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
     const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
     const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
     const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
@@ -128,12 +132,17 @@ struct Avx2 {
 
   static void store8_from_f32(F x, DType t, void* p) {
     switch (t) {
-      case DType::f32: _mm256_storeu_ps(static_cast<float*>(p), x); break;
+      case DType::f32:
+        _mm256_storeu_ps(static_cast<float*>(p), x);
+        break;
       case DType::f16:
         _mm_storeu_si128(static_cast<__m128i*>(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         break;
-      case DType::bf16: _mm_storeu_si128(static_cast<__m128i*>(p), f32_to_bf16x8(x)); break;
-      default: break;
+      case DType::bf16:
+        _mm_storeu_si128(static_cast<__m128i*>(p), f32_to_bf16x8(x));
+        break;
+      default:
+        break;
     }
   }
 

@@ -75,7 +75,8 @@ struct Avx512 {
 
   static F load16_as_f32(const void* src, DType t, int64_t i, __mmask16 k) {
     switch (t) {
-      case DType::f32: return _mm512_maskz_loadu_ps(k, static_cast<const float*>(src) + i);
+      case DType::f32:
+        return _mm512_maskz_loadu_ps(k, static_cast<const float*>(src) + i);
       case DType::f16:
         return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(src) + i));
       case DType::bf16: {
@@ -84,7 +85,8 @@ struct Avx512 {
       }
       case DType::fp8_e4m3:
         return fp8x16_to_f32(_mm_maskz_loadu_epi8(k, static_cast<const uint8_t*>(src) + i));
-      default: return _mm512_setzero_ps();
+      default:
+        return _mm512_setzero_ps();
     }
   }
 
@@ -102,7 +104,8 @@ struct Avx512 {
   static __m256i f32_to_bf16x16(F x) {
     const __m512i u = _mm512_castps_si512(x);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    const __m512i rounded =
+        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
     const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
     const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
@@ -110,13 +113,18 @@ struct Avx512 {
 
   static void store16_from_f32(F x, DType t, void* dst, int64_t i, __mmask16 k) {
     switch (t) {
-      case DType::f32: _mm512_mask_storeu_ps(static_cast<float*>(dst) + i, k, x); break;
+      case DType::f32:
+        _mm512_mask_storeu_ps(static_cast<float*>(dst) + i, k, x);
+        break;
       case DType::f16:
         _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + i, k,
                                  _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         break;
-      case DType::bf16: _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + i, k, f32_to_bf16x16(x)); break;
-      default: break;
+      case DType::bf16:
+        _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + i, k, f32_to_bf16x16(x));
+        break;
+      default:
+        break;
     }
   }
 
@@ -160,8 +168,8 @@ struct Avx512 {
   // dst[d] = even[d] | odd[d] << 16 (odd == nullptr: zeros).
   static void pack_value_pairs(const uint16_t* even, const uint16_t* odd, int64_t n, uint32_t* dst) {
     // Output 16-bit element 2i <- even[i], 2i+1 <- odd[i], for each half.
-    alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                                     8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    alignas(64) static constexpr uint16_t kLo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                     8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
     alignas(64) static constexpr uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
                                                      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
     const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);

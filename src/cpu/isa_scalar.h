@@ -26,8 +26,12 @@ struct Scalar {
     return r;
   }
   static F zero() { return set1(0.f); }
-  static F set1(float x) { return map([x](int) { return x; }); }
-  static F load(const float* p) { return map([p](int i) { return p[i]; }); }
+  static F set1(float x) {
+    return map([x](int) { return x; });
+  }
+  static F load(const float* p) {
+    return map([p](int i) { return p[i]; });
+  }
   static void store(float* p, const F& a) {
     for (int i = 0; i < W; ++i) p[i] = a.v[i];
   }
@@ -35,16 +39,28 @@ struct Scalar {
   static F fma(const F& a, const F& b, const F& c) {
     return map([&](int i) { return std::fma(a.v[i], b.v[i], c.v[i]); });
   }
-  static F mul(const F& a, const F& b) { return map([&](int i) { return a.v[i] * b.v[i]; }); }
-  static F add(const F& a, const F& b) { return map([&](int i) { return a.v[i] + b.v[i]; }); }
-  static F sub(const F& a, const F& b) { return map([&](int i) { return a.v[i] - b.v[i]; }); }
+  static F mul(const F& a, const F& b) {
+    return map([&](int i) { return a.v[i] * b.v[i]; });
+  }
+  static F add(const F& a, const F& b) {
+    return map([&](int i) { return a.v[i] + b.v[i]; });
+  }
+  static F sub(const F& a, const F& b) {
+    return map([&](int i) { return a.v[i] - b.v[i]; });
+  }
   // b when either is NaN, as maxps.
-  static F max(const F& a, const F& b) { return map([&](int i) { return a.v[i] > b.v[i] ? a.v[i] : b.v[i]; }); }
-  static F exp2(const F& x) { return map([&](int i) { return std::exp2(x.v[i]); }); }
+  static F max(const F& a, const F& b) {
+    return map([&](int i) { return a.v[i] > b.v[i] ? a.v[i] : b.v[i]; });
+  }
+  static F exp2(const F& x) {
+    return map([&](int i) { return std::exp2(x.v[i]); });
+  }
   static F mask_keys(const F& x, const int32_t* lane_end, int key) {
     return map([&](int i) { return key < lane_end[i] ? x.v[i] : -INFINITY; });
   }
-  static F neg_inf_to_zero(const F& x) { return map([&](int i) { return x.v[i] == -INFINITY ? 0.f : x.v[i]; }); }
+  static F neg_inf_to_zero(const F& x) {
+    return map([&](int i) { return x.v[i] == -INFINITY ? 0.f : x.v[i]; });
+  }
 
   static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
     for (int i = 0; i < W; ++i) {

@@ -24,10 +24,10 @@ std::string cpu_kernel_label(DType dtype) {
   }
   // detail::cpu_gemm: the bf16 dot-product kernel for bf16 operands on an
   // AVX512-BF16 path unless OpenBLAS is forced; OpenBLAS otherwise.
-  const bool bf16_gemm = cpu::gemm_path() != cpu::GemmPath::openblas && isa == CpuIsa::avx512_bf16 &&
-                         dtype == DType::bf16;
-  return std::string(cpu_isa_name(isa)) + " kernels (" + source + "); projections: " +
-         (bf16_gemm ? "bf16 vdpbf16ps GEMM" : "OpenBLAS sgemm");
+  const bool bf16_gemm =
+      cpu::gemm_path() != cpu::GemmPath::openblas && isa == CpuIsa::avx512_bf16 && dtype == DType::bf16;
+  return std::string(cpu_isa_name(isa)) + " kernels (" + source +
+         "); projections: " + (bf16_gemm ? "bf16 vdpbf16ps GEMM" : "OpenBLAS sgemm");
 }
 
 std::string backend_kernel_label(const std::string& backend, Device device, DType dtype) {

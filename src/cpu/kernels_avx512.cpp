@@ -14,7 +14,7 @@ constexpr int kTileRows = 2 * Avx512::W;  // 2 groups: see Avx512's register blo
 MathPath bf16_prefill(DType act) { return act == DType::bf16 ? MathPath::bf16_dot : MathPath::f32_fma; }
 MathPath bf16_decode(DType act, DType cache) {
   return act == DType::bf16 && (cache == DType::bf16 || cache == DType::fp8_e4m3) ? MathPath::bf16_dot
-                                                                                   : MathPath::f32_fma;
+                                                                                  : MathPath::f32_fma;
 }
 
 const KernelTable kAvx512 = [] {

@@ -13,8 +13,7 @@
 namespace lattn::cpu {
 
 //   kv_c [T, L], k_pe [T, R] (already squeezed), slot_mapping [T'] int64 host
-void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
-                          const Tensor& slot_mapping);
+void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache, const Tensor& slot_mapping);
 
 //   dst [>= total, L+R], block_table [>= B, max_blocks] i32, cu_seq_lens [B+1] i32,
 //   seq_starts [B] i32 or undefined (all 0)

@@ -7,9 +7,7 @@
 
 namespace lattn::reference {
 
-const double* F64Array::row(int64_t i0, int64_t i1) const {
-  return values.data() + (i0 * shape[1] + i1) * shape[2];
-}
+const double* F64Array::row(int64_t i0, int64_t i1) const { return values.data() + (i0 * shape[1] + i1) * shape[2]; }
 
 F64Array load_f64(const Tensor& t) {
   F64Array a;

@@ -115,7 +115,8 @@ class ReferenceDecode final : public DecodeBackend {
     check_shape(op, "metadata.seq_lens", md.seq_lens_cpu, {md.num_decodes});
     check_dim(op, "metadata.block_table", md.block_table_cpu, 2);
     check_arg(host_index(md.query_start_loc_cpu, md.num_decodes) == T, op, "metadata.query_start_loc",
-              "end at num_decode_tokens = " + std::to_string(T), std::to_string(host_index(md.query_start_loc_cpu, md.num_decodes)));
+              "end at num_decode_tokens = " + std::to_string(T),
+              std::to_string(host_index(md.query_start_loc_cpu, md.num_decodes)));
     for (int r = 0; r < md.num_decodes; ++r) {
       const int64_t num_queries = host_index(md.query_start_loc_cpu, r + 1) - host_index(md.query_start_loc_cpu, r);
       const int64_t seq_len = host_index(md.seq_lens_cpu, r);

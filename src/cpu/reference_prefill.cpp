@@ -38,12 +38,15 @@ class ReferencePrefill final : public PrefillBackend {
 
     // Causal: query token i of a request attends to the request's keys up to itself.
     const Tensor& query_start = md.query_start_loc_cpu;
-    attend(q, k, v, out, return_softmax_lse ? lse : Tensor(), output_scale, md.num_prefills,
-           [&](int64_t p) { return std::pair<int64_t, int64_t>{host_index(query_start, p), host_index(query_start, p + 1)}; },
-           [&](int64_t p, int64_t i) {
-             const int64_t begin = host_index(query_start, p);
-             return std::pair<int64_t, int64_t>{begin, i + 1};
-           });
+    attend(
+        q, k, v, out, return_softmax_lse ? lse : Tensor(), output_scale, md.num_prefills,
+        [&](int64_t p) {
+          return std::pair<int64_t, int64_t>{host_index(query_start, p), host_index(query_start, p + 1)};
+        },
+        [&](int64_t p, int64_t i) {
+          const int64_t begin = host_index(query_start, p);
+          return std::pair<int64_t, int64_t>{begin, i + 1};
+        });
   }
 
   void run_prefill_context_chunk(int chunk_idx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -61,9 +64,14 @@ class ReferencePrefill final : public PrefillBackend {
     // Non-causal: every query token of prefill p sees all of p's keys in this chunk.
     const Tensor& query_start = md.query_start_loc_cpu;
     const Tensor cu_keys = plan.cu_seq_lens_cpu.select(0, chunk_idx);
-    attend(q, k, v, out, lse, Tensor(), md.num_prefills,
-           [&](int64_t p) { return std::pair<int64_t, int64_t>{host_index(query_start, p), host_index(query_start, p + 1)}; },
-           [&](int64_t p, int64_t) { return std::pair<int64_t, int64_t>{host_index(cu_keys, p), host_index(cu_keys, p + 1)}; });
+    attend(
+        q, k, v, out, lse, Tensor(), md.num_prefills,
+        [&](int64_t p) {
+          return std::pair<int64_t, int64_t>{host_index(query_start, p), host_index(query_start, p + 1)};
+        },
+        [&](int64_t p, int64_t) {
+          return std::pair<int64_t, int64_t>{host_index(cu_keys, p), host_index(cu_keys, p + 1)};
+        });
   }
 
  private:

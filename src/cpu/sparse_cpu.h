@@ -25,8 +25,8 @@ void gather_cache_ds_mla(const LatentCache& cache, const Tensor& dst, const Tens
 // The AVX-512 version needs cpu_isa() >= avx512; both give identical bits.
 void dequant_ds_mla_rows_bf16(const uint8_t* cache_base, const int64_t* row_offsets, int rows, int kv_lora_rank,
                               int rope_dim, uint16_t* out);
-void dequant_ds_mla_rows_bf16_avx512(const uint8_t* cache_base, const int64_t* row_offsets, int rows,
-                                     int kv_lora_rank, int rope_dim, uint16_t* out);
+void dequant_ds_mla_rows_bf16_avx512(const uint8_t* cache_base, const int64_t* row_offsets, int rows, int kv_lora_rank,
+                                     int rope_dim, uint16_t* out);
 
 // The same into f32 rows (exact products: used for f32/f16 queries, whose
 // error model bf16 rows would break).

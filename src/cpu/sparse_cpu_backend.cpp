@@ -38,8 +38,9 @@ class CpuSparseClass final : public SparseMlaBackendClass {
   std::vector<std::string> validate_configuration(std::optional<DeviceCapability> capability,
                                                   const SparseSelectorConfig& c) const override {
     std::vector<std::string> reasons;
-    if (capability) reasons.push_back("compute capability " + std::to_string(capability->major) + "." +
-                                      std::to_string(capability->minor) + " not supported");
+    if (capability)
+      reasons.push_back("compute capability " + std::to_string(capability->major) + "." +
+                        std::to_string(capability->minor) + " not supported");
     if (c.kv_cache_dtype == kFp8DsMla && c.kv_lora_rank % kFp8DsMlaTile != 0) {
       reasons.push_back("latent dims (" + std::to_string(c.kv_lora_rank) + ", " + std::to_string(c.qk_rope_head_dim) +
                         ") not supported (supported: kv_lora_rank a multiple of 128 for fp8_ds_mla)");
@@ -207,7 +208,8 @@ void CpuSparseClass::run(const SparseMlaArgs& a, const LatentCache& cache, Strea
       for (float& v : row) v *= factor;
     }
     kt.from_f32(row.data(), L, q_dtype,
-                static_cast<char*>(a.out.data()) + (int64_t(t) * a.out.stride(0) + int64_t(h) * a.out.stride(1)) * int64_t(esize));
+                static_cast<char*>(a.out.data()) +
+                    (int64_t(t) * a.out.stride(0) + int64_t(h) * a.out.stride(1)) * int64_t(esize));
     if (a.lse.defined()) a.lse.data_as<float>()[h * a.lse.stride(0) + t * a.lse.stride(1)] = lse;
   });
 }

@@ -38,8 +38,8 @@ __m256i f32_to_bf16x16(__m512 x) {
 
 }  // namespace
 
-void dequant_ds_mla_rows_bf16_avx512(const uint8_t* cache_base, const int64_t* row_offsets, int rows,
-                                     int kv_lora_rank, int rope_dim, uint16_t* out) {
+void dequant_ds_mla_rows_bf16_avx512(const uint8_t* cache_base, const int64_t* row_offsets, int rows, int kv_lora_rank,
+                                     int rope_dim, uint16_t* out) {
   const int width = kv_lora_rank + rope_dim, tiles = kv_lora_rank / 128;
   const int entry_bytes = kv_lora_rank + 4 * tiles + 2 * rope_dim;
   for (int r = 0; r < rows; ++r) {
@@ -58,7 +58,8 @@ void dequant_ds_mla_rows_bf16_avx512(const uint8_t* cache_base, const int64_t* r
       const __m512 s = _mm512_set1_ps(scale * 256.f);
       for (int i = tile * 128; i < (tile + 1) * 128; i += 16) {
         const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(e + i));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), f32_to_bf16x16(_mm512_mul_ps(fp8x16_to_f32_over_256(bytes), s)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i),
+                            f32_to_bf16x16(_mm512_mul_ps(fp8x16_to_f32_over_256(bytes), s)));
       }
     }
     std::memcpy(o + kv_lora_rank, e + kv_lora_rank + 4 * tiles, size_t(rope_dim) * 2);

@@ -64,12 +64,11 @@ class ReferenceSparseClass final : public SparseMlaBackendClass {
         ++n;
       }
       for (int64_t h = 0; h < N; ++h) {
-        double lse = reference::attend_one_row(q64.row(t, h), D, keys.data(), D, keys.data(), D, L, n, a.scale,
-                                               o_row.data());
+        double lse =
+            reference::attend_one_row(q64.row(t, h), D, keys.data(), D, keys.data(), D, L, n, a.scale, o_row.data());
         if (a.attn_sink.defined() && n > 0) {
           // out · e^lse / (e^lse + e^sink), computed stably as 1 / (1 + e^(sink - lse)).
-          const double sink =
-              double(sink_host.host().data_as<const float>()[h * sink_host.host().stride(0)]);
+          const double sink = double(sink_host.host().data_as<const float>()[h * sink_host.host().stride(0)]);
           const double factor = 1.0 / (1.0 + std::exp(sink - lse));
           for (double& v : o_row) v *= factor;
         }

@@ -31,7 +31,7 @@ namespace {
 
 constexpr int kCountBits = 16;
 constexpr uint64_t kCountMask = (uint64_t(1) << kCountBits) - 1;
-constexpr int kMaxSlots = 256;  // threads per call (T - 1 fits in 8 bits)
+constexpr int kMaxSlots = 256;                            // threads per call (T - 1 fits in 8 bits)
 constexpr int64_t kMaxJobsPerCall = int64_t(kCountMask);  // per slot, hence per call too
 // Spin budgets before sleeping. A worker keeps spinning this long after a
 // call because decode issues its calls back to back (projection, attention,
@@ -139,7 +139,8 @@ class Pool {
         body(ctx, int64_t(owner) + int64_t(next) * threads, slot);
         t_in_job = slot != 0;
         const uint32_t all = calls_jobs_.load(std::memory_order_relaxed);
-        if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == all && caller_sleeping_.load(std::memory_order_seq_cst)) {
+        if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == all &&
+            caller_sleeping_.load(std::memory_order_seq_cst)) {
           futex_wake(done_, 1);
         }
         w = word.load(std::memory_order_acquire);

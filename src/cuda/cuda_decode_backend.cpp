@@ -133,11 +133,10 @@ CudaDecodeBackend::CudaDecodeBackend(const DecodeBackendParams& params, bool hop
       own_store_(std::make_shared<PlanStore>(params.context.device.index)),
       fused_sync_(params.context.device.index) {
   const char* op = hopper ? "hopper decode backend" : "cuda decode backend";
-  check_arg(params.context.device.is_cuda(), op, "context.device", "a CUDA device",
-            device_name(params.context.device));
+  check_arg(params.context.device.is_cuda(), op, "context.device", "a CUDA device", device_name(params.context.device));
   check_arg(params.num_heads > 0, op, "num_heads", "positive", std::to_string(params.num_heads));
-  check_arg(params.kv_lora_rank > 0 && params.qk_rope_head_dim > 0, op, "kv_lora_rank, qk_rope_head_dim",
-            "positive", std::to_string(params.kv_lora_rank) + ", " + std::to_string(params.qk_rope_head_dim));
+  check_arg(params.kv_lora_rank > 0 && params.qk_rope_head_dim > 0, op, "kv_lora_rank, qk_rope_head_dim", "positive",
+            std::to_string(params.kv_lora_rank) + ", " + std::to_string(params.qk_rope_head_dim));
   check_arg(params.dtype == DType::f16 || params.dtype == DType::bf16, op, "dtype", "f16 or bf16",
             dtype_name(params.dtype));
   check_arg(params.kv_cache_dtype == DType::f16 || params.kv_cache_dtype == DType::bf16 ||
@@ -156,9 +155,8 @@ void CudaDecodeBackend::check_metadata(const DecodeMetadata& md, const char* op)
   check_index(op, "metadata.seq_lens", md.seq_lens, device, 1);
   check_index(op, "metadata.query_start_loc", md.query_start_loc, device, 1);
   check_index(op, "metadata.block_table", md.block_table, device, 2);
-  check_arg(md.seq_lens.size(0) >= b, op, "metadata.seq_lens", "at least num_decodes = " + std::to_string(b) +
-                                                                      " entries",
-            md.seq_lens.shape_str());
+  check_arg(md.seq_lens.size(0) >= b, op, "metadata.seq_lens",
+            "at least num_decodes = " + std::to_string(b) + " entries", md.seq_lens.shape_str());
   check_arg(md.query_start_loc.size(0) >= b + 1, op, "metadata.query_start_loc",
             "at least num_decodes + 1 = " + std::to_string(b + 1) + " entries", md.query_start_loc.shape_str());
   check_arg(md.block_table.size(0) >= b, op, "metadata.block_table",
@@ -252,13 +250,12 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
       const int tiles = (std::max(lens[r], 0) + config_.block_n - 1) / config_.block_n;
       const int n = batch_invariant_num_splits(tiles);
       if (n > kMaxDecodeSplitsPerRequest || splits + n > 65535) {
-        throw NotImplementedError(std::string(plan_op(hopper_)) + ": batch-invariant decode cuts request " +
-                                  std::to_string(r) + " (seq_len " + std::to_string(lens[r]) + ") into " +
-                                  std::to_string(n) + " splits of " +
-                                  std::to_string(batch_invariant_split_tiles(tiles) * config_.block_n) +
-                                  " keys, bringing the batch to " + std::to_string(splits + n) +
-                                  " splits, more than the kernels handle (" +
-                                  std::to_string(kMaxDecodeSplitsPerRequest) + " per request, 65535 in all)");
+        throw NotImplementedError(
+            std::string(plan_op(hopper_)) + ": batch-invariant decode cuts request " + std::to_string(r) +
+            " (seq_len " + std::to_string(lens[r]) + ") into " + std::to_string(n) + " splits of " +
+            std::to_string(batch_invariant_split_tiles(tiles) * config_.block_n) + " keys, bringing the batch to " +
+            std::to_string(splits + n) + " splits, more than the kernels handle (" +
+            std::to_string(kMaxDecodeSplitsPerRequest) + " per request, 65535 in all)");
       }
       splits += n;
     }
@@ -305,9 +302,12 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   }
   const std::string key = std::string("cuda decode plan: device ") + std::to_string(params_.context.device.index) +
                           ", stream " + std::to_string(reinterpret_cast<uintptr_t>(params_.context.stream)) +
-                          (sm90_ ? ", sm90" : sm90_fp8_ ? ", sm90 fp8" : ", sm80") + ", tiles " + config_.str() + ", rows " +
-                          std::to_string(m_tiles_ * config_.block_m) + ", L " + std::to_string(params_.kv_lora_rank) +
-                          ", parts " + std::to_string(parts) + ", overhead " + std::to_string(plan_.overhead_tiles) +
+                          (sm90_       ? ", sm90"
+                           : sm90_fp8_ ? ", sm90 fp8"
+                                       : ", sm80") +
+                          ", tiles " + config_.str() + ", rows " + std::to_string(m_tiles_ * config_.block_m) + ", L " +
+                          std::to_string(params_.kv_lora_rank) + ", parts " + std::to_string(parts) + ", overhead " +
+                          std::to_string(plan_.overhead_tiles) +
                           (plan_.batch_invariant ? ", batch-invariant splits" : "") +
                           (whole_requests_ ? "" : ", always split");
   const auto slot = md.plans->get_or_make<SharedPlanSlot>(key, [] { return SharedPlanSlot{}; });
@@ -372,8 +372,8 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   const Device device = params_.context.device;
   const int T = md.num_decode_tokens, H = params_.num_heads, L = params_.kv_lora_rank, R = params_.qk_rope_head_dim;
   // Validate everything before launching anything.
-  for (auto [name, t, width] : {std::tuple{"ql_nope", &ql_nope, L}, std::tuple{"q_pe", &q_pe, R},
-                                std::tuple{"out", &out, L}}) {
+  for (auto [name, t, width] :
+       {std::tuple{"ql_nope", &ql_nope, L}, std::tuple{"q_pe", &q_pe, R}, std::tuple{"out", &out, L}}) {
     check_defined(kRun, name, *t);
     check_device(kRun, name, *t, device);
     check_dtype(kRun, name, *t, params_.dtype);
@@ -382,14 +382,13 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   }
   cache.validate(kRun);
   check_arg(cache.device() == device, kRun, "cache", "on " + device_name(device), device_name(cache.device()));
-  check_arg(cache.dtype() == params_.kv_cache_dtype, kRun, "cache", std::string("dtype ") +
-                                                                         dtype_name(params_.kv_cache_dtype),
-            dtype_name(cache.dtype()));
+  check_arg(cache.dtype() == params_.kv_cache_dtype, kRun, "cache",
+            std::string("dtype ") + dtype_name(params_.kv_cache_dtype), dtype_name(cache.dtype()));
   check_arg(cache.kv_lora_rank == L && cache.qk_rope_head_dim == R, kRun, "cache",
             "latent dims (" + std::to_string(L) + ", " + std::to_string(R) + ")",
             "(" + std::to_string(cache.kv_lora_rank) + ", " + std::to_string(cache.qk_rope_head_dim) + ")");
-  check_arg(cache.block_size() == md.block_size, kRun, "cache", "block size " + std::to_string(md.block_size) +
-                                                                     " (metadata.block_size)",
+  check_arg(cache.block_size() == md.block_size, kRun, "cache",
+            "block size " + std::to_string(md.block_size) + " (metadata.block_size)",
             std::to_string(cache.block_size()));
   if (lse.defined()) {
     check_device(kRun, "lse", lse, device);
@@ -408,10 +407,10 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
                     .empty()) {
     plan(md, false);
   }
-  if (sm90_fp8_ && !sm90::decode_sm90_fp8_unsupported_reason(params_.dtype, cache.dtype(), L, R,
-                                                             int(cache.block_size()), cache.data.data(),
-                                                             cache.data.stride(0))
-                       .empty()) {
+  if (sm90_fp8_ &&
+      !sm90::decode_sm90_fp8_unsupported_reason(params_.dtype, cache.dtype(), L, R, int(cache.block_size()),
+                                                cache.data.data(), cache.data.stride(0))
+           .empty()) {
     plan(md, false);
   }
 
@@ -472,8 +471,7 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   }
   check_launch_indices(device.index, stream, kRun, "block_table",
                        "hold block ids in [0, num_blocks = " + std::to_string(p.num_blocks) +
-                           ") for every key of its sequence, within its " + std::to_string(p.table_width) +
-                           " columns");
+                           ") for every key of its sequence, within its " + std::to_string(p.table_width) + " columns");
 }
 
 int64_t decode_plans_launched(const DecodeBackend& backend) {

@@ -94,17 +94,17 @@ class CudaDecodeBackend final : public DecodeBackend {
   // Whether the plan in use was overwritten since (plan store generation).
   bool plan_overwritten() const;
 
-  bool hopper_ = false;  // the `hopper` backend (may choose the sm90 kernel)
-  bool fast_ = false;    // tensor-core kernel (else generic)
-  bool sm90_ = false;    // the last plan chose the sm90 wgmma kernel
+  bool hopper_ = false;    // the `hopper` backend (may choose the sm90 kernel)
+  bool fast_ = false;      // tensor-core kernel (else generic)
+  bool sm90_ = false;      // the last plan chose the sm90 wgmma kernel
   bool sm90_fp8_ = false;  // the last plan chose the sm90 key-major fp8-cache kernel
-  bool fused_ = false;   // the last plan chose the one-launch small-batch kernel
+  bool fused_ = false;     // the last plan chose the one-launch small-batch kernel
   int fused_ctas_per_sm_ = -1;
   sm80::DecodeTileConfig config_{};
   int m_tiles_ = 0;
   int planned_batch_ = -1;
   DecodePlan plan_{};
-  bool whole_requests_ = true;  // plans may keep requests whole (LATTN_DECODE_WHOLE=0: never)
+  bool whole_requests_ = true;             // plans may keep requests whole (LATTN_DECODE_WHOLE=0: never)
   std::shared_ptr<PlanStore> own_store_;   // where this instance's plans go
   std::shared_ptr<PlanStore> plan_store_;  // the store plan_ points into (own or a shared step's)
   uint64_t plan_generation_ = 0;           // plan_store_'s generation when plan_ was written

@@ -50,9 +50,10 @@ class ScopedDevice {
 
 std::string cuda_prefill_head_dims_reason(int qk, int v) {
   if (cuda::sm80::default_prefill_config(qk, v) >= 0) return "";
-  return "head dims qk_nope_head_dim + qk_rope_head_dim = " + std::to_string(qk) + ", v_head_dim = " +
-         std::to_string(v) + " not supported by the cuda prefill kernels (supported (qk, v): " +
-         cuda::sm80::supported_prefill_head_dims() + ")";
+  return "head dims qk_nope_head_dim + qk_rope_head_dim = " + std::to_string(qk) +
+         ", v_head_dim = " + std::to_string(v) +
+         " not supported by the cuda prefill kernels (supported (qk, v): " + cuda::sm80::supported_prefill_head_dims() +
+         ")";
 }
 
 std::vector<std::string> cuda_prefill_configuration_reasons(const PrefillBackendClass& cls,
@@ -111,7 +112,8 @@ void check_index_rows(const char* op, const char* name, const Tensor& device_vie
   };
   if (!ok(device_view, device) || !ok(host_view, Device::cpu())) {
     throw ValueError(std::string(op) + ": prefill metadata '" + name + "' must be int32 [" + std::to_string(length) +
-                     "] on " + device_name(device) + " with its host copy (call MlaMetadata::to_device before "
+                     "] on " + device_name(device) +
+                     " with its host copy (call MlaMetadata::to_device before "
                      "prepare_metadata), got " +
                      (device_view.defined() ? device_view.describe() : std::string("undefined")));
   }
@@ -136,8 +138,8 @@ void CudaPrefillBackend::run_prefill_new_tokens(const Tensor& q, const Tensor& k
   if (return_softmax_lse) check_lse(op, lse, tokens);
   check_index_rows(op, "query_start_loc", md.query_start_loc, md.query_start_loc_cpu, md.num_prefills + 1,
                    params_.context.device);
-  const int longest = check_cu_seqlens(op, "query_start_loc", md.query_start_loc_cpu.data_as<const int32_t>(),
-                                       md.num_prefills, tokens);
+  const int longest =
+      check_cu_seqlens(op, "query_start_loc", md.query_start_loc_cpu.data_as<const int32_t>(), md.num_prefills, tokens);
 
   PrefillParams p = base_params(q, k, v, out, return_softmax_lse ? lse : Tensor());
   p.cu_seqlens_q = md.query_start_loc.data_as<const int32_t>();
@@ -169,10 +171,10 @@ void CudaPrefillBackend::run_prefill_context_chunk(int chunk_idx, const Tensor& 
   check_dim(op, "k", k, 3);
   check_activations(op, q, k, v, out, tokens, k.size(0));
   check_lse(op, lse, tokens);
-  const int longest = check_cu_seqlens(op, "query_start_loc", md.query_start_loc_cpu.data_as<const int32_t>(),
-                                       md.num_prefills, tokens);
-  check_cu_seqlens(op, "chunks.cu_seq_lens[chunk_idx]", plan.cu_seq_lens_cpu.select(0, chunk_idx).data_as<const int32_t>(),
-                   md.num_prefills, k.size(0));
+  const int longest =
+      check_cu_seqlens(op, "query_start_loc", md.query_start_loc_cpu.data_as<const int32_t>(), md.num_prefills, tokens);
+  check_cu_seqlens(op, "chunks.cu_seq_lens[chunk_idx]",
+                   plan.cu_seq_lens_cpu.select(0, chunk_idx).data_as<const int32_t>(), md.num_prefills, k.size(0));
 
   PrefillParams p = base_params(q, k, v, out, lse);
   p.cu_seqlens_q = md.query_start_loc.data_as<const int32_t>();

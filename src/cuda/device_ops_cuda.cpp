@@ -38,7 +38,9 @@ const DeviceOps& cuda_device_ops() {
       cuda::indexer_topk(a, cache, topk);
     };
     t.topk_positions = cuda::topk_positions;
-    t.gemm = [](const GemmProblem& p, const RunContext& ctx) { cuda::gemm(p, ctx.device.index, ctx.stream, ctx.batch_invariant); };
+    t.gemm = [](const GemmProblem& p, const RunContext& ctx) {
+      cuda::gemm(p, ctx.device.index, ctx.stream, ctx.batch_invariant);
+    };
     return t;
   }();
   return table;

@@ -21,9 +21,10 @@ std::string str(int v) { return std::to_string(v); }
 // cuBLAS for the layer's same-dtype operands, lattn's own tiled kernel in
 // batch-invariant mode (cuBLAS picks its algorithm by shape).
 std::string projections(bool batch_invariant) {
-  return batch_invariant ? "; projections: lattn's fixed-tile GEMM (batch-invariant mode: tiles and K order fixed whatever "
-                           "the number of rows)"
-                         : "; projections: cuBLAS (f32 accumulation)";
+  return batch_invariant
+             ? "; projections: lattn's fixed-tile GEMM (batch-invariant mode: tiles and K order fixed whatever "
+               "the number of rows)"
+             : "; projections: cuBLAS (f32 accumulation)";
 }
 
 }  // namespace
@@ -75,20 +76,23 @@ std::string CudaDecodeBackend::kernel_label() const {
       // Why plan() kept this hopper instance on the sm80 kernel, in its order.
       const bool fp8 = p.kv_cache_dtype == DType::fp8_e4m3;
       const std::string layout =
-          fp8 ? sm90::decode_sm90_fp8_unsupported_reason(p.dtype, p.kv_cache_dtype, p.kv_lora_rank,
-                                                         p.qk_rope_head_dim, sm90::kDecodeFp8BlockN, nullptr, 0)
+          fp8 ? sm90::decode_sm90_fp8_unsupported_reason(p.dtype, p.kv_cache_dtype, p.kv_lora_rank, p.qk_rope_head_dim,
+                                                         sm90::kDecodeFp8BlockN, nullptr, 0)
               : sm90::decode_sm90_unsupported_reason(p.dtype, p.kv_cache_dtype, p.kv_lora_rank, p.qk_rope_head_dim,
                                                      sm90::kDecodeBlockN, nullptr, 0);
       std::string why;
       if (fp8 && p.context.batch_invariant)
-        why = "batch-invariant mode keeps fp8 caches on the sm80 kernel (the fp8 kernel's split of a piece's tiles "
-              "between its two warpgroups follows the CTA's walk)";
+        why =
+            "batch-invariant mode keeps fp8 caches on the sm80 kernel (the fp8 kernel's split of a piece's tiles "
+            "between its two warpgroups follows the CTA's walk)";
       else if (fp8 && layout.empty())
-        why = "LATTN_HOPPER_FP8=0, or the fp8 kernel cannot address this cache: a page size not a multiple of 64, "
-              "or an unaligned view";
+        why =
+            "LATTN_HOPPER_FP8=0, or the fp8 kernel cannot address this cache: a page size not a multiple of 64, "
+            "or an unaligned view";
       else if (p.context.batch_invariant && p.num_heads <= 16)
-        why = "batch-invariant mode with at most 16 heads: 16-row tiles (the kernel follows the head count, not "
-              "the batch's longest query)";
+        why =
+            "batch-invariant mode with at most 16 heads: 16-row tiles (the kernel follows the head count, not "
+            "the batch's longest query)";
       else if (m_tiles_ == 1 && config_.block_m == 16 && !fp8)
         why = "at most 16 rows per request: 16-row tiles";
       else if (!layout.empty())

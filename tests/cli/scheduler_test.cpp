@@ -71,7 +71,7 @@ void check_batch_invariants(const Scheduler& scheduler, const ScheduledBatch& ba
 struct RunTotals {
   int steps = 0;
   std::map<int64_t, int64_t> tokens_computed;  // per request, recomputation included
-  int64_t chunked_prefill_rows = 0;             // rows of kind prefill_with_context
+  int64_t chunked_prefill_rows = 0;            // rows of kind prefill_with_context
 };
 
 // Adds every request at t = 0 and runs the scheduler until all finish.
@@ -98,7 +98,10 @@ RunTotals run_to_completion(Scheduler& scheduler, const std::vector<Request>& re
 TEST(Scheduler, ChunksALongPromptThenDecodes) {
   Scheduler scheduler(make_config(/*budget=*/4, 8, /*block_size=*/4, 16));
   scheduler.add_request(make_request(0, /*prompt=*/10, /*output=*/3));
-  struct Expect { RowKind kind; int32_t query_len, computed; };
+  struct Expect {
+    RowKind kind;
+    int32_t query_len, computed;
+  };
   const std::vector<Expect> expected = {{RowKind::prefill, 4, 0},
                                         {RowKind::prefill_with_context, 4, 4},
                                         {RowKind::prefill_with_context, 2, 8},  // completes the prompt: token 1
@@ -231,9 +234,9 @@ TEST(Scheduler, RandomWorkloadsFinishEveryRequestAndReturnEveryBlock) {
     int32_t largest_blocks = 1;
     for (int i = 0; i < num_requests; ++i) {
       requests.push_back(make_request(i, int32_t(1 + rng.next_u64() % 80), int32_t(1 + rng.next_u64() % 20)));
-      largest_blocks = std::max(largest_blocks,
-                                int32_t(blocks_for_tokens(requests.back().prompt_len + requests.back().output_len - 1,
-                                                          config.block_size)));
+      largest_blocks = std::max(
+          largest_blocks,
+          int32_t(blocks_for_tokens(requests.back().prompt_len + requests.back().output_len - 1, config.block_size)));
     }
     config.num_blocks = largest_blocks + int32_t(rng.next_u64() % 8);  // from barely enough to roomy
     config.shuffle_seed = rng.next_u64();

@@ -44,7 +44,8 @@ std::string ownership_violation(const Scheduler& s) {
   int64_t held = 0;
   for (const int64_t id : s.running_ids()) {
     const RequestState& state = s.request(id);
-    if (state.status != RequestStatus::running) return "request " + std::to_string(id) + " is listed running but is not";
+    if (state.status != RequestStatus::running)
+      return "request " + std::to_string(id) + " is listed running but is not";
     if (int64_t(state.blocks.size()) < blocks_for_tokens(state.num_computed_tokens, s.config().block_size)) {
       return "request " + std::to_string(id) + " has fewer blocks than its computed tokens need";
     }
@@ -110,10 +111,11 @@ TEST(Soak, RandomArrivalsPreemptionsAndFreesKeepBlocksConsistent) {
   ASSERT_TRUE(report.verify.has_value());
   EXPECT_TRUE(report.verify->passed) << "worst relative error " << report.verify->worst_rel_l2 << " (request "
                                      << report.verify->worst_request << ")";
-  std::printf("soak: %lld steps, %lld requests, %lld preemptions, %lld steps with blocked requests, "
-              "%zu verified requests (worst rel. error %.2e)\n",
-              (long long)steps, (long long)trace.size(), (long long)preempted, (long long)blocked,
-              report.verify->requests.size(), report.verify->worst_rel_l2);
+  std::printf(
+      "soak: %lld steps, %lld requests, %lld preemptions, %lld steps with blocked requests, "
+      "%zu verified requests (worst rel. error %.2e)\n",
+      (long long)steps, (long long)trace.size(), (long long)preempted, (long long)blocked,
+      report.verify->requests.size(), report.verify->worst_rel_l2);
 }
 
 }  // namespace

@@ -90,9 +90,10 @@ class TraceFile : public ::testing::Test {
 };
 
 TEST_F(TraceFile, ReadsRequestsSortedByArrival) {
-  write("{\"prompt_len\": 100, \"output_len\": 5, \"arrival_s\": 2.5}\n"
-        "\n"
-        "{\"output_len\": 7, \"prompt_len\": 30}\n");
+  write(
+      "{\"prompt_len\": 100, \"output_len\": 5, \"arrival_s\": 2.5}\n"
+      "\n"
+      "{\"output_len\": 7, \"prompt_len\": 30}\n");
   const auto trace = load_trace_jsonl(path_);
   ASSERT_EQ(trace.size(), 2u);
   EXPECT_EQ(trace[0].id, 1);  // arrives first (t = 0), second in the file

@@ -49,8 +49,8 @@ VerifyReport serve_and_verify(Fault fault, DType kv_cache_dtype = DType::bf16) {
   ac.block_size = config.block_size;
   MlaAttention attention(ac);
   const ActivationSource source(config.seed, d);
-  OwnedTensor weight = OwnedTensor::empty({int64_t(d.num_heads) * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank},
-                                          DType::f32);
+  OwnedTensor weight =
+      OwnedTensor::empty({int64_t(d.num_heads) * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank}, DType::f32);
   source.fill_kv_b_proj(0, weight);
   attention.process_weights_after_loading(weight);
   OwnedLatentCache cache(8, config.block_size, d, kv_cache_dtype);
@@ -144,8 +144,8 @@ TEST(Verify, PicksAChunkedPrefillAndADecodeFirst) {
   ASSERT_EQ(picked.size(), 3u);
   std::vector<int64_t> ids;
   for (const Request& r : picked) ids.push_back(r.id);
-  EXPECT_NE(std::find(ids.begin(), ids.end(), 4), ids.end());  // shortest prompt > 200 (210)
-  EXPECT_NE(std::find(ids.begin(), ids.end(), 6), ids.end());  // the only one with output >= 2
+  EXPECT_NE(std::find(ids.begin(), ids.end(), 4), ids.end());   // shortest prompt > 200 (210)
+  EXPECT_NE(std::find(ids.begin(), ids.end(), 6), ids.end());   // the only one with output >= 2
   EXPECT_EQ(pick_verify_requests(trace, 20, 200).size(), 10u);  // never more than the trace
 }
 

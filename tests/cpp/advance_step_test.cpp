@@ -86,13 +86,15 @@ TEST(AdvanceStep, EverySeedAssertion) {
   const MlaMetadataBuilder builder = graph_builder(4);
   StepTensors t({7, 8, 9}, 4);
   auto fails = [&](MlaMetadata m, int num_seqs, int num_queries, bool turn = false) {
-    return assertion_text([&] { advance_step(m, t.sampled_t, t.tokens_t, t.positions_t, 4, num_seqs, num_queries, turn); });
+    return assertion_text(
+        [&] { advance_step(m, t.sampled_t, t.tokens_t, t.positions_t, 4, num_seqs, num_queries, turn); });
   };
   MlaMetadata m = tv_advance_metadata(builder);
   {
     MlaMetadata bad = m;
     bad.max_decode_seq_len = 7;
-    EXPECT_EQ(fails(bad, 4, 3), "self.max_decode_seq_len == max(self.seq_lens) (max_decode_seq_len=7, max(seq_lens)=8)");
+    EXPECT_EQ(fails(bad, 4, 3),
+              "self.max_decode_seq_len == max(self.seq_lens) (max_decode_seq_len=7, max(seq_lens)=8)");
   }
   {
     MlaMetadata bad = m;
@@ -249,7 +251,6 @@ TEST(AdvanceStep, ManyStepsMatchFreshBuilds) {
     }
   }
 }
-
 
 TEST(AdvanceStep, DeviceMetadataIsUpdatedInPlace) {
   if (query_cuda_devices().devices.empty()) GTEST_SKIP() << "no CUDA device";

@@ -95,8 +95,9 @@ TEST(BatchReorder, RandomBatchesReorderWithTheFewestSwaps) {
     const int threshold = std::uniform_int_distribution<int>(1, 3)(rng);
     std::vector<int32_t> tokens(static_cast<size_t>(n));
     for (int32_t& t : tokens) {
-      t = std::uniform_int_distribution<int>(0, 2)(rng) == 0 ? std::uniform_int_distribution<int>(threshold + 1, 50)(rng)
-                                                              : std::uniform_int_distribution<int>(1, threshold)(rng);
+      t = std::uniform_int_distribution<int>(0, 2)(rng) == 0
+              ? std::uniform_int_distribution<int>(threshold + 1, 50)(rng)
+              : std::uniform_int_distribution<int>(1, threshold)(rng);
     }
     int num_decodes = 0;
     for (int32_t t : tokens) num_decodes += t <= threshold;

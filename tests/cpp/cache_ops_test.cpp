@@ -154,7 +154,8 @@ OwnedLatentCache numbered_cache(int64_t num_blocks, int64_t block_size, DType dt
   OwnedLatentCache owned(num_blocks, block_size, kSmall, dtype);
   for (int64_t b = 0; b < num_blocks; ++b)
     for (int64_t o = 0; o < block_size; ++o)
-      for (int e = 0; e < 3; ++e) store_from_f32(owned.cache().data.ptr_at({b, o}), dtype, e, float(b * 12 + o * 3 + e));
+      for (int e = 0; e < 3; ++e)
+        store_from_f32(owned.cache().data.ptr_at({b, o}), dtype, e, float(b * 12 + o * 3 + e));
   return owned;
 }
 
@@ -183,7 +184,7 @@ TEST(GatherCache, SeveralRequestsAndConversionToTheWorkspaceDtype) {
   const OwnedTensor block_table = host_tensor<int32_t>({2, 3}, DType::i32, {5, 0, 2, 4, 1, 3});
   const OwnedTensor cu = host_tensor<int32_t>({3}, DType::i32, {0, 3, 4});
   OwnedTensor dst = OwnedTensor::empty({4, 3}, DType::f32);  // bf16 cache into an f32 workspace
-  gather_cache(owned, dst, block_table, cu, 2, Tensor());     // seq_starts undefined: all 0
+  gather_cache(owned, dst, block_table, cu, 2, Tensor());    // seq_starts undefined: all 0
   const float* d = dst.data_as<float>();
   EXPECT_EQ(d[0 * 3], 5 * 12 + 0 * 3);  // request 0, token 0: block 5 offset 0
   EXPECT_EQ(d[2 * 3], 0 * 12 + 0 * 3);  // request 0, token 2: block 0 offset 0
@@ -235,8 +236,8 @@ TEST(CopyBlocks, CopiesWholeBlocksInEveryLayer) {
   copy_blocks(layers, host_tensor<int64_t>({2, 2}, DType::i64, {0, 2, 3, 1}));
   for (const LatentCache& cache : layers) {
     EXPECT_EQ(entry(cache, 2, 1, 2), float(0 * 12 + 1 * 3 + 2));  // block 0 -> 2
-    EXPECT_EQ(entry(cache, 1, 0, 0), float(3 * 12));             // block 3 -> 1
-    EXPECT_EQ(entry(cache, 0, 1, 1), float(0 * 12 + 3 + 1));     // sources unchanged
+    EXPECT_EQ(entry(cache, 1, 0, 0), float(3 * 12));              // block 3 -> 1
+    EXPECT_EQ(entry(cache, 0, 1, 1), float(0 * 12 + 3 + 1));      // sources unchanged
     EXPECT_EQ(entry(cache, 3, 1, 0), float(3 * 12 + 3));
   }
   copy_blocks({}, host_tensor<int64_t>({1, 2}, DType::i64, {0, 1}));  // no layers: nothing to do
@@ -247,13 +248,22 @@ TEST(CopyBlocks, RefusesIdsPastAnyCacheAndChangesNoLayer) {
   const std::vector<LatentCache> layers{big, small};
   const uint64_t small_hash = hash_bytes(small.cache().data);
   // Block 4 exists in the first layer only: refused before the first layer is touched.
-  expect_refused([&] { copy_blocks(layers, host_tensor<int64_t>({2, 2}, DType::i64, {0, 1, 4, 0})); },
-                 big.cache().data, "block_mapping");
+  expect_refused(
+      [&] {
+        copy_blocks(layers, host_tensor<int64_t>({2, 2}, DType::i64, {0, 1, 4, 0}));
+      },
+      big.cache().data, "block_mapping");
   EXPECT_EQ(hash_bytes(small.cache().data), small_hash);
-  expect_refused([&] { copy_blocks(layers, host_tensor<int64_t>({1, 3}, DType::i64, {0, 1, 2})); }, big.cache().data,
-                 "block_mapping");
-  expect_refused([&] { copy_blocks(layers, host_tensor<int32_t>({1, 2}, DType::i32, {0, 1})); }, big.cache().data,
-                 "block_mapping");
+  expect_refused(
+      [&] {
+        copy_blocks(layers, host_tensor<int64_t>({1, 3}, DType::i64, {0, 1, 2}));
+      },
+      big.cache().data, "block_mapping");
+  expect_refused(
+      [&] {
+        copy_blocks(layers, host_tensor<int32_t>({1, 2}, DType::i32, {0, 1}));
+      },
+      big.cache().data, "block_mapping");
 }
 
 // Pairs are copied concurrently: a block both read and written (2 -> 0 beside 0 -> 1, or 1 -> 1), or written
@@ -290,18 +300,30 @@ TEST(SwapBlocks, RefusesMismatchedCachesAndIds) {
   const OwnedLatentCache src = numbered_cache(3, 2, DType::f16);
   OwnedLatentCache dst(5, 2, kSmall, DType::f16);
   fill(dst.cache().data, -1.f);
-  expect_refused([&] { swap_blocks(src, dst, host_tensor<int64_t>({1, 2}, DType::i64, {3, 0})); }, dst.cache().data,
-                 "block_mapping");
-  expect_refused([&] { swap_blocks(src, dst, host_tensor<int64_t>({1, 2}, DType::i64, {0, 5})); }, dst.cache().data,
-                 "block_mapping");
+  expect_refused(
+      [&] {
+        swap_blocks(src, dst, host_tensor<int64_t>({1, 2}, DType::i64, {3, 0}));
+      },
+      dst.cache().data, "block_mapping");
+  expect_refused(
+      [&] {
+        swap_blocks(src, dst, host_tensor<int64_t>({1, 2}, DType::i64, {0, 5}));
+      },
+      dst.cache().data, "block_mapping");
   OwnedLatentCache other_dtype(5, 2, kSmall, DType::bf16);
   fill(other_dtype.cache().data, -1.f);
-  expect_refused([&] { swap_blocks(src, other_dtype, host_tensor<int64_t>({1, 2}, DType::i64, {0, 0})); },
-                 other_dtype.cache().data, "dst");
+  expect_refused(
+      [&] {
+        swap_blocks(src, other_dtype, host_tensor<int64_t>({1, 2}, DType::i64, {0, 0}));
+      },
+      other_dtype.cache().data, "dst");
   OwnedLatentCache other_block(5, 4, kSmall, DType::f16);
   fill(other_block.cache().data, -1.f);
-  expect_refused([&] { swap_blocks(src, other_block, host_tensor<int64_t>({1, 2}, DType::i64, {0, 0})); },
-                 other_block.cache().data, "dst");
+  expect_refused(
+      [&] {
+        swap_blocks(src, other_block, host_tensor<int64_t>({1, 2}, DType::i64, {0, 0}));
+      },
+      other_block.cache().data, "dst");
 }
 
 }  // namespace

@@ -108,7 +108,7 @@ struct PrefillCheck {
   std::vector<int> query_lens;
   std::vector<int> key_lens;  // empty: causal new tokens (keys = the queries' own tokens)
   bool lse = true;
-  bool strided_q = false;     // q as a narrowed view of a wider tensor
+  bool strided_q = false;  // q as a narrowed view of a wider tensor
 };
 
 void run_prefill_check(const PrefillCheck& c, int threads, std::mt19937_64& rng) {
@@ -312,7 +312,8 @@ void run_decode_check(const DecodeCheck& c, int threads, std::mt19937_64& rng) {
 
   // Reference: dequantized cache rows in f64.
   const std::vector<double> qld = to_f64(ql), qped = to_f64(qpe);
-  OwnedTensor ref_out = OwnedTensor::empty({t, n, c.latent}, DType::f32), ref_lse = OwnedTensor::empty({n, t}, DType::f32);
+  OwnedTensor ref_out = OwnedTensor::empty({t, n, c.latent}, DType::f32),
+              ref_lse = OwnedTensor::empty({n, t}, DType::f32);
   std::vector<double> row(static_cast<size_t>(c.latent)), qrow(static_cast<size_t>(dim));
   for (int r = 0; r < requests; ++r) {
     const int len = c.seq_lens[size_t(r)];
@@ -337,7 +338,8 @@ void run_decode_check(const DecodeCheck& c, int threads, std::mt19937_64& rng) {
         for (int d = 0; d < c.latent; ++d) qrow[size_t(d)] = qld[size_t((tok * n + h) * c.latent + d)];
         for (int d = 0; d < c.rope; ++d) qrow[size_t(c.latent + d)] = qped[size_t((tok * n + h) * c.rope + d)];
         const double l = attend_row(qrow, kv, vv, scale, row);
-        for (int d = 0; d < c.latent; ++d) ref_out.data_as<float>()[(tok * n + h) * c.latent + d] = float(row[size_t(d)]);
+        for (int d = 0; d < c.latent; ++d)
+          ref_out.data_as<float>()[(tok * n + h) * c.latent + d] = float(row[size_t(d)]);
         ref_lse.data_as<float>()[h * t + tok] = float(l);
       }
     }

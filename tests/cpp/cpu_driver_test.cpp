@@ -45,14 +45,15 @@ TEST_P(CpuVsReference, OutputMatches) {
   EXPECT_TRUE(check(result));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllForwardCases, CpuVsReference,
-    ::testing::Combine(::testing::Values(CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16),
-                       ::testing::Bool(), ::testing::ValuesIn(all_forward_cases())),
-    [](const ::testing::TestParamInfo<Param>& info) {
-      return std::string(cpu_isa_name(std::get<0>(info.param))) +
-             (std::get<1>(info.param) ? "_all_threads_" : "_1_thread_") + std::get<2>(info.param).name;
-    });
+INSTANTIATE_TEST_SUITE_P(AllForwardCases, CpuVsReference,
+                         ::testing::Combine(::testing::Values(CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512,
+                                                              CpuIsa::avx512_bf16),
+                                            ::testing::Bool(), ::testing::ValuesIn(all_forward_cases())),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::string(cpu_isa_name(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_all_threads_" : "_1_thread_") +
+                                  std::get<2>(info.param).name;
+                         });
 
 }  // namespace
 }  // namespace lattn::test

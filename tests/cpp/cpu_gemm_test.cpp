@@ -23,8 +23,8 @@ namespace {
 struct Shape {
   int64_t m, n, k, batch;
   bool trans_b;
-  bool shared_a;          // batch_stride_a = 0
-  int64_t c_pad;          // columns after each batch entry's n columns in C's rows
+  bool shared_a;  // batch_stride_a = 0
+  int64_t c_pad;  // columns after each batch entry's n columns in C's rows
   float alpha, beta;
 };
 
@@ -146,12 +146,11 @@ std::string gemm_case_name(const ::testing::TestParamInfo<std::tuple<CpuIsa, cpu
          (all_threads ? "_all_threads" : "_1_thread");
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, CpuGemmTest,
-                         ::testing::Combine(::testing::Values(CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512,
-                                                              CpuIsa::avx512_bf16),
-                                            ::testing::Values(cpu::GemmPath::openblas, cpu::GemmPath::bf16_dot),
-                                            ::testing::Bool()),
-                         gemm_case_name);
+INSTANTIATE_TEST_SUITE_P(
+    Paths, CpuGemmTest,
+    ::testing::Combine(::testing::Values(CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16),
+                       ::testing::Values(cpu::GemmPath::openblas, cpu::GemmPath::bf16_dot), ::testing::Bool()),
+    gemm_case_name);
 
 }  // namespace
 }  // namespace lattn

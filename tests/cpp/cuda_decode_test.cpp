@@ -59,11 +59,11 @@ struct DecodeBatch {
   DType dtype{}, cache_dtype{};
   float cache_scale = 1.f, softmax_scale = 0.f;
   std::vector<int> seq_lens, s_q, q_start;
-  std::vector<int32_t> table;            // [B, max_blocks]
-  OwnedTensor cache_host;                // [num_blocks, bs, L + R]
-  OwnedTensor q_nope_host, q_pe_host;    // [T, H, L], [T, H, R]
+  std::vector<int32_t> table;                   // [B, max_blocks]
+  OwnedTensor cache_host;                       // [num_blocks, bs, L + R]
+  OwnedTensor q_nope_host, q_pe_host;           // [T, H, L], [T, H, R]
   OwnedTensor cache_dev, q_pe_buf, q_nope_buf;  // q_nope_buf: [T, H, L] or [H, T, L]; q_pe_buf [T, H, R(+4)]
-  Tensor q_nope_dev, q_pe_dev;           // [T, H, L] and [T, H, R] views
+  Tensor q_nope_dev, q_pe_dev;                  // [T, H, L] and [T, H, R] views
   OwnedTensor seq_lens_host, qsl_host, table_host, seq_lens_dev, qsl_dev, table_dev;
   DecodeMetadata md;
   bool strided_q = false, misaligned_q = false;
@@ -102,7 +102,8 @@ void randomize(DecodeBatch& b, const std::vector<int>& seq_lens, const std::vect
     for (int key = 0; key < seq_lens[size_t(r)]; ++key) {
       const int64_t block = b.table[size_t(r) * b.max_blocks + key / b.bs];
       const int64_t base = (block * b.bs + key % b.bs) * D;
-      for (int d = 0; d < D; ++d) store_from_f32(b.cache_host.data(), b.cache_dtype, base + d, normal(rng) / b.cache_scale);
+      for (int d = 0; d < D; ++d)
+        store_from_f32(b.cache_host.data(), b.cache_dtype, base + d, normal(rng) / b.cache_scale);
     }
   }
   test::fill_normal(b.q_nope_host.tensor().narrow(0, 0, T), rng);
@@ -397,8 +398,7 @@ const DecodeCase kCases[] = {
      false, true},
     {"h16_seq_eq_sq_empty_context", 16, 512, 64, 64, DType::bf16, DType::bf16, lens({1, 2, 4, 3}), lens({1, 2, 4, 3})},
     {"h16_b1_long_split", 16, 512, 64, 64, DType::bf16, DType::bf16, lens({20000}), ones(1)},
-    {"generic_l256_r32_h8_sq2_page16", 8, 256, 32, 16, DType::bf16, DType::bf16, random_lens(4, 2, 500, 7),
-     ones(4, 2)},
+    {"generic_l256_r32_h8_sq2_page16", 8, 256, 32, 16, DType::bf16, DType::bf16, random_lens(4, 2, 500, 7), ones(4, 2)},
     {"generic_l128_r64_h3_page1_fp8", 3, 128, 64, 1, DType::f16, DType::fp8_e4m3, random_lens(3, 1, 200, 8), ones(3)},
     {"generic_bf16_acts_f16_cache", 16, 512, 64, 64, DType::bf16, DType::f16, random_lens(3, 1, 300, 9), ones(3)},
     // Shapes of the hopper wgmma kernel (16-bit, pages of 64/128/256 keys,
@@ -425,7 +425,8 @@ const DecodeCase kCases[] = {
     {"h16_b1_long_split_bf16_fp8", 16, 512, 64, 64, DType::bf16, DType::fp8_e4m3, lens({20000}), ones(1)},
 };
 
-INSTANTIATE_TEST_SUITE_P(Cuda, CudaDecode, ::testing::Combine(::testing::Values("cuda", "hopper"), ::testing::ValuesIn(kCases)),
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaDecode,
+                         ::testing::Combine(::testing::Values("cuda", "hopper"), ::testing::ValuesIn(kCases)),
                          [](const ::testing::TestParamInfo<std::tuple<const char*, DecodeCase>>& info) {
                            return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param).name;
                          });
@@ -436,15 +437,16 @@ INSTANTIATE_TEST_SUITE_P(Cuda, CudaDecode, ::testing::Combine(::testing::Values(
 TEST(CudaDecodeSmall, SanitizerCase) {
   LATTN_REQUIRE_GPU();
   for (const std::string& name : backends_here()) {
-    for (auto [cache_dtype, page] : {std::pair{DType::bf16, 16}, std::pair{DType::fp8_e4m3, 16}, std::pair{DType::bf16, 64},
-                                     std::pair{DType::fp8_e4m3, 64}}) {
+    for (auto [cache_dtype, page] : {std::pair{DType::bf16, 16}, std::pair{DType::fp8_e4m3, 16},
+                                     std::pair{DType::bf16, 64}, std::pair{DType::fp8_e4m3, 64}}) {
       const DecodeCase c{"small", 16, 512, 64, page, DType::bf16, cache_dtype, lens({300, 5, 70}), lens({2, 1, 2})};
       std::mt19937_64 rng(99);
       auto b = make_batch(c, rng);
       auto backend = make_backend(*b, nullptr, name);
       OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
       OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
-      run_and_check(*backend, *b, out, lse, (name + " " + dtype_name(cache_dtype) + " page " + std::to_string(page)).c_str());
+      run_and_check(*backend, *b, out, lse,
+                    (name + " " + dtype_name(cache_dtype) + " page " + std::to_string(page)).c_str());
     }
   }
 }
@@ -478,7 +480,8 @@ TEST(CudaDecodeSmall, Fp8CacheNaNReachesOnlyRowsThatSeeIt) {
     OwnedTensor host = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype);
     copy_tensor(out.tensor(), host.tensor());
     int nan_rows = 0;
-    for (int row = 0; row < b->T * b->H; ++row) nan_rows += std::isnan(load_as_f32(host.data(), b->dtype, int64_t(row) * b->L));
+    for (int row = 0; row < b->T * b->H; ++row)
+      nan_rows += std::isnan(load_as_f32(host.data(), b->dtype, int64_t(row) * b->L));
     EXPECT_EQ(nan_rows, 3 * b->H) << name << ": rows of tokens 1, 3 and 4";
   }
 }
@@ -566,34 +569,35 @@ TEST(CudaDecodeClass, HopperDeclaresWhatItSupports) {
 TEST(CudaDecodeGraph, CapturedPlanAndRunReplayWithNewMetadata) {
   LATTN_REQUIRE_GPU();
   for (const std::string& name : backends_here()) {
-  for (auto [cache_dtype, page] : {std::pair{DType::bf16, 16}, std::pair{DType::fp8_e4m3, 16}, std::pair{DType::bf16, 64}}) {
-    SCOPED_TRACE(name + " page " + std::to_string(page));
-    cuda::StreamHandle stream(0);
-    // Page 64 with 32 heads: hopper's wgmma kernel (16 heads would run the cuda kernel).
-    const DecodeCase c{"graph", page == 64 ? 32 : 16, 512, 64, page, DType::bf16, cache_dtype, random_lens(6, 1, 600, 10),
-                       ones(6)};
-    std::mt19937_64 rng(77);
-    auto b = make_batch(c, rng, /*capacity_blocks=*/2240 / page);  // room for 2200 keys per request
-    auto backend = make_backend(*b, stream.get(), name);
-    OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
-    OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
-    run_and_check(*backend, *b, out, lse, "eager warm-up", true, nullptr, stream.get());
+    for (auto [cache_dtype, page] :
+         {std::pair{DType::bf16, 16}, std::pair{DType::fp8_e4m3, 16}, std::pair{DType::bf16, 64}}) {
+      SCOPED_TRACE(name + " page " + std::to_string(page));
+      cuda::StreamHandle stream(0);
+      // Page 64 with 32 heads: hopper's wgmma kernel (16 heads would run the cuda kernel).
+      const DecodeCase c{"graph",     page == 64 ? 32 : 16,       512,    64, page, DType::bf16,
+                         cache_dtype, random_lens(6, 1, 600, 10), ones(6)};
+      std::mt19937_64 rng(77);
+      auto b = make_batch(c, rng, /*capacity_blocks=*/2240 / page);  // room for 2200 keys per request
+      auto backend = make_backend(*b, stream.get(), name);
+      OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+      OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+      run_and_check(*backend, *b, out, lse, "eager warm-up", true, nullptr, stream.get());
 
-    cuda::CapturedGraph graph;
-    graph.begin(stream.get());
-    backend->prepare_metadata(b->md);
-    backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), lse.tensor());
-    graph.end();
-    // plan, attention, combine; or the one-launch kernel (16 heads, page 16, bf16 cache on sm90)
-    EXPECT_EQ(graph.num_kernel_nodes(), runs_fused(*backend) ? 1 : 3);
-    for (int step = 0; step < 3; ++step) {
-      // Very different lengths each replay: 1 key up to the capacity.
-      std::vector<int> new_lens = random_lens(6, 1, 2200, 100 + uint64_t(step));
-      new_lens[size_t(step)] = 2200;
-      randomize(*b, new_lens, ones(6), rng);
-      run_and_check(*backend, *b, out, lse, "replay", false, &graph, stream.get());
+      cuda::CapturedGraph graph;
+      graph.begin(stream.get());
+      backend->prepare_metadata(b->md);
+      backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), lse.tensor());
+      graph.end();
+      // plan, attention, combine; or the one-launch kernel (16 heads, page 16, bf16 cache on sm90)
+      EXPECT_EQ(graph.num_kernel_nodes(), runs_fused(*backend) ? 1 : 3);
+      for (int step = 0; step < 3; ++step) {
+        // Very different lengths each replay: 1 key up to the capacity.
+        std::vector<int> new_lens = random_lens(6, 1, 2200, 100 + uint64_t(step));
+        new_lens[size_t(step)] = 2200;
+        randomize(*b, new_lens, ones(6), rng);
+        run_and_check(*backend, *b, out, lse, "replay", false, &graph, stream.get());
+      }
     }
-  }
   }
 }
 
@@ -601,25 +605,25 @@ TEST(CudaDecodeGraph, CapturedPlanAndRunReplayWithNewMetadata) {
 TEST(CudaDecodeGraph, CapturedRunReplaysWithPlanOutside) {
   LATTN_REQUIRE_GPU();
   for (const std::string& name : backends_here()) {
-  SCOPED_TRACE(name);
-  cuda::StreamHandle stream(0);
-  const DecodeCase c{"graph-run", 128, 512, 64, 64, DType::bf16, DType::bf16, random_lens(4, 1, 500, 11), ones(4, 2)};
-  std::mt19937_64 rng(78);
-  auto b = make_batch(c, rng, /*capacity_blocks=*/40);
-  auto backend = make_backend(*b, stream.get(), name);
-  OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
-  OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
-  run_and_check(*backend, *b, out, lse, "eager warm-up", true, nullptr, stream.get());
-  cuda::CapturedGraph graph;
-  graph.begin(stream.get());
-  backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), lse.tensor());
-  graph.end();
-  EXPECT_EQ(graph.num_kernel_nodes(), 2);  // attention, combine
-  for (int step = 0; step < 3; ++step) {
-    randomize(*b, random_lens(4, 2, 2500, 200 + uint64_t(step)), ones(4, 2), rng);
-    backend->prepare_metadata(b->md);
-    run_and_check(*backend, *b, out, lse, "replay", false, &graph, stream.get());
-  }
+    SCOPED_TRACE(name);
+    cuda::StreamHandle stream(0);
+    const DecodeCase c{"graph-run", 128, 512, 64, 64, DType::bf16, DType::bf16, random_lens(4, 1, 500, 11), ones(4, 2)};
+    std::mt19937_64 rng(78);
+    auto b = make_batch(c, rng, /*capacity_blocks=*/40);
+    auto backend = make_backend(*b, stream.get(), name);
+    OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+    OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+    run_and_check(*backend, *b, out, lse, "eager warm-up", true, nullptr, stream.get());
+    cuda::CapturedGraph graph;
+    graph.begin(stream.get());
+    backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), lse.tensor());
+    graph.end();
+    EXPECT_EQ(graph.num_kernel_nodes(), 2);  // attention, combine
+    for (int step = 0; step < 3; ++step) {
+      randomize(*b, random_lens(4, 2, 2500, 200 + uint64_t(step)), ones(4, 2), rng);
+      backend->prepare_metadata(b->md);
+      run_and_check(*backend, *b, out, lse, "replay", false, &graph, stream.get());
+    }
   }
 }
 
@@ -727,8 +731,8 @@ TEST(CudaDecodePlan, WholeRequestPlanAtLargeBatchAndMixedPlan) {
     // would split most of them), while whole requests fill the parts with at
     // most 48 <= W + W/16: the planner keeps every request whole.
     const size_t batch_even = size_t(2 * parts - parts / 20);
-    const DecodeCase even{"even", 32, 512, 64, 64, DType::bf16, DType::bf16, random_lens(batch_even, 1217, 1280, 92),
-                          ones(batch_even)};
+    const DecodeCase even{
+        "even", 32, 512, 64, 64, DType::bf16, DType::bf16, random_lens(batch_even, 1217, 1280, 92), ones(batch_even)};
     auto b = make_batch(even, rng);
     auto backend = make_backend(*b, nullptr, name);
     OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
@@ -746,7 +750,7 @@ TEST(CudaDecodePlan, WholeRequestPlanAtLargeBatchAndMixedPlan) {
 
     // Random lengths: the fullest whole-request part would exceed W by far
     // more than 1/16, so requests are split at part boundaries.
-    const DecodeCase mixed{"mixed", 32, 512, 64, 64, DType::bf16, DType::bf16, random_lens(batch, 1, 500, 93),
+    const DecodeCase mixed{"mixed",    32, 512, 64, 64, DType::bf16, DType::bf16, random_lens(batch, 1, 500, 93),
                            ones(batch)};
     auto bm = make_batch(mixed, rng);
     auto mbackend = make_backend(*bm, nullptr, name);
@@ -855,9 +859,10 @@ TEST(CudaDecodeGraph, WholeDecodeStepReplays) {
   OwnedTensor kv_c = OwnedTensor::empty({B, L}, DType::bf16), k_pe = OwnedTensor::empty({B, R}, DType::bf16);
   OwnedTensor slots = OwnedTensor::empty({B}, DType::i64);
   OwnedTensor q_nope_d = OwnedTensor::empty({B, H, P}, DType::bf16, kGpu);
-  OwnedTensor kv_c_d = OwnedTensor::empty({B, L}, DType::bf16, kGpu), k_pe_d = OwnedTensor::empty({B, R}, DType::bf16, kGpu);
+  OwnedTensor kv_c_d = OwnedTensor::empty({B, L}, DType::bf16, kGpu),
+              k_pe_d = OwnedTensor::empty({B, R}, DType::bf16, kGpu);
   OwnedTensor slots_d = OwnedTensor::empty({B}, DType::i64, kGpu);
-  OwnedTensor ql = OwnedTensor::empty({H, B, L}, DType::bf16, kGpu);   // absorption output, [T, H, L] view below
+  OwnedTensor ql = OwnedTensor::empty({H, B, L}, DType::bf16, kGpu);  // absorption output, [T, H, L] view below
   OwnedTensor o_lat = OwnedTensor::empty({B, H, L}, DType::bf16, kGpu);
   OwnedTensor out = OwnedTensor::empty({B, H, V}, DType::f32, kGpu);
   OwnedTensor lse = OwnedTensor::empty({H, B}, DType::f32, kGpu);

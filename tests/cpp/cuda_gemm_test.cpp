@@ -68,8 +68,8 @@ void check_against_float64(const GemmCase& g, bool batch_invariant) {
     }
   }
   const test::ErrorReport e = test::compare(got.tensor(), want.tensor());
-  EXPECT_LE(e.rel_l2, test::rel_tolerance(g.c)) << g.what << (batch_invariant ? " (batch-invariant)" : "") << ": "
-                                                 << e.str();
+  EXPECT_LE(e.rel_l2, test::rel_tolerance(g.c))
+      << g.what << (batch_invariant ? " (batch-invariant)" : "") << ": " << e.str();
   EXPECT_EQ(e.nan_mismatches, 0);
 }
 
@@ -97,9 +97,9 @@ struct InvariantShape {
 TEST(CudaGemmBatchInvariant, RowsDoNotDependOnTheOtherRows) {
   LATTN_REQUIRE_GPU();
   const InvariantShape shapes[] = {
-      {136, 200, 3, false}, {136, 200, 1, true},     // 64 x 64 tiles, 16-byte copies
-      {1100, 200, 1, true}, {1032, 96, 1, false},    // 128 x 128 tiles, 16-byte copies
-      {37, 203, 3, false},  {1030, 45, 1, true},     // element loads
+      {136, 200, 3, false}, {136, 200, 1, true},   // 64 x 64 tiles, 16-byte copies
+      {1100, 200, 1, true}, {1032, 96, 1, false},  // 128 x 128 tiles, 16-byte copies
+      {37, 203, 3, false},  {1030, 45, 1, true},   // element loads
   };
   for (const DType dtype : {DType::bf16, DType::f16}) {
     for (const InvariantShape& shape : shapes) {
@@ -131,12 +131,12 @@ TEST(CudaGemmBatchInvariant, RowsDoNotDependOnTheOtherRows) {
           const auto* want = static_cast<const char*>(all.data()) + (bb * M + r) * row_bytes;
           const auto* got_alone = static_cast<const char*>(alone.data()) + (bb * 3 + r - 40) * row_bytes;
           const auto* got_shifted = static_cast<const char*>(shifted.data()) + (bb * 70 + r - 7) * row_bytes;
-          EXPECT_EQ(std::memcmp(want, got_alone, row_bytes), 0) << dtype_name(dtype) << " n " << n << " k " << k
-                                                                << " trans_b " << trans_b << " batch " << bb
-                                                                << " row " << r << " (alone)";
-          EXPECT_EQ(std::memcmp(want, got_shifted, row_bytes), 0) << dtype_name(dtype) << " n " << n << " k " << k
-                                                                  << " trans_b " << trans_b << " batch " << bb
-                                                                  << " row " << r << " (shifted)";
+          EXPECT_EQ(std::memcmp(want, got_alone, row_bytes), 0)
+              << dtype_name(dtype) << " n " << n << " k " << k << " trans_b " << trans_b << " batch " << bb << " row "
+              << r << " (alone)";
+          EXPECT_EQ(std::memcmp(want, got_shifted, row_bytes), 0)
+              << dtype_name(dtype) << " n " << n << " k " << k << " trans_b " << trans_b << " batch " << bb << " row "
+              << r << " (shifted)";
         }
       }
     }

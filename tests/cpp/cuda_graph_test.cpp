@@ -46,8 +46,9 @@ TEST(CudaGraph, TV_GRAPH) {
   for (int r = 0; r < 16; ++r) {
     for (int j = 0; j < 8; ++j) table[r * 8 + j] = 10 * r + j;
   }
-  EXPECT_NE(error_text<AssertionError>([&] { state.graph_capture_get_metadata_for_batch(4); }).find(
-                "self._is_graph_capturing"),
+  EXPECT_NE(error_text<AssertionError>([&] {
+              state.graph_capture_get_metadata_for_batch(4);
+            }).find("self._is_graph_capturing"),
             std::string::npos);
   {
     auto capture = state.graph_capture(8);
@@ -220,14 +221,14 @@ TEST(CudaGraph, CanRunAndCaptureBuildFromCommonMetadata) {
   const std::vector<RequestSpec> mixed = {{1, 5, {3, 4}}, {3, 0, {7}}};
   test::CommonMetadataArrays x = test::make_common(mixed, 4);
   EXPECT_FALSE(builder.can_run_in_cudagraph(x.common));
-  EXPECT_NE(error_text<AssertionError>([&] { builder.build_for_cudagraph_capture(x.common); })
-                .find("MLA only supports decode-only full CUDAGraph capture"),
+  EXPECT_NE(error_text<AssertionError>([&] {
+              builder.build_for_cudagraph_capture(x.common);
+            }).find("MLA only supports decode-only full CUDAGraph capture"),
             std::string::npos);
   // Cascade attention is never used by MLA.
   const std::vector<int32_t> query_lens = {1, 3};
   EXPECT_FALSE(builder.use_cascade_attention(128, query_lens, 16, 1, false, false, 132));
 }
-
 
 TEST(CudaGraph, CaptureBuffersOnTheGpu) {
   if (query_cuda_devices().devices.empty()) GTEST_SKIP() << "no CUDA device";

@@ -133,8 +133,8 @@ TEST(CudaIndexCheck, GatherRefusesDeviceBlockIdsOutsideTheCache) {
   const int L = 64, R = 16;
   GuardedCache g(/*num_blocks=*/4, /*block_size=*/4, L, R);
   OwnedTensor dst = OwnedTensor::empty({8, L + R}, DType::bf16, kGpu);
-  for (const std::vector<int32_t>& table : {std::vector<int32_t>{1, 4}, std::vector<int32_t>{-1, 0},
-                                            std::vector<int32_t>{2, 1 << 30}}) {
+  for (const std::vector<int32_t>& table :
+       {std::vector<int32_t>{1, 4}, std::vector<int32_t>{-1, 0}, std::vector<int32_t>{2, 1 << 30}}) {
     const OwnedTensor bt = device_i32(table, {1, 2});
     const OwnedTensor cu = device_i32({0, 8}, {2});
     try {
@@ -240,7 +240,7 @@ TEST(CudaIndexCheck, AdvanceStepNeverReadsPastTheBlockTable) {
   // Sizes the host sees are checked before the launch.
   OwnedTensor small = device_i64({0}), bt = device_i32({0, 0}, {1, 2}), sl = device_i32({0}, {1});
   EXPECT_THROW(detail::cuda_device_ops().advance_step(2, 2, block_size, small.tensor(), small.tensor(), small.tensor(),
-                                                     sl.tensor(), small.tensor(), bt.tensor(), nullptr),
+                                                      sl.tensor(), small.tensor(), bt.tensor(), nullptr),
                ValueError);
 }
 
@@ -267,7 +267,8 @@ TEST(CudaIndexCheck, HopperDecodeRefusesDeviceBlockIdsOutsideTheCache) {
     OwnedTensor host = OwnedTensor::empty(table.shape(), DType::i32);
     copy_tensor(table, host.tensor());
     int32_t* ids = static_cast<int32_t*>(host.data());
-    ids[table.stride(0) * 1 + 2] = bad_id < 0 ? bad_id : int32_t(step.cache().num_blocks() + bad_id);  // request 1, keys 128..191
+    ids[table.stride(0) * 1 + 2] =
+        bad_id < 0 ? bad_id : int32_t(step.cache().num_blocks() + bad_id);  // request 1, keys 128..191
     copy_tensor(host.tensor(), table);
     try {
       step.forward();

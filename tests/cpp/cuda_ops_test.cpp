@@ -97,17 +97,18 @@ TEST_P(ConcatAndCacheMla, WritesSlotsSkipsPadMatchesHostRounding) {
   EXPECT_EQ(mismatches, 0) << "first differing byte " << first;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cuda, ConcatAndCacheMla,
-    ::testing::Values(ConcatCase{DType::bf16, DType::bf16, 512, 64, 16}, ConcatCase{DType::f16, DType::f16, 512, 64, 1},
-                      ConcatCase{DType::bf16, DType::fp8_e4m3, 512, 64, 64},
-                      ConcatCase{DType::f32, DType::bf16, 256, 32, 16},
-                      ConcatCase{DType::f16, DType::fp8_e4m3, 100, 12, 3}),  // scalar path
-    [](const ::testing::TestParamInfo<ConcatCase>& info) {
-      const ConcatCase& c = info.param;
-      return std::string(dtype_name(c.input)) + "_to_" + dtype_name(c.cache) + "_L" + std::to_string(c.L) + "_R" +
-             std::to_string(c.R) + "_block" + std::to_string(c.block_size);
-    });
+INSTANTIATE_TEST_SUITE_P(Cuda, ConcatAndCacheMla,
+                         ::testing::Values(ConcatCase{DType::bf16, DType::bf16, 512, 64, 16},
+                                           ConcatCase{DType::f16, DType::f16, 512, 64, 1},
+                                           ConcatCase{DType::bf16, DType::fp8_e4m3, 512, 64, 64},
+                                           ConcatCase{DType::f32, DType::bf16, 256, 32, 16},
+                                           ConcatCase{DType::f16, DType::fp8_e4m3, 100, 12, 3}),  // scalar path
+                         [](const ::testing::TestParamInfo<ConcatCase>& info) {
+                           const ConcatCase& c = info.param;
+                           return std::string(dtype_name(c.input)) + "_to_" + dtype_name(c.cache) + "_L" +
+                                  std::to_string(c.L) + "_R" + std::to_string(c.R) + "_block" +
+                                  std::to_string(c.block_size);
+                         });
 
 struct GatherCase {
   DType cache, dst;
@@ -154,7 +155,8 @@ TEST_P(GatherCache, GathersPermutedBlocksAndDequantizes) {
     for (int j = 0; j < n[size_t(b)]; ++j) {
       const int block = table[size_t(b) * max_blocks + starts[size_t(b)] / c.block_size + j / c.block_size];
       for (int d = 0; d < D; ++d) {
-        float want = load_as_f32(cache_host.data(), c.cache, (int64_t(block) * c.block_size + j % c.block_size) * D + d);
+        float want =
+            load_as_f32(cache_host.data(), c.cache, (int64_t(block) * c.block_size + j % c.block_size) * D + d);
         if (c.cache == DType::fp8_e4m3) want *= scale;
         want = round_through(want, c.dst);
         const float g = got.data_as<float>()[int64_t(cu[size_t(b)] + j) * D + d];
@@ -196,9 +198,9 @@ TEST(CudaMergeAttnStates, MatchesFormulaIncludingInfinities) {
       const float inf = std::numeric_limits<float>::infinity();
       float* p = pl.data_as<float>();
       float* s = sl.data_as<float>();
-      p[0] = inf;             // FA2 empty prefix
-      p[1] = -inf;            // empty prefix
-      s[2] = -inf;            // empty suffix
+      p[0] = inf;                // FA2 empty prefix
+      p[1] = -inf;               // empty prefix
+      s[2] = -inf;               // empty suffix
       p[3] = -inf, s[3] = -inf;  // both empty
       p[4] = inf, s[4] = inf;    // both empty, FA2 style
       OwnedTensor po_d = to_device(po.tensor()), so_d = to_device(so.tensor());
@@ -206,8 +208,8 @@ TEST(CudaMergeAttnStates, MatchesFormulaIncludingInfinities) {
       OwnedTensor lse_d = OwnedTensor::empty({N, T}, DType::f32, kGpu);
       test::poison(lse_d.tensor());
       // out aliases prefix_out (allowed: elementwise).
-      merge_attn_states(po_d.tensor(), lse_d.tensor(), po_d.tensor(), pl_d.tensor(), so_d.tensor(),
-                                    sl_d.tensor(), nullptr);
+      merge_attn_states(po_d.tensor(), lse_d.tensor(), po_d.tensor(), pl_d.tensor(), so_d.tensor(), sl_d.tensor(),
+                        nullptr);
       OwnedTensor want = OwnedTensor::empty({T, N, D}, DType::f32), want_lse = OwnedTensor::empty({N, T}, DType::f32);
       for (int t = 0; t < T; ++t) {
         for (int n = 0; n < N; ++n) {
@@ -220,8 +222,8 @@ TEST(CudaMergeAttnStates, MatchesFormulaIncludingInfinities) {
           want_lse.data_as<float>()[n * T + t] = float(m == -inf ? -inf : m + std::log(sum));
           for (int d = 0; d < D; ++d) {
             const int64_t i = (int64_t(t) * N + n) * D + d;
-            const double v = m == -inf ? 0.0
-                                       : (wa * load_as_f32(po.data(), dtype, i) + wb * load_as_f32(so.data(), dtype, i)) / sum;
+            const double v =
+                m == -inf ? 0.0 : (wa * load_as_f32(po.data(), dtype, i) + wb * load_as_f32(so.data(), dtype, i)) / sum;
             want.data_as<float>()[i] = float(v);
           }
         }
@@ -274,8 +276,8 @@ TEST(CudaSwapBlocks, MovesBlocksBetweenHostAndDevice) {
   LATTN_REQUIRE_GPU();
   std::mt19937_64 rng(9);
   const MlaDims dims{1, 256, 64, 32, 64};
-  OwnedLatentCache host_src(6, 4, dims, DType::f16), dev(6, 4, dims, DType::f16, kGpu), host_dst(6, 4, dims, DType::f16),
-      dev2(6, 4, dims, DType::f16, kGpu);
+  OwnedLatentCache host_src(6, 4, dims, DType::f16), dev(6, 4, dims, DType::f16, kGpu),
+      host_dst(6, 4, dims, DType::f16), dev2(6, 4, dims, DType::f16, kGpu);
   test::fill_normal(host_src.cache().data, rng);
   fill_bytes(dev.cache().data, 0);
   fill_bytes(dev2.cache().data, 0);
@@ -373,7 +375,8 @@ TEST(CudaAdvanceStep, UpdatesQueriesAndResetsPaddedRows) {
     EXPECT_EQ(got_tok[size_t(q)], sampled[size_t(q)]);
     EXPECT_EQ(got_pos[size_t(q)], s);
     EXPECT_EQ(got_len[size_t(q)], s + 1);
-    EXPECT_EQ(got_slot[size_t(q)], int64_t(table[size_t(q) * max_blocks + s / block_size]) * block_size + s % block_size);
+    EXPECT_EQ(got_slot[size_t(q)],
+              int64_t(table[size_t(q) * max_blocks + s / block_size]) * block_size + s % block_size);
   }
   for (int q = num_queries; q < num_seqs; ++q) {
     EXPECT_EQ(got_tok[size_t(q)], 0);

@@ -56,10 +56,10 @@ std::string gpu_skip_reason(const std::string& backend = "cuda") {
   return "";
 }
 
-#define SKIP_WITHOUT_GPU_FOR(backend)                        \
-  do {                                                       \
-    const std::string reason_ = gpu_skip_reason(backend);    \
-    if (!reason_.empty()) GTEST_SKIP() << reason_;           \
+#define SKIP_WITHOUT_GPU_FOR(backend)                     \
+  do {                                                    \
+    const std::string reason_ = gpu_skip_reason(backend); \
+    if (!reason_.empty()) GTEST_SKIP() << reason_;        \
   } while (0)
 #define SKIP_WITHOUT_GPU() SKIP_WITHOUT_GPU_FOR("cuda")
 
@@ -801,8 +801,7 @@ TEST(HopperPrefillClass, ValidateConfiguration) {
   const auto reasons = cls->validate_configuration(
       DeviceCapability{9, 0}, SelectorConfig::for_dims(odd, DType::bf16, DType::bf16, Device::cuda(0)));
   ASSERT_EQ(reasons.size(), 1u);
-  EXPECT_NE(reasons[0].find("qk_rope_head_dim = 160, v_head_dim = 128 not supported"), std::string::npos)
-      << reasons[0];
+  EXPECT_NE(reasons[0].find("qk_rope_head_dim = 160, v_head_dim = 128 not supported"), std::string::npos) << reasons[0];
 }
 
 }  // namespace

@@ -120,7 +120,8 @@ struct WriteCase {
 
 WriteCase make_write_case(int T, int64_t capacity, DType dtype, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  WriteCase w{OwnedTensor::empty({T, L}, dtype), OwnedTensor::empty({T, R}, dtype), OwnedTensor::empty({T}, DType::i64)};
+  WriteCase w{OwnedTensor::empty({T, L}, dtype), OwnedTensor::empty({T, R}, dtype),
+              OwnedTensor::empty({T}, DType::i64)};
   test::fill_normal(w.kv_c, rng, 2.f);
   test::fill_normal(w.k_pe, rng, 1.f);
   std::vector<int64_t> perm(static_cast<size_t>(capacity));
@@ -216,8 +217,8 @@ TEST(Fp8DsMlaGpu, CacheWriteAndGatherMatchTheHostBitForBit) {
   fill_bytes(host.cache().data, 0x11);
   fill_bytes(dev.cache().data, 0x11);
   WriteCase w = make_write_case(16, 20, DType::bf16, 9);
-  w.kv_c.data_as<uint16_t>()[5] = 0x7fc0;  // NaN
-  w.kv_c.data_as<uint16_t>()[600] = 0x7f80;  // +inf
+  w.kv_c.data_as<uint16_t>()[5] = 0x7fc0;                               // NaN
+  w.kv_c.data_as<uint16_t>()[600] = 0x7f80;                             // +inf
   for (int i = 1024; i < 1152; ++i) w.kv_c.data_as<uint16_t>()[i] = 0;  // a zero tile
   concat_and_cache_mla(w.kv_c, w.k_pe, host, w.slots);
   const OwnedTensor kv_d = test::to_device(w.kv_c, gpu), pe_d = test::to_device(w.k_pe, gpu),

@@ -10,8 +10,8 @@
 #include <limits>
 #include <numeric>
 #include <random>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "lattn/dtype.h"
@@ -93,7 +93,8 @@ std::pair<std::vector<float>, std::vector<float>> run_decode(const DecodeCase& c
     for (int p = 0; p < c.seq_lens[size_t(r)]; ++p) {
       const int64_t block = table.data_as<int32_t>()[r * (width + 1) + p / c.block_size];
       for (int e = 0; e < c.L + c.R; ++e) {
-        store_from_f32(cache.data(), DType::bf16, (block * c.block_size + p % c.block_size) * (c.L + c.R) + e, dist(rng));
+        store_from_f32(cache.data(), DType::bf16, (block * c.block_size + p % c.block_size) * (c.L + c.R) + e,
+                       dist(rng));
       }
     }
   }
@@ -158,7 +159,8 @@ std::pair<std::vector<float>, std::vector<float>> run_prefill(const std::string&
   OwnedTensor cq = OwnedTensor::empty({4}, DType::i32), ck = OwnedTensor::empty({4}, DType::i32);
   std::copy(cu_q.begin(), cu_q.end(), cq.data_as<int32_t>());
   std::copy(cu_k.begin(), cu_k.end(), ck.data_as<int32_t>());
-  OwnedTensor out = OwnedTensor::empty({tq, n, dv}, dtype, device), lse = OwnedTensor::empty({n, tq}, DType::f32, device);
+  OwnedTensor out = OwnedTensor::empty({tq, n, dv}, dtype, device),
+              lse = OwnedTensor::empty({n, tq}, DType::f32, device);
   fill(out, std::numeric_limits<float>::quiet_NaN());
   fill(lse, std::numeric_limits<float>::quiet_NaN());
   PrefillCallParams params;

@@ -52,7 +52,9 @@ TEST(Overflow, CheckedArithmeticRefusesWrapping) {
 TEST(Overflow, TensorShapesWhoseSizeWrapsAreRefused) {
   const int64_t huge = int64_t(1) << 62;
   // numel fits, bytes do not (f32): was accepted with a wrapped nbytes().
-  EXPECT_NE(value_error_of([&] { Tensor(nullptr, DType::f32, {huge, 576}); }).find("does not fit in 64 bits"),
+  EXPECT_NE(value_error_of([&] {
+              Tensor(nullptr, DType::f32, {huge, 576});
+            }).find("does not fit in 64 bits"),
             std::string::npos);
   EXPECT_THROW(Tensor(nullptr, DType::u8, {int64_t(1) << 32, int64_t(1) << 32}), ValueError);
   // A zero dim does not hide an overflowing product of the others (strides would wrap).
@@ -89,9 +91,9 @@ TEST(Overflow, NarrowAndViewDoNotWrap) {
 }
 
 TEST(Overflow, WorkspaceSizeArithmeticIsChecked) {
-  EXPECT_NE(value_error_of([] { mla_context_chunk_workspace_size(int64_t(1) << 61, 4, 16); })
-                .find("does not fit in 64 bits"),
-            std::string::npos);
+  EXPECT_NE(
+      value_error_of([] { mla_context_chunk_workspace_size(int64_t(1) << 61, 4, 16); }).find("does not fit in 64 bits"),
+      std::string::npos);
   EXPECT_THROW(mla_context_chunk_workspace_size(1024, int64_t(1) << 40, int64_t(1) << 40), ValueError);
 }
 

@@ -184,10 +184,13 @@ TEST(Indexer, TopkEqualsABruteForceSortOfTheLogits) {
           for (int i = 0; i < k; ++i) {
             int32_t slot = -1;
             if (want[size_t(i)] >= 0) {
-              const int32_t blk = d.block_table.data_as<int32_t>()[r * d.block_table.tensor().stride(0) + want[size_t(i)] / c.block_size];
+              const int32_t blk =
+                  d.block_table
+                      .data_as<int32_t>()[r * d.block_table.tensor().stride(0) + want[size_t(i)] / c.block_size];
               slot = blk * c.block_size + want[size_t(i)] % c.block_size;
             }
-            ASSERT_EQ(out.data_as<int32_t>()[t * k + i], slot) << backend << " k " << k << " token " << t << " rank " << i;
+            ASSERT_EQ(out.data_as<int32_t>()[t * k + i], slot)
+                << backend << " k " << k << " token " << t << " rank " << i;
           }
         }
       }
@@ -214,7 +217,8 @@ TEST(Indexer, TopkBreaksTiesToTheLowerPositionAndPutsNanLast) {
       std::vector<float> row(logits.data_as<float>() + t * n, logits.data_as<float>() + t * n + lens[t]);
       for (float& v : row) v = v == 0.f ? 0.f : v;  // the brute force sees -0 as +0 too
       const std::vector<int32_t> want = brute_topk(row.data(), lens[t], k);
-      for (int i = 0; i < k; ++i) ASSERT_EQ(out.data_as<int32_t>()[t * k + i], want[size_t(i)]) << "k " << k << " row " << t << " rank " << i;
+      for (int i = 0; i < k; ++i)
+        ASSERT_EQ(out.data_as<int32_t>()[t * k + i], want[size_t(i)]) << "k " << k << " row " << t << " rank " << i;
     }
   }
 }
@@ -224,7 +228,9 @@ TEST(Indexer, BadInputIsRefusedWithNothingWritten) {
   OwnedTensor out = OwnedTensor::zeros({d.T, 8}, DType::i32);
   const uint64_t before = test::hash_bytes(out);
   OwnedTensor empty = OwnedTensor::zeros({d.T, 0}, DType::i32);
-  EXPECT_NE(test::error_text<ValueError>([&] { indexer_topk(d.args(), d.cache, empty); }).find("argument 'topk_indices' must have shape [7, topk >= 1], got [7, 0]"),
+  EXPECT_NE(test::error_text<ValueError>([&] {
+              indexer_topk(d.args(), d.cache, empty);
+            }).find("argument 'topk_indices' must have shape [7, topk >= 1], got [7, 0]"),
             std::string::npos);
   IndexerArgs bad = d.args();
   OwnedTensor bt = OwnedTensor::empty({3, 4}, DType::i32);
@@ -232,14 +238,18 @@ TEST(Indexer, BadInputIsRefusedWithNothingWritten) {
   bt.data_as<int32_t>()[1] = 40;  // request 0's block 1: one past the cache
   bad.block_table = bt;
   const std::string msg = test::error_text<ValueError>([&] { indexer_topk(bad, d.cache, out); });
-  EXPECT_NE(msg.find("argument 'block_table' must hold block ids in [0, 40), got 40 at [0, 1]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("argument 'block_table' must hold block ids in [0, 40), got 40 at [0, 1]"), std::string::npos)
+      << msg;
   IndexerArgs wrong = d.args();
   OwnedTensor w64 = OwnedTensor::zeros({d.T, 8}, DType::bf16);
   wrong.weights = w64;
-  EXPECT_NE(test::error_text<ValueError>([&] { indexer_topk(wrong, d.cache, out); }).find("argument 'weights' must have dtype f32"),
+  EXPECT_NE(test::error_text<ValueError>([&] {
+              indexer_topk(wrong, d.cache, out);
+            }).find("argument 'weights' must have dtype f32"),
             std::string::npos);
-  EXPECT_NE(test::error_text<ValueError>([&] { indexer_topk(d.args(), d.cache, out, "gpu"); }).find("argument 'backend'"),
-            std::string::npos);
+  EXPECT_NE(
+      test::error_text<ValueError>([&] { indexer_topk(d.args(), d.cache, out, "gpu"); }).find("argument 'backend'"),
+      std::string::npos);
   EXPECT_EQ(test::hash_bytes(out), before);
 }
 
@@ -271,7 +281,8 @@ DeviceData to_gpu(const Data& d, bool device_arrays) {
     g.args.query_start_loc = g.qsl;
     g.args.seq_lens = g.seq_lens;
     int longest = 0;
-    for (int64_t r = 0; r < d.seq_lens.tensor().numel(); ++r) longest = std::max(longest, d.seq_lens.data_as<int32_t>()[r]);
+    for (int64_t r = 0; r < d.seq_lens.tensor().numel(); ++r)
+      longest = std::max(longest, d.seq_lens.data_as<int32_t>()[r]);
     g.args.max_seq_len = longest;
   }
   return g;
@@ -362,7 +373,8 @@ TEST(IndexerCuda, TopkEqualsABruteForceSortOfItsLogits) {
             int32_t slot = -1;
             if (want[size_t(i)] >= 0) {
               const int32_t blk =
-                  d.block_table.data_as<int32_t>()[r * d.block_table.tensor().stride(0) + want[size_t(i)] / c.block_size];
+                  d.block_table
+                      .data_as<int32_t>()[r * d.block_table.tensor().stride(0) + want[size_t(i)] / c.block_size];
               slot = blk * c.block_size + want[size_t(i)] % c.block_size;
             }
             ASSERT_EQ(out.data_as<int32_t>()[t * k + i], slot)
@@ -382,8 +394,8 @@ TEST(IndexerCuda, TopkPositionsEqualTheHostOnTiesOver128kPositions) {
   std::uniform_int_distribution<int> few(-50, 50);
   std::normal_distribution<float> normal;
   for (int i = 0; i < n; ++i) {
-    logits.data_as<float>()[i] = float(few(rng)) * 0.25f;           // heavy ties
-    logits.data_as<float>()[n + i] = normal(rng);                    // distinct
+    logits.data_as<float>()[i] = float(few(rng)) * 0.25f;                     // heavy ties
+    logits.data_as<float>()[n + i] = normal(rng);                             // distinct
     logits.data_as<float>()[2 * n + i] = i % 5 ? (i % 2 ? -0.f : 0.f) : NAN;  // -0 = +0, NaN last
     logits.data_as<float>()[3 * n + i] = -INFINITY;
   }
@@ -391,13 +403,15 @@ TEST(IndexerCuda, TopkPositionsEqualTheHostOnTiesOver128kPositions) {
   std::memcpy(lengths.data(), lens, sizeof(lens));
   const OwnedTensor dl = test::to_device(logits), dlen = test::to_device(lengths);
   for (int k : {1, 2048, 4096}) {
-    OwnedTensor want = OwnedTensor::empty({4, k}, DType::i32), dev = OwnedTensor::empty({4, k}, DType::i32, Device::cuda(0));
+    OwnedTensor want = OwnedTensor::empty({4, k}, DType::i32),
+                dev = OwnedTensor::empty({4, k}, DType::i32, Device::cuda(0));
     topk_positions(logits, lengths, want);
     test::poison(dev);
     topk_positions(dl, dlen, dev);
     OwnedTensor got = OwnedTensor::empty({4, k}, DType::i32);
     copy_tensor(dev, got);
-    for (int i = 0; i < 4 * k; ++i) ASSERT_EQ(got.data_as<int32_t>()[i], want.data_as<int32_t>()[i]) << "k " << k << " at " << i;
+    for (int i = 0; i < 4 * k; ++i)
+      ASSERT_EQ(got.data_as<int32_t>()[i], want.data_as<int32_t>()[i]) << "k " << k << " at " << i;
   }
 }
 
@@ -406,10 +420,12 @@ TEST(IndexerCuda, RefusesWhatItCannotDo) {
   const Data d = make(Case{});
   const DeviceData g = to_gpu(d, true);
   OwnedTensor big = OwnedTensor::empty({d.T, 4097}, DType::i32, Device::cuda(0));
-  EXPECT_NE(test::error_text<ValueError>([&] { indexer_topk(g.args, g.cache, big); }).find("up to 4096"), std::string::npos);
-  OwnedTensor out = OwnedTensor::empty({d.T, 8}, DType::i32, Device::cuda(0));
-  EXPECT_NE(test::error_text<ValueError>([&] { indexer_topk(g.args, g.cache, out, "reference"); }).find("host tensors only"),
+  EXPECT_NE(test::error_text<ValueError>([&] { indexer_topk(g.args, g.cache, big); }).find("up to 4096"),
             std::string::npos);
+  OwnedTensor out = OwnedTensor::empty({d.T, 8}, DType::i32, Device::cuda(0));
+  EXPECT_NE(
+      test::error_text<ValueError>([&] { indexer_topk(g.args, g.cache, out, "reference"); }).find("host tensors only"),
+      std::string::npos);
   IndexerArgs no_len = g.args;
   no_len.max_seq_len = 0;
   EXPECT_NE(test::error_text<ValueError>([&] { indexer_topk(no_len, g.cache, out); }).find("argument 'max_seq_len'"),

@@ -38,8 +38,9 @@ TEST(LocalAttention, TV_LOCAL_1) {
   EXPECT_EQ(v.seqlens_q_local, (V32{2, 2, 1, 4, 4, 1, 4, 1}));
   EXPECT_EQ(v.cu_seqlens_q_local, (V32{0, 2, 4, 5, 9, 13, 14, 18, 19}));
   EXPECT_EQ(v.seqlens_k_local, (V32{4, 2, 4, 4, 4, 1, 4, 1}));
-  EXPECT_EQ(to_rows(v.block_table_local.tensor()),
-            (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}, {12, 13}, {14, 15}, {16, 17}, {18, 19}, {22, 23}, {24, 25}}));
+  EXPECT_EQ(
+      to_rows(v.block_table_local.tensor()),
+      (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}, {12, 13}, {14, 15}, {16, 17}, {18, 19}, {22, 23}, {24, 25}}));
 }
 
 TEST(LocalAttention, TV_LOCAL_2) {
@@ -123,7 +124,13 @@ SeedResult seed_port(int64_t C, const VL& qsl, const VL& seq_lens, const std::ve
   for (size_t i = 0; i < B; ++i) r.seqlens_k_local[size_t(cu_num_blocks[i] - 1)] = last[i];
   const VL rep_seq = repeat(seq_lens, local_blocks), rep_last = repeat(last, local_blocks);
   const int64_t ppl = C / bs;
-  const VL batch = repeat([&] { VL b(B); std::iota(b.begin(), b.end(), 0); return b; }(), local_blocks);
+  const VL batch = repeat(
+      [&] {
+        VL b(B);
+        std::iota(b.begin(), b.end(), 0);
+        return b;
+      }(),
+      local_blocks);
   for (int64_t v = 0; v < vb; ++v) {
     const int64_t k_start = rep_seq[size_t(v)] - (rarange[size_t(v)] * C + rep_last[size_t(v)]);
     const int64_t block_start = py_floordiv(k_start, bs);

@@ -87,7 +87,8 @@ TEST(MergeNonFinite, NanLseOrNanValuesOfALiveSideGiveNan) {
   // values) makes the row NaN, even against an empty other side; a live side
   // whose weight underflows is still read (0 * NaN is NaN).
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (const auto& [p, s] : {std::pair{nan, 0.5f}, std::pair{0.5f, nan}, std::pair{nan, -kInf}, std::pair{-kInf, nan}}) {
+  for (const auto& [p, s] :
+       {std::pair{nan, 0.5f}, std::pair{0.5f, nan}, std::pair{nan, -kInf}, std::pair{-kInf, nan}}) {
     const Merged m = merge_one({{nan, nan}, {nan, nan}, p, s});
     EXPECT_TRUE(std::isnan(m.out[0]) && std::isnan(m.out[1]) && std::isnan(m.lse)) << p << " " << s;
   }
@@ -122,7 +123,8 @@ TEST(MergeAttnStates, ReassemblesASplitSoftmax) {
         for (int64_t j = a; j < b; ++j) total += std::exp(scores[size_t((t * N + n) * K + j)]);
         for (int64_t j = a; j < b; ++j)
           for (int64_t d = 0; d < D; ++d)
-            out[size_t((t * N + n) * D + d)] += std::exp(scores[size_t((t * N + n) * K + j)]) / total * values[size_t(j * D + d)];
+            out[size_t((t * N + n) * D + d)] +=
+                std::exp(scores[size_t((t * N + n) * K + j)]) / total * values[size_t(j * D + d)];
         lse[size_t(n * T + t)] = std::log(total);
       }
   };

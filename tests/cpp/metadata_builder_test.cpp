@@ -86,7 +86,8 @@ TEST(MetadataBuilder, TV_CHUNK_1) {
   EXPECT_EQ(c.num_chunks, 3);
   // The seed's own example.
   EXPECT_EQ(to_rows(c.starts_cpu), (Rows{{0, 0, 0, 0}, {256, 256, 256, 256}, {512, 512, 512, 512}}));
-  EXPECT_EQ(to_rows(c.cu_seq_lens_cpu), (Rows{{0, 256, 512, 612, 868}, {0, 256, 256, 256, 512}, {0, 188, 188, 188, 189}}));
+  EXPECT_EQ(to_rows(c.cu_seq_lens_cpu),
+            (Rows{{0, 256, 512, 612, 868}, {0, 256, 256, 256, 512}, {0, 188, 188, 188, 189}}));
   EXPECT_EQ(c.max_seq_lens, (std::vector<int32_t>{256, 256, 188}));
   EXPECT_EQ(c.seq_tot, (std::vector<int32_t>{868, 512, 189}));
   EXPECT_TRUE(m.prefill->has_context());
@@ -127,9 +128,11 @@ TEST(MetadataBuilder, TV_CHUNK_4) {
   EXPECT_EQ(to_rows(c.cu_seq_lens_cpu), (Rows{{0, 48, 96}, {0, 2, 14}}));
   EXPECT_EQ(c.seq_tot, (std::vector<int32_t>{96, 14}));
   EXPECT_EQ(c.workspace_size, 100);
-  expect_error<AssertionError>([] { build_with_contexts({}, {50, 60}, 16, 10); },
-                               {"max_context_chunk > 0", "context_chunk_workspace_size 10", "page_size 16",
-                                "at least 32 rows"});
+  expect_error<AssertionError>(
+      [] {
+        build_with_contexts({}, {50, 60}, 16, 10);
+      },
+      {"max_context_chunk > 0", "context_chunk_workspace_size 10", "page_size 16", "at least 32 rows"});
 }
 
 TEST(MetadataBuilder, NoChunkPlanWithoutPrefillContext) {
@@ -147,9 +150,10 @@ TEST(MetadataBuilder, TV_WS) {
   EXPECT_EQ(mla_context_chunk_workspace_size(2048, 256, 16), 16384);
   EXPECT_EQ(mla_context_chunk_workspace_size(1024, 1024, 64), 131072);
   EXPECT_EQ(mla_context_chunk_workspace_size(32768, 1024, 64), 131072);
-  expect_error<AssertionError>([] { mla_context_chunk_workspace_size(512, 4096, 64); },
-                               {"context_chunk_workspace_size >= scheduler_config.max_num_seqs * cache_config.block_size",
-                                "131072 < 4096 * 64 = 262144"});
+  expect_error<AssertionError>(
+      [] { mla_context_chunk_workspace_size(512, 4096, 64); },
+      {"context_chunk_workspace_size >= scheduler_config.max_num_seqs * cache_config.block_size",
+       "131072 < 4096 * 64 = 262144"});
   expect_error<ValueError>([] { mla_context_chunk_workspace_size(0, 1, 16); }, {"max_model_len must be > 0, got 0"});
   // The seed's byte arithmetic: 2 * 576 * 131072 B = 144 MiB.
   EXPECT_EQ(2 * 576 * mla_context_chunk_workspace_size(163840, 256, 16), int64_t(144) << 20);
@@ -392,30 +396,44 @@ TEST(MetadataBuilder, BuildFromCommonMetadataMatchesRequestSpecs) {
 TEST(MetadataBuilder, RefusesBadRequestsNamingIndexAndValues) {
   const MlaMetadataBuilder builder(config(4, 64));
   auto build = [&](std::vector<RequestSpec> reqs) { return builder.build(reqs); };
-  expect_error<ValueError>([&] { build({request(1, 0, 4), {0, 0, {1}}}); },
-                           {"request 1 has query_len 0", "query_len > 0"});
+  expect_error<ValueError>(
+      [&] {
+        build({request(1, 0, 4), {0, 0, {1}}});
+      },
+      {"request 1 has query_len 0", "query_len > 0"});
   expect_error<ValueError>([&] { build({request(1, 0, 4), {-3, 0, {1}}}); }, {"request 1 has query_len -3"});
   expect_error<ValueError>([&] { build({{1, -2, {1}}}); }, {"request 0 has num_computed_tokens -2"});
-  expect_error<ValueError>([&] { build({request(1, 3, 4), {3, 6, {1, 2}}}); },
-                           {"request 1 has a block table of 2 blocks", "seq_len 9", "needs 3"});
+  expect_error<ValueError>(
+      [&] {
+        build({request(1, 3, 4), {3, 6, {1, 2}}});
+      },
+      {"request 1 has a block table of 2 blocks", "seq_len 9", "needs 3"});
   expect_error<ValueError>([&] { build({{1, 0, {-1}}}); }, {"request 0 has block_table[0] = -1"});
   expect_error<ValueError>([&] { build({}); }, {"empty"});
-  expect_error<AssertionError>([&] { build({request(1, 0, 4), request(5, 0, 4, 2), request(1, 2, 4, 4)}); },
-                               {"not reordered", "request 1 is a prefill (query_len 5", "request 2",
-                                "decode (query_len 1)"});
+  expect_error<AssertionError>(
+      [&] {
+        build({request(1, 0, 4), request(5, 0, 4, 2), request(1, 2, 4, 4)});
+      },
+      {"not reordered", "request 1 is a prefill (query_len 5", "request 2", "decode (query_len 1)"});
   expect_error<ValueError>([&] { build({{1, 2147483647, {0}}}); }, {"request 0 has seq_len 2147483648"});
 
   MetadataBuilderConfig bounded = config(4, 64);
   bounded.num_cache_blocks = 10;
-  expect_error<ValueError>([&] { MlaMetadataBuilder(bounded).build(std::vector<RequestSpec>{{5, 0, {3, 10}}}); },
-                           {"request 0 has block_table[1] = 10", "[0, 10)"});
+  expect_error<ValueError>(
+      [&] {
+        MlaMetadataBuilder(bounded).build(std::vector<RequestSpec>{{5, 0, {3, 10}}});
+      },
+      {"request 0 has block_table[1] = 10", "[0, 10)"});
   // Entries past seq_len are not read and not checked.
   EXPECT_NO_THROW(MlaMetadataBuilder(bounded).build(std::vector<RequestSpec>{{4, 0, {3, 99}}}));
 
   MetadataBuilderConfig no_chunking = config(4, 0);
   no_chunking.chunked_prefill_enabled = false;
-  expect_error<ValueError>([&] { MlaMetadataBuilder(no_chunking).build(std::vector<RequestSpec>{{3, 4, {0, 1}}}); },
-                           {"request 0 is a prefill with num_computed_tokens 4", "neither chunked_prefill_enabled"});
+  expect_error<ValueError>(
+      [&] {
+        MlaMetadataBuilder(no_chunking).build(std::vector<RequestSpec>{{3, 4, {0, 1}}});
+      },
+      {"request 0 is a prefill with num_computed_tokens 4", "neither chunked_prefill_enabled"});
   // Decodes with context need no chunking.
   EXPECT_NO_THROW(MlaMetadataBuilder(no_chunking).build(std::vector<RequestSpec>{{1, 4, {0, 1}}}));
   MetadataBuilderConfig prefix_only = no_chunking;
@@ -488,7 +506,6 @@ TEST(MetadataBuilder, ProfileRunPadsEverySlot) {
   EXPECT_EQ(to_vec(m.slot_mapping_cpu), Vec(5, PAD_SLOT_ID));
   EXPECT_EQ(m.block_table_cpu.size(1), 0);
 }
-
 
 // ---- CUDA (skipped without a GPU) -------------------------------------------------
 

@@ -56,9 +56,12 @@ RandomBatch random_batch(std::mt19937_64& rng) {
   };
   auto context = [&](int max_len) {
     switch (uniform(0, 3)) {
-      case 0: return 0;
-      case 1: return uniform(1, 8) * b.block_size;
-      default: return uniform(1, max_len);
+      case 0:
+        return 0;
+      case 1:
+        return uniform(1, 8) * b.block_size;
+      default:
+        return uniform(1, max_len);
     }
   };
   int prefills_with_context = 0;
@@ -235,7 +238,8 @@ TEST(MetadataBuilderProperty, TooSmallWorkspaceIsAlwaysRefused) {
   for (int iter = 0; iter < 1000; ++iter) {
     RandomBatch b = random_batch(rng);
     int with_context = 0;
-    for (size_t r = size_t(b.num_decodes); r < b.requests.size(); ++r) with_context += b.requests[r].num_computed_tokens > 0;
+    for (size_t r = size_t(b.num_decodes); r < b.requests.size(); ++r)
+      with_context += b.requests[r].num_computed_tokens > 0;
     const int64_t one_page_each = int64_t(with_context) * b.block_size;
     if (one_page_each < 2) continue;  // no positive workspace is too small
     b.workspace = std::uniform_int_distribution<int64_t>(1, one_page_each - 1)(rng);

@@ -23,8 +23,8 @@ namespace lattn {
 namespace {
 
 using test::BackendCase;
-using test::PreparedStep;
 using test::CaseRequest;
+using test::PreparedStep;
 
 const MlaDims kTiny{3, 32, 16, 8, 24};
 
@@ -39,9 +39,7 @@ BackendCase tiny_case(std::string name, std::vector<CaseRequest> decodes, std::v
   return c;
 }
 
-BackendCase mixed_case() {
-  return tiny_case("mixed", {{37, 1}, {0, 1}, {16, 3}}, {{0, 9}, {21, 6}, {40, 13}}, 5);
-}
+BackendCase mixed_case() { return tiny_case("mixed", {{37, 1}, {0, 1}, {16, 3}}, {{0, 9}, {21, 6}, {40, 13}}, 5); }
 
 // ---------------------------------------------------------------------------
 // Test-only prefill backends wrapping the reference: one pads V (a kernel
@@ -90,7 +88,8 @@ class WrappedReference final : public PrefillBackend {
     for (int64_t t = 0; t < v.size(0); ++t)
       for (int64_t n = 0; n < v.size(1); ++n)
         for (int64_t d = V; d < v.size(2); ++d)
-          g_padding.v_padded_with_zeros &= load_as_f32(v.data(), v.dtype(), t * v.stride(0) + n * v.stride(1) + d) == 0.f;
+          g_padding.v_padded_with_zeros &=
+              load_as_f32(v.data(), v.dtype(), t * v.stride(0) + n * v.stride(1) + d) == 0.f;
   }
   std::unique_ptr<PrefillBackend> inner_;
   bool pad_v_;
@@ -209,7 +208,7 @@ TEST(TV_FORWARD_ERR, PreallocatedOutputIsWrittenInPlace) {
 TEST(TV_PADV, SeedRule) {
   EXPECT_TRUE(mla_pad_v(std::nullopt, DeviceCapability{9, 0}));  // no FlashAttention
   EXPECT_TRUE(mla_pad_v(2, DeviceCapability{9, 0}));
-  EXPECT_FALSE(mla_pad_v(3, DeviceCapability{9, 0}));            // FA3 on Hopper: native Dv
+  EXPECT_FALSE(mla_pad_v(3, DeviceCapability{9, 0}));  // FA3 on Hopper: native Dv
   EXPECT_TRUE(mla_pad_v(3, DeviceCapability{8, 0}));
   EXPECT_TRUE(mla_pad_v(3, DeviceCapability{10, 0}));
   EXPECT_TRUE(mla_pad_v(3, std::nullopt));
@@ -314,8 +313,8 @@ TEST(HostileData, PoisonNeverReachesOutputsAndOnlyNewSlotsAreWritten) {
     for (int64_t t = 0; t < md.num_actual_tokens; ++t) written.insert(md.slot_mapping_cpu.data_as<int64_t>()[t]);
     int64_t wrong = 0;
     for (int64_t slot = 0; slot * entry_bytes < int64_t(before.size()); ++slot) {
-      const bool changed = std::memcmp(&before[size_t(slot * entry_bytes)], &run.cache_bytes[size_t(slot * entry_bytes)],
-                                       size_t(entry_bytes)) != 0;
+      const bool changed = std::memcmp(&before[size_t(slot * entry_bytes)],
+                                       &run.cache_bytes[size_t(slot * entry_bytes)], size_t(entry_bytes)) != 0;
       const bool expected = written.count(slot) > 0;
       // A written slot may by chance hold the same bytes; an unwritten slot must never change.
       wrong += changed && !expected;
@@ -364,20 +363,27 @@ TEST(BadInput, MismatchedShapesAndDtypes) {
   const int64_t T = step.q().size(0);
   const MlaDims& d = kTiny;
   const OwnedTensor q_heads = OwnedTensor::zeros({T, d.num_heads - 1, d.qk_head_dim()}, DType::bf16);
-  expect_refused(step, [&] { a.forward(q_heads, step.kv_c(), step.k_pe(), step.cache(), md); }, "'q'");
+  expect_refused(
+      step, [&] { a.forward(q_heads, step.kv_c(), step.k_pe(), step.cache(), md); }, "'q'");
   const OwnedTensor q_f16 = OwnedTensor::zeros({T, d.num_heads, d.qk_head_dim()}, DType::f16);
-  expect_refused(step, [&] { a.forward(q_f16, step.kv_c(), step.k_pe(), step.cache(), md); }, "'q'");
-  expect_refused(step, [&] { a.forward(step.q(), step.kv_c().narrow(0, 0, T - 1), step.k_pe(), step.cache(), md); },
-                 "'kv_c_normed'");
+  expect_refused(
+      step, [&] { a.forward(q_f16, step.kv_c(), step.k_pe(), step.cache(), md); }, "'q'");
+  expect_refused(
+      step, [&] { a.forward(step.q(), step.kv_c().narrow(0, 0, T - 1), step.k_pe(), step.cache(), md); },
+      "'kv_c_normed'");
   const OwnedTensor k_pe_wide = OwnedTensor::zeros({T, d.qk_rope_head_dim + 1}, DType::bf16);
-  expect_refused(step, [&] { a.forward(step.q(), step.kv_c(), k_pe_wide, step.cache(), md); }, "'k_pe'");
+  expect_refused(
+      step, [&] { a.forward(step.q(), step.kv_c(), k_pe_wide, step.cache(), md); }, "'k_pe'");
   const OwnedTensor out_short = OwnedTensor::zeros({T, d.num_heads * d.v_head_dim - 1}, DType::bf16);
-  expect_refused(step, [&] { a.forward(step.q(), step.kv_c(), step.k_pe(), step.cache(), md, out_short); }, "'out'");
+  expect_refused(
+      step, [&] { a.forward(step.q(), step.kv_c(), step.k_pe(), step.cache(), md, out_short); }, "'out'");
   const OwnedTensor scale = OwnedTensor::zeros({1}, DType::f32);
-  expect_refused(step, [&] { a.forward(step.q(), step.kv_c(), step.k_pe(), step.cache(), md, step.out(), scale); },
-                 "'out'");  // with output_scale the output must be fp8_e4m3
+  expect_refused(
+      step, [&] { a.forward(step.q(), step.kv_c(), step.k_pe(), step.cache(), md, step.out(), scale); },
+      "'out'");  // with output_scale the output must be fp8_e4m3
   OwnedLatentCache f16_cache(step.cache().num_blocks(), step.cache().block_size(), d, DType::f16);
-  expect_refused(step, [&] { a.forward(step.q(), step.kv_c(), step.k_pe(), f16_cache, md); }, "'cache'");
+  expect_refused(
+      step, [&] { a.forward(step.q(), step.kv_c(), step.k_pe(), f16_cache, md); }, "'cache'");
 }
 
 TEST(BadInput, SlotBeyondTheCache) {
@@ -385,14 +391,16 @@ TEST(BadInput, SlotBeyondTheCache) {
   auto& md = step.metadata();
   const int64_t capacity = step.cache().num_blocks() * step.cache().block_size();
   md.slot_mapping_cpu.data_as<int64_t>()[4] = capacity;  // one past the last slot
-  expect_refused(step, [&] { step.forward(); }, "slot_mapping");
+  expect_refused(
+      step, [&] { step.forward(); }, "slot_mapping");
 }
 
 TEST(BadInput, DecodeBlockTablePastTheCache) {
   PreparedStep step(mixed_case(), "reference", "reference");
   auto& md = step.metadata();
   md.decode->block_table_cpu.data_as<int32_t>()[0] = int32_t(step.cache().num_blocks());
-  expect_refused(step, [&] { step.forward(); }, "block_table");
+  expect_refused(
+      step, [&] { step.forward(); }, "block_table");
 }
 
 TEST(BadInput, PrefillContextBlockTablePastTheCache) {
@@ -400,7 +408,8 @@ TEST(BadInput, PrefillContextBlockTablePastTheCache) {
   auto& md = step.metadata();
   const Tensor& table = md.prefill->block_table_cpu;  // prefill 1 has context 21: columns 0 and 1
   table.data_as<int32_t>()[1 * table.stride(0) + 1] = -1;
-  expect_refused(step, [&] { step.forward(); }, "block_table");
+  expect_refused(
+      step, [&] { step.forward(); }, "block_table");
 }
 
 TEST(BadInput, ChunkPlanThatMissesContextOrIsUnaligned) {
@@ -411,27 +420,31 @@ TEST(BadInput, ChunkPlanThatMissesContextOrIsUnaligned) {
     auto& chunks = step.metadata().prefill->chunks;
     ASSERT_GT(chunks.num_chunks, 1);
     chunks.starts_cpu.data_as<int32_t>()[1 * chunks.starts_cpu.stride(0) + 2] += 1;  // chunk 1 of prefill 2
-    expect_refused(step, [&] { step.forward(); }, "chunks.starts");
+    expect_refused(
+        step, [&] { step.forward(); }, "chunks.starts");
   }
   {
     PreparedStep step(c, "reference", "reference");
     step.metadata().prefill->chunks.num_chunks = 0;  // context would be ignored
     step.metadata().prefill->chunks.seq_tot.clear();
-    expect_refused(step, [&] { step.forward(); }, "chunks");
+    expect_refused(
+        step, [&] { step.forward(); }, "chunks");
   }
 }
 
 TEST(BadInput, MetadataOnAnotherDeviceAndWeightsNotLoaded) {
   PreparedStep step(mixed_case(), "reference", "reference");
   step.metadata().device = Device::cuda(0);
-  expect_refused(step, [&] { step.forward(); }, "metadata");
+  expect_refused(
+      step, [&] { step.forward(); }, "metadata");
   step.metadata().device = Device::cpu();
 
   MlaAttentionConfig config;
   config.dims = kTiny;
   MlaAttention fresh(config);
-  expect_refused(step, [&] { fresh.forward(step.q(), step.kv_c(), step.k_pe(), step.cache(), step.metadata()); },
-                 "process_weights_after_loading");
+  expect_refused(
+      step, [&] { fresh.forward(step.q(), step.kv_c(), step.k_pe(), step.cache(), step.metadata()); },
+      "process_weights_after_loading");
 }
 
 // ---------------------------------------------------------------------------
@@ -469,7 +482,8 @@ TEST(GraphAndProfileMetadata, CudaGraphPaddedDecodeBatch) {
     const int32_t seq = normal.seq_lens_cpu.data_as<int32_t>()[r];
     const int32_t context = normal.context_lens_cpu.data_as<int32_t>()[r];
     const int32_t* row = normal.block_table_cpu.data_as<int32_t>() + r * normal.block_table_cpu.stride(0);
-    requests.push_back({seq - context, context, std::vector<int32_t>(row, row + (seq + c.block_size - 1) / c.block_size)});
+    requests.push_back(
+        {seq - context, context, std::vector<int32_t>(row, row + (seq + c.block_size - 1) / c.block_size)});
   }
   MetadataBuilderConfig config;
   config.block_size = c.block_size;
@@ -486,7 +500,8 @@ TEST(GraphAndProfileMetadata, CudaGraphPaddedDecodeBatch) {
   step.attention().forward(step.q(), step.kv_c(), step.k_pe(), step.cache(), graph, step.out());
   const OwnedTensor got = test::to_host_f32(step.out());
   const int64_t width = got.tensor().size(1);
-  const test::ErrorReport real_rows = test::compare(got.tensor().narrow(0, 0, 3), reference.out.tensor().narrow(0, 0, 3));
+  const test::ErrorReport real_rows =
+      test::compare(got.tensor().narrow(0, 0, 3), reference.out.tensor().narrow(0, 0, 3));
   EXPECT_EQ(real_rows.max_abs, 0.0) << real_rows.str();
   for (int64_t e = 0; e < width; ++e) EXPECT_EQ(got.data_as<float>()[4 * width + e], 0.f) << "row 4 is past the batch";
 }

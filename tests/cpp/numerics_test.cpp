@@ -110,8 +110,8 @@ struct Req {
 std::vector<std::vector<uint8_t>> run_batch(const std::vector<Req>& reqs, const Target& t, int heads, int block) {
   MlaDims dims = kDims;
   dims.num_heads = heads;
-  const int64_t N = dims.num_heads, L = dims.kv_lora_rank, P = dims.qk_nope_head_dim,
-                R = dims.qk_rope_head_dim, V = dims.v_head_dim;
+  const int64_t N = dims.num_heads, L = dims.kv_lora_rank, P = dims.qk_nope_head_dim, R = dims.qk_rope_head_dim,
+                V = dims.v_head_dim;
   const DType dt = DType::bf16;
   int max_decode_q = 1, num_decodes = 0;
   int64_t T = 0, blocks = 0;
@@ -162,7 +162,8 @@ std::vector<std::vector<uint8_t>> run_batch(const std::vector<Req>& reqs, const 
     RequestSpec spec;
     spec.query_len = r.query_len;
     spec.num_computed_tokens = r.context_len;
-    for (int b = 0; b < (r.context_len + r.query_len + block - 1) / block; ++b) spec.block_table.push_back(next_block++);
+    for (int b = 0; b < (r.context_len + r.query_len + block - 1) / block; ++b)
+      spec.block_table.push_back(next_block++);
     OwnedTensor ctx = OwnedTensor::empty({std::max(r.context_len, 1), L + R}, dt);
     fill_normal(ctx, rng);
     for (int j = 0; j < r.context_len; ++j) {
@@ -276,7 +277,8 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
       EXPECT_TRUE(alone[0] == in_a[index_of(batch_a)]) << "alone vs in a batch of 40";
       EXPECT_TRUE(alone[0] == in_b[index_of(batch_b)]) << "alone vs at another position of another batch";
       size_t non_finite = 0;
-      for (size_t i = 0; i + 1 < alone[0].size(); i += 2) non_finite += (alone[0][i + 1] & 0x7f) == 0x7f && (alone[0][i] & 0x80);
+      for (size_t i = 0; i + 1 < alone[0].size(); i += 2)
+        non_finite += (alone[0][i + 1] & 0x7f) == 0x7f && (alone[0][i] & 0x80);
       EXPECT_EQ(non_finite, 0u) << "the target's rows were all written";
     }
   }

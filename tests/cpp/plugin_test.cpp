@@ -268,8 +268,8 @@ TEST_F(PluginTest, AFileThatIsNotASharedLibraryIsRefused) {
 TEST_F(PluginTest, AMissingSymbolIsRefused) {
   register_mla_prefill_backend("CUSTOM", kExampleFile + ":no_such_entry_point");
   const std::string text = error_text<ImportError>([&] { registry.get_class("CUSTOM"); });
-  EXPECT_TRUE(starts_with(text, "MLA prefill backend plug-in '" + kExampleFile +
-                                    "' has no symbol 'no_such_entry_point' ("))
+  EXPECT_TRUE(
+      starts_with(text, "MLA prefill backend plug-in '" + kExampleFile + "' has no symbol 'no_such_entry_point' ("))
       << text;
   EXPECT_NE(text.find("). Correct the name after the ':', or export it from the plug-in as LATTN_PLUGIN_EXPORT "
                       "const LattnPluginDescriptor* no_such_entry_point()."),

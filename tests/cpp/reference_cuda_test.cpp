@@ -67,13 +67,17 @@ TEST(ReferenceOnCuda, PrefillBackendMatchesTheHostRun) {
   const Tensor q_dev(q_wide_dev.data(), DType::bf16, q_shape, q_strides, gpu);
 
   auto run = [&](Device device, const Tensor& q, const PrefillMetadata& view) {
-    PrefillBackendParams params{int(N), 0.2f, kDims.kv_lora_rank, kDims.qk_nope_head_dim, kDims.qk_rope_head_dim,
-                                int(V), DType::bf16, {device, nullptr, 0}};
+    PrefillBackendParams params{
+        int(N), 0.2f,        kDims.kv_lora_rank,  kDims.qk_nope_head_dim, kDims.qk_rope_head_dim,
+        int(V), DType::bf16, {device, nullptr, 0}};
     auto backend = mla_prefill_backend_registry().get_class("reference")->create(params);
     backend->prepare_metadata(view);
-    const OwnedTensor kd = upload(k, device), vd = upload(v, device), kcd = upload(kc, device), vcd = upload(vc, device);
-    OwnedTensor out = OwnedTensor::empty({T, N, V}, DType::bf16, device), lse = OwnedTensor::empty({N, T}, DType::f32, device);
-    OwnedTensor cout = OwnedTensor::empty({T, N, V}, DType::bf16, device), clse = OwnedTensor::empty({N, T}, DType::f32, device);
+    const OwnedTensor kd = upload(k, device), vd = upload(v, device), kcd = upload(kc, device),
+                      vcd = upload(vc, device);
+    OwnedTensor out = OwnedTensor::empty({T, N, V}, DType::bf16, device),
+                lse = OwnedTensor::empty({N, T}, DType::f32, device);
+    OwnedTensor cout = OwnedTensor::empty({T, N, V}, DType::bf16, device),
+                clse = OwnedTensor::empty({N, T}, DType::f32, device);
     for (const Tensor& t : {out.tensor(), lse.tensor(), cout.tensor(), clse.tensor()}) test::poison(t);
     backend->run_prefill_new_tokens(q, kd, vd, true, out, lse);
     backend->run_prefill_context_chunk(0, q, kcd, vcd, cout, clse);
@@ -119,7 +123,8 @@ TEST(ReferenceOnCuda, DecodeBackendMatchesTheHostRun) {
     auto backend = mla_decode_backend_registry().get_class("reference")->create(params);
     backend->prepare_metadata(dm);
     const OwnedTensor qd = upload(ql, device), ped = upload(pe, device);
-    OwnedTensor out = OwnedTensor::empty({T, N, L}, DType::f16, device), lse = OwnedTensor::empty({N, T}, DType::f32, device);
+    OwnedTensor out = OwnedTensor::empty({T, N, L}, DType::f16, device),
+                lse = OwnedTensor::empty({N, T}, DType::f32, device);
     test::poison(out);
     test::poison(lse);
     backend->run(qd, ped, cache, dm, out, lse);

@@ -149,7 +149,8 @@ TEST_F(RegistryTest, StandardMembersMissingFromTheBuildAreUnavailableNotFaked) {
   for (const char* name : {"reference", "cpu", "cuda", "hopper"}) {
     SCOPED_TRACE(name);
     const auto& builtins = detail::builtin_decode_classes();
-    const bool present = std::any_of(builtins.begin(), builtins.end(), [&](const auto& c) { return c->name() == name; });
+    const bool present =
+        std::any_of(builtins.begin(), builtins.end(), [&](const auto& c) { return c->name() == name; });
     const auto cls = decode.get_class(name);
     EXPECT_EQ(cls->name(), name);
     if (present) continue;
@@ -223,9 +224,8 @@ TEST_F(RegistryTest, UnresolvablePathsAreImportErrorsThatSayWhatToChange) {
 }
 
 TEST_F(RegistryTest, ObjectRegistrationRefusesNullAndNamelessClasses) {
-  EXPECT_EQ(error_text<ValueError>([&] {
-              register_mla_prefill_backend("CUSTOM", std::shared_ptr<const PrefillBackendClass>());
-            }),
+  EXPECT_EQ(error_text<ValueError>(
+                [&] { register_mla_prefill_backend("CUSTOM", std::shared_ptr<const PrefillBackendClass>()); }),
             "register_mla_prefill_backend: argument 'cls' must be a backend class object, got nullptr");
   EXPECT_THROW(register_mla_decode_backend("CUSTOM", decode_double({.name = ""})), ValueError);
   EXPECT_FALSE(prefill.is_overridden("CUSTOM"));

@@ -98,13 +98,15 @@ TEST_F(SelectorTest, TV_SELECT_ExplicitChoiceThatCannotBeResolvedIsAnImportError
   SelectorConfig config = gpu_config();
   config.prefill_backend = "CUSTOM";
   const std::string text = error_text<ValueError>([&] { get_mla_prefill_backend(kSm90, config); });
-  const std::string seed = "Selected MLA prefill backend CUSTOM is not valid for this configuration. Reason: "
-                           "['ImportError']";
+  const std::string seed =
+      "Selected MLA prefill backend CUSTOM is not valid for this configuration. Reason: "
+      "['ImportError']";
   ASSERT_EQ(text.rfind(seed, 0), 0u) << text;
   // Then the import error itself, which says what to change.
-  EXPECT_EQ(text.substr(seed.size()).rfind(". Cannot load MLA prefill backend plug-in "
-                                           "'/nonexistent/dir/libno_backend.so': ",
-                                           0),
+  EXPECT_EQ(text.substr(seed.size())
+                .rfind(". Cannot load MLA prefill backend plug-in "
+                       "'/nonexistent/dir/libno_backend.so': ",
+                       0),
             0u)
       << text;
 }
@@ -290,8 +292,8 @@ TEST_F(SelectorTest, DecodeSelectionMirrorsPrefill) {
 TEST_F(SelectorTest, DecodeNoValidBackendUsesTheDecodeRepr) {
   register_mla_decode_backend("cpu", decode_double({.name = "cpu_decode", .kv_cache_dtypes = {DType::bf16}}));
   register_mla_decode_backend("reference", decode_double({.name = "reference_decode", .max_query_tokens = 1}));
-  SelectorConfig config = SelectorConfig::for_dims(MlaDims::deepseek_v3(16), DType::bf16, DType::fp8_e4m3,
-                                                   Device::cpu(), 16, 2);
+  SelectorConfig config =
+      SelectorConfig::for_dims(MlaDims::deepseek_v3(16), DType::bf16, DType::fp8_e4m3, Device::cpu(), 16, 2);
   EXPECT_EQ(error_text<ValueError>([&] { get_mla_decode_backend(std::nullopt, config); }),
             "No valid MLA decode backend found with MLADecodeSelectorConfig(dtype=torch.bfloat16, "
             "kv_cache_dtype=torch.float8_e4m3fn, num_heads=16, kv_lora_rank=512, qk_rope_head_dim=64, block_size=16, "

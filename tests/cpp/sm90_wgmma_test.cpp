@@ -9,9 +9,9 @@
 
 #include <cmath>
 #include <cstring>
-#include <tuple>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "lattn/device.h"

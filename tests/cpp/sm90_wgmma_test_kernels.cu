@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(128, 1)
                  const uint16_t* a_global, float* d_out, uint8_t* a_raw) {
 #ifdef LATTN_SM90A_BODY
   extern __shared__ __align__(1024) uint8_t smem[];
-  uint8_t* a_s = smem;                // 2 boxes [64][64]
+  uint8_t* a_s = smem;                 // 2 boxes [64][64]
   uint8_t* b_s = smem + 2 * 64 * 128;  // K-major: 2 boxes [n][64]; MN-major: n/64 boxes [128][64]
   __shared__ uint64_t bar;
   const int t = threadIdx.x;
@@ -115,8 +115,8 @@ __global__ void __launch_bounds__(128, 1)
 #endif
 }
 
-__global__ void __launch_bounds__(128, 1) tma3d_kernel(const __grid_constant__ CUtensorMap map, int c0, int c1,
-                                                        int c2, uint8_t* out) {
+__global__ void __launch_bounds__(128, 1)
+    tma3d_kernel(const __grid_constant__ CUtensorMap map, int c0, int c1, int c2, uint8_t* out) {
 #ifdef LATTN_SM90A_BODY
   __shared__ __align__(1024) uint8_t tile[8192];
   __shared__ uint64_t bar;

@@ -82,7 +82,8 @@ Step make_step(const LayerCase& c) {
     test::fill_normal(pe, rng, 1.f);
     test::fill_normal(k, rng, 1.f);
     for (int p = 0; p < r.context; ++p) {
-      slots.data_as<int64_t>()[p] = int64_t(spec.block_table[size_t(p / c.block_size)]) * c.block_size + p % c.block_size;
+      slots.data_as<int64_t>()[p] =
+          int64_t(spec.block_table[size_t(p / c.block_size)]) * c.block_size + p % c.block_size;
     }
     concat_and_cache_mla(kv, pe, s.cache, slots);
     indexer_k_cache_write(k, s.icache, slots);
@@ -169,14 +170,16 @@ OwnedTensor expected(const LayerCase& c, const Step& s, const MlaAttention& laye
       pos.resize(size_t(std::min(visible, c.topk)));
       std::vector<std::vector<double>> keys;
       for (int p : pos) {
-        const int32_t block = s.md.block_table_cpu.data_as<const int32_t>()[r * s.md.block_table_cpu.stride(0) + p / c.block_size];
+        const int32_t block =
+            s.md.block_table_cpu.data_as<const int32_t>()[r * s.md.block_table_cpu.stride(0) + p / c.block_size];
         keys.push_back(entry(s.cache, int64_t(block) * c.block_size + p % c.block_size));
       }
       for (int n = 0; n < N; ++n) {
         const float* qn = q.data_as<const float>() + (int64_t(t) * N + n) * (P + R);
         std::vector<double> ql(size_t(L), 0.0);
         for (int p = 0; p < P; ++p) {
-          for (int l = 0; l < L; ++l) ql[size_t(l)] += double(qn[p]) * wuk.data_as<const float>()[(int64_t(n) * P + p) * L + l];
+          for (int l = 0; l < L; ++l)
+            ql[size_t(l)] += double(qn[p]) * wuk.data_as<const float>()[(int64_t(n) * P + p) * L + l];
         }
         std::vector<double> score(keys.size());
         double mx = -INFINITY;

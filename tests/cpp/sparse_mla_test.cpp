@@ -9,9 +9,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "lattn/backend.h"
@@ -74,10 +74,10 @@ SparseData make_case(const SparseCase& c) {
     std::shuffle(order.begin(), order.end(), rng);
     for (int j = 0; j < c.topk; ++j) {
       int32_t v = int32_t(order[size_t(j) % order.size()]);
-      if (c.pattern == 1 && j % 3 == 1) v = int32_t(order[0]);      // duplicates
-      if (c.pattern == 2 && j % 4 == 2) v = -1;                      // holes
-      if (c.pattern == 3 && t == 1) v = -1;                          // a row with no key
-      if (c.valid_per_row >= 0 && j >= c.valid_per_row) v = -1;     // k > valid tokens
+      if (c.pattern == 1 && j % 3 == 1) v = int32_t(order[0]);   // duplicates
+      if (c.pattern == 2 && j % 4 == 2) v = -1;                  // holes
+      if (c.pattern == 3 && t == 1) v = -1;                      // a row with no key
+      if (c.valid_per_row >= 0 && j >= c.valid_per_row) v = -1;  // k > valid tokens
       d.indices.data_as<int32_t>()[t * c.topk + j] = v;
     }
   }
@@ -117,7 +117,8 @@ void naive(const SparseCase& c, const SparseData& d, std::vector<double>& out, s
       const int32_t s = d.indices.data_as<int32_t>()[t * c.topk + j];
       if (s < 0) continue;
       if (cache.is_fp8_ds_mla()) {
-        fp8_ds_mla_decode_f64(static_cast<const uint8_t*>(cache.data.data()) + s * cache.entry_dim(), c.L, c.R, key.data());
+        fp8_ds_mla_decode_f64(static_cast<const uint8_t*>(cache.data.data()) + s * cache.entry_dim(), c.L, c.R,
+                              key.data());
       } else {
         for (int i = 0; i < D; ++i) key[size_t(i)] = load_as_f32(cache.data.data(), cache.dtype(), s * D + i);
       }
@@ -129,7 +130,8 @@ void naive(const SparseCase& c, const SparseData& d, std::vector<double>& out, s
       double m = -INFINITY;
       for (size_t j = 0; j < keys.size(); ++j) {
         double dot = 0;
-        for (int i = 0; i < D; ++i) dot += double(load_as_f32(d.q.data(), c.dtype, (int64_t(t) * c.N + h) * D + i)) * keys[j][size_t(i)];
+        for (int i = 0; i < D; ++i)
+          dot += double(load_as_f32(d.q.data(), c.dtype, (int64_t(t) * c.N + h) * D + i)) * keys[j][size_t(i)];
         s[j] = dot * scale_of(c);
         m = std::max(m, s[j]);
       }
@@ -182,11 +184,14 @@ TEST(SparseMlaReference, MatchesTheFormulasInFp64) {
       std::vector<double> out, lse;
       naive(c, d, out, lse);
       for (size_t i = 0; i < out.size(); ++i) {
-        ASSERT_NEAR(d.out.data_as<float>()[i], out[i], 1e-5 * (1 + std::fabs(out[i]))) << "pattern " << pattern << " i " << i;
+        ASSERT_NEAR(d.out.data_as<float>()[i], out[i], 1e-5 * (1 + std::fabs(out[i])))
+            << "pattern " << pattern << " i " << i;
       }
       for (size_t i = 0; i < lse.size(); ++i) {
-        if (std::isinf(lse[i])) ASSERT_EQ(d.lse.data_as<float>()[i], -INFINITY);
-        else ASSERT_NEAR(d.lse.data_as<float>()[i], lse[i], 1e-5 * (1 + std::fabs(lse[i])));
+        if (std::isinf(lse[i]))
+          ASSERT_EQ(d.lse.data_as<float>()[i], -INFINITY);
+        else
+          ASSERT_NEAR(d.lse.data_as<float>()[i], lse[i], 1e-5 * (1 + std::fabs(lse[i])));
       }
       if (pattern == 3) {
         for (int h = 0; h < c.N; ++h) EXPECT_EQ(d.lse.data_as<float>()[h * c.T + 1], -INFINITY);
@@ -299,7 +304,8 @@ TEST(SparseMlaCpu, AllPositionsSelectedEqualsDenseDecode) {
     a.q = q, a.indices = idx, a.out = sout, a.lse = slse, a.scale = scale;
     sparse_mla(a, cache, backend);
     const test::ErrorReport e = test::compare(sout, dout);
-    EXPECT_LE(e.rel_l2, std::string(backend) == "reference" ? 0.0 : test::rel_tolerance(DType::bf16)) << backend << e.str();
+    EXPECT_LE(e.rel_l2, std::string(backend) == "reference" ? 0.0 : test::rel_tolerance(DType::bf16))
+        << backend << e.str();
     for (int h = 0; h < N; ++h) EXPECT_NEAR(slse.data_as<float>()[h], dlse.data_as<float>()[h], 1e-4) << backend;
   }
 }
@@ -320,7 +326,8 @@ TEST(SparseMla, BadInputIsRefusedWithNothingWritten) {
   };
   const int64_t capacity = int64_t(c.num_blocks) * c.block_size;
   d.indices.data_as<int32_t>()[11] = int32_t(capacity);  // one past the cache
-  refused(args_of(d, scale_of(c)), "argument 'indices' must hold slots in [0, num_blocks * block_size = 192) or -1, got 192 at [1, 3]", d.cache);
+  refused(args_of(d, scale_of(c)),
+          "argument 'indices' must hold slots in [0, num_blocks * block_size = 192) or -1, got 192 at [1, 3]", d.cache);
   d.indices.data_as<int32_t>()[11] = -2;
   refused(args_of(d, scale_of(c)), "got -2 at [1, 3]", d.cache);
   d.indices.data_as<int32_t>()[11] = 0;
@@ -350,11 +357,14 @@ TEST(SparseMlaSelector, PicksCpuOnTheHostAndExplainsRefusals) {
   EXPECT_EQ(get_sparse_mla_backend(config)->name(), "cpu");
   config.backend = "cuda";
   const std::string msg = test::error_text<ValueError>([&] { get_sparse_mla_backend(config); });
-  EXPECT_NE(msg.find("Selected sparse MLA backend cuda is not valid for this configuration. Reason: [compute capability none (cpu) not supported"),
+  EXPECT_NE(msg.find("Selected sparse MLA backend cuda is not valid for this configuration. Reason: [compute "
+                     "capability none (cpu) not supported"),
             std::string::npos)
       << msg;
   config.backend = "nope";
-  EXPECT_NE(test::error_text<ValueError>([&] { get_sparse_mla_backend(config); }).find("Valid options are: cuda, cpu, reference"),
+  EXPECT_NE(test::error_text<ValueError>([&] {
+              get_sparse_mla_backend(config);
+            }).find("Valid options are: cuda, cpu, reference"),
             std::string::npos);
   const auto explained = explain_sparse_mla_backends(SparseSelectorConfig{});
   ASSERT_GE(explained.size(), 3u);
@@ -376,7 +386,8 @@ TEST(SparseMlaGpu, CudaMatchesTheReference) {
     copy_tensor(host.cache.cache().data, dev.cache().data);
     const OwnedTensor q = test::to_device(host.q, gpu), idx = test::to_device(host.indices, gpu);
     OwnedTensor sink = c.sink ? test::to_device(host.sink, gpu) : OwnedTensor{};
-    OwnedTensor out = OwnedTensor::empty({c.T, c.N, c.L}, c.dtype, gpu), lse = OwnedTensor::empty({c.N, c.T}, DType::f32, gpu);
+    OwnedTensor out = OwnedTensor::empty({c.T, c.N, c.L}, c.dtype, gpu),
+                lse = OwnedTensor::empty({c.N, c.T}, DType::f32, gpu);
     test::poison(out);
     test::poison(lse);
     SparseMlaArgs a;
@@ -387,7 +398,6 @@ TEST(SparseMlaGpu, CudaMatchesTheReference) {
     expect_matches(c, host, ref.out, ref.lse, test::rel_tolerance(c.dtype));
   }
 }
-
 
 // Sets an environment variable for a scope (the sparse kernel switches are
 // read at each call), restoring what was there.
@@ -475,8 +485,8 @@ TEST(SparseMlaGpu, TensorCoreKernelMatchesTheReferenceOnHostileCases) {
       auto plant_nan = [&](SparseData& d) {
         if (c.pattern != 5) return;
         const int64_t slot = d.indices.data_as<int32_t>()[5];
-        uint8_t* entry = static_cast<uint8_t*>(d.cache.cache().data.data()) + slot * d.cache.cache().data.stride(1) *
-                                                                               d.cache.cache().data.element_size();
+        uint8_t* entry = static_cast<uint8_t*>(d.cache.cache().data.data()) +
+                         slot * d.cache.cache().data.stride(1) * d.cache.cache().data.element_size();
         if (c.cache_dtype == kFp8DsMla) {
           entry[7] = 0xff;  // e4m3 NaN
         } else {
@@ -496,7 +506,8 @@ TEST(SparseMlaGpu, TensorCoreKernelMatchesTheReferenceOnHostileCases) {
       OwnedTensor sink = c.sink ? test::to_device(host.sink, gpu) : OwnedTensor{};
       OwnedLatentCache dev(c.num_blocks, c.block_size, MlaDims{c.N, c.L, 128, c.R, 128}, c.cache_dtype, gpu);
       copy_tensor(host.cache.cache().data, dev.cache().data);
-      OwnedTensor out = OwnedTensor::empty({c.T, c.N, c.L}, c.dtype, gpu), lse = OwnedTensor::empty({c.N, c.T}, DType::f32, gpu);
+      OwnedTensor out = OwnedTensor::empty({c.T, c.N, c.L}, c.dtype, gpu),
+                  lse = OwnedTensor::empty({c.N, c.T}, DType::f32, gpu);
       test::poison(out);
       test::poison(lse);
       SparseMlaArgs a;
@@ -536,7 +547,8 @@ TEST(SparseMlaGpu, ForcedKernelThatCannotServeIsAnError) {
   OwnedLatentCache dev(c.num_blocks, c.block_size, MlaDims{c.N, c.L, 128, c.R, 128}, c.cache_dtype, gpu);
   copy_tensor(host.cache.cache().data, dev.cache().data);
   const OwnedTensor q = test::to_device(host.q, gpu), idx = test::to_device(host.indices, gpu);
-  OwnedTensor out = OwnedTensor::empty({c.T, c.N, c.L}, c.dtype, gpu), lse = OwnedTensor::empty({c.N, c.T}, DType::f32, gpu);
+  OwnedTensor out = OwnedTensor::empty({c.T, c.N, c.L}, c.dtype, gpu),
+              lse = OwnedTensor::empty({c.N, c.T}, DType::f32, gpu);
   SparseMlaArgs a;
   a.q = q, a.indices = idx, a.out = out, a.lse = lse, a.scale = scale_of(c);
   {

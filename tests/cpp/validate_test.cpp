@@ -27,9 +27,8 @@ SelectorConfig prefill_config(DType dtype, MLADimensions dims = kDeepSeekR1MlaDi
 
 TEST(TV_VALIDATE, DefaultBackendAcceptsF16AndBf16OnAnyCapability) {
   const auto cls = prefill_double({});
-  for (const std::optional<DeviceCapability> cap :
-       {std::optional<DeviceCapability>{}, std::optional(kSm80), std::optional(kSm90),
-        std::optional(DeviceCapability{10, 0})}) {
+  for (const std::optional<DeviceCapability> cap : {std::optional<DeviceCapability>{}, std::optional(kSm80),
+                                                    std::optional(kSm90), std::optional(DeviceCapability{10, 0})}) {
     EXPECT_EQ(cls->validate_configuration(cap, prefill_config(DType::f16)), Reasons{});
     EXPECT_EQ(cls->validate_configuration(cap, prefill_config(DType::bf16)), Reasons{});
   }
@@ -76,8 +75,7 @@ TEST(TV_VALIDATE, S0SupportedDimensions) {
                     "v_head_dim=256); supported: (qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128), "
                     "(qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64))"});
   // Empty supported dims: no dimension reason for any model.
-  EXPECT_EQ(prefill_double({})->validate_configuration(kSm90, prefill_config(DType::bf16, {192, 64, 256})),
-            Reasons{});
+  EXPECT_EQ(prefill_double({})->validate_configuration(kSm90, prefill_config(DType::bf16, {192, 64, 256})), Reasons{});
 }
 
 // The superset: a class with both revisions' gates reports both texts, S1's first.
@@ -136,8 +134,7 @@ TEST(TV_VALIDATE, SelectorConfigReprs) {
             "MLADecodeSelectorConfig(dtype=torch.bfloat16, kv_cache_dtype=torch.float8_e4m3fn, num_heads=16, "
             "kv_lora_rank=512, qk_rope_head_dim=64, block_size=64, max_query_tokens_per_request=4)");
   EXPECT_TRUE(c.is_r1_compatible);
-  EXPECT_FALSE(SelectorConfig::for_dims(MlaDims::minicpm3(), DType::bf16, DType::bf16, Device::cpu())
-                   .is_r1_compatible);
+  EXPECT_FALSE(SelectorConfig::for_dims(MlaDims::minicpm3(), DType::bf16, DType::bf16, Device::cpu()).is_r1_compatible);
 }
 
 }  // namespace

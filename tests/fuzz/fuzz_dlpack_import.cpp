@@ -3,11 +3,11 @@
 // strides, byte offsets, every dtype code/bits/lanes and device type. The
 // import either refuses with ValueError or returns a view whose element and
 // byte counts fit in 64 bits (so later offset arithmetic cannot wrap).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <vector>
 
 #include <dlpack/dlpack.h>
@@ -23,8 +23,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   t.ndim = in.ConsumeBool() ? in.ConsumeIntegralInRange<int32_t>(0, 8) : in.ConsumeIntegral<int32_t>();
   const size_t dims = size_t(std::clamp<int32_t>(t.ndim, 0, 8));
   std::vector<int64_t> shape(dims), strides(dims);
-  for (int64_t& d : shape) d = in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(0, 8) : in.ConsumeIntegral<int64_t>();
-  for (int64_t& d : strides) d = in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(-8, 64) : in.ConsumeIntegral<int64_t>();
+  for (int64_t& d : shape)
+    d = in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(0, 8) : in.ConsumeIntegral<int64_t>();
+  for (int64_t& d : strides)
+    d = in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(-8, 64) : in.ConsumeIntegral<int64_t>();
   // Out-of-range ndim comes with no arrays at all: the importer must not read them.
   t.shape = t.ndim >= 0 && t.ndim <= 8 ? shape.data() : nullptr;
   t.strides = (t.ndim >= 0 && t.ndim <= 8 && in.ConsumeBool()) ? strides.data() : nullptr;
@@ -44,7 +46,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (__builtin_mul_overflow(view.numel(), int64_t(view.element_size()), &bytes)) std::abort();
     (void)view.describe();
     (void)view.is_contiguous();
-  } catch (const lattn::ValueError&) {
-  }
+  } catch (const lattn::ValueError&) {}
   return 0;
 }

@@ -18,10 +18,14 @@ namespace {
 // Mostly small values (to reach the deep paths), sometimes extreme ones.
 int32_t pick_i32(FuzzedDataProvider& in, int32_t small_max) {
   switch (in.ConsumeIntegralInRange<int>(0, 7)) {
-    case 0: return in.ConsumeIntegral<int32_t>();
-    case 1: return INT32_MAX - in.ConsumeIntegralInRange<int32_t>(0, 4);
-    case 2: return -in.ConsumeIntegralInRange<int32_t>(0, 4);
-    default: return in.ConsumeIntegralInRange<int32_t>(0, small_max);
+    case 0:
+      return in.ConsumeIntegral<int32_t>();
+    case 1:
+      return INT32_MAX - in.ConsumeIntegralInRange<int32_t>(0, 4);
+    case 2:
+      return -in.ConsumeIntegralInRange<int32_t>(0, 4);
+    default:
+      return in.ConsumeIntegralInRange<int32_t>(0, small_max);
   }
 }
 
@@ -33,11 +37,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   config.block_size = pick_i32(in, 64);
   config.chunked_prefill_enabled = in.ConsumeBool();
   config.enable_prefix_caching = in.ConsumeBool();
-  config.context_chunk_workspace_size = in.ConsumeBool() ? in.ConsumeIntegral<int64_t>()
-                                                         : in.ConsumeIntegralInRange<int64_t>(0, 4096);
+  config.context_chunk_workspace_size =
+      in.ConsumeBool() ? in.ConsumeIntegral<int64_t>() : in.ConsumeIntegralInRange<int64_t>(0, 4096);
   config.reorder_batch_threshold = pick_i32(in, 4);
   if (in.ConsumeBool()) config.sliding_window = pick_i32(in, 256);
-  config.num_cache_blocks = in.ConsumeBool() ? in.ConsumeIntegral<int64_t>() : in.ConsumeIntegralInRange<int64_t>(0, 64);
+  config.num_cache_blocks =
+      in.ConsumeBool() ? in.ConsumeIntegral<int64_t>() : in.ConsumeIntegralInRange<int64_t>(0, 64);
 
   std::vector<lattn::RequestSpec> requests(in.ConsumeIntegralInRange<size_t>(0, 12));
   for (lattn::RequestSpec& r : requests) {
@@ -67,7 +72,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   } catch (const lattn::ValueError&) {
   } catch (const lattn::AssertionError&) {
-  } catch (const lattn::NotImplementedError&) {
-  }
+  } catch (const lattn::NotImplementedError&) {}
   return 0;
 }

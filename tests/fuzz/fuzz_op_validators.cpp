@@ -37,18 +37,30 @@ struct View {
 
 int64_t pick_size(FuzzedDataProvider& in, const Sizes& s) {
   switch (in.ConsumeIntegralInRange<int>(0, 11)) {
-    case 0: return s.T;
-    case 1: return s.L;
-    case 2: return s.R;
-    case 3: return s.L + s.R;
-    case 4: return s.N;
-    case 5: return s.D;
-    case 6: return s.B;
-    case 7: return s.BS;
-    case 8: return s.batch;
-    case 9: return s.batch + 1;
-    case 10: return 1;
-    default: return in.ConsumeIntegralInRange<int64_t>(0, 7);
+    case 0:
+      return s.T;
+    case 1:
+      return s.L;
+    case 2:
+      return s.R;
+    case 3:
+      return s.L + s.R;
+    case 4:
+      return s.N;
+    case 5:
+      return s.D;
+    case 6:
+      return s.B;
+    case 7:
+      return s.BS;
+    case 8:
+      return s.batch;
+    case 9:
+      return s.batch + 1;
+    case 10:
+      return 1;
+    default:
+      return in.ConsumeIntegralInRange<int64_t>(0, 7);
   }
 }
 
@@ -61,10 +73,14 @@ DType pick_dtype(FuzzedDataProvider& in, DType likely) {
 // Index-like values: small, past the end, negative, or extreme.
 int64_t pick_index(FuzzedDataProvider& in, int64_t hi) {
   switch (in.ConsumeIntegralInRange<int>(0, 5)) {
-    case 0: return in.ConsumeIntegral<int64_t>();
-    case 1: return -1;
-    case 2: return hi + in.ConsumeIntegralInRange<int64_t>(0, 3);
-    default: return in.ConsumeIntegralInRange<int64_t>(0, hi > 0 ? hi - 1 : 0);
+    case 0:
+      return in.ConsumeIntegral<int64_t>();
+    case 1:
+      return -1;
+    case 2:
+      return hi + in.ConsumeIntegralInRange<int64_t>(0, 3);
+    default:
+      return in.ConsumeIntegralInRange<int64_t>(0, hi > 0 ? hi - 1 : 0);
   }
 }
 
@@ -79,10 +95,17 @@ View make_view(FuzzedDataProvider& in, const Sizes& s, DType likely, int likely_
   for (int d = rank - 1; d >= 0; --d) {
     int64_t stride = running;
     switch (in.ConsumeIntegralInRange<int>(0, 9)) {
-      case 0: stride = running + in.ConsumeIntegralInRange<int64_t>(1, 5); break;
-      case 1: stride = 0; break;
-      case 2: stride = -running; break;
-      default: break;
+      case 0:
+        stride = running + in.ConsumeIntegralInRange<int64_t>(1, 5);
+        break;
+      case 1:
+        stride = 0;
+        break;
+      case 2:
+        stride = -running;
+        break;
+      default:
+        break;
     }
     strides[size_t(d)] = stride;
     running = std::max<int64_t>(1, std::abs(stride)) * std::max<int64_t>(shape[size_t(d)], 1);

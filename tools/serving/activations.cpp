@@ -25,11 +25,12 @@ void fill_run(Rng& rng, void* data, DType dtype, int64_t at, int64_t n) {
 }
 
 void check_host_rows(const char* name, const Tensor& t, int64_t rows, int64_t row_elems) {
-  if (!t.defined() || !t.device().is_cpu() || !t.is_contiguous() || t.size(0) != rows || t.numel() != rows * row_elems ||
-      !is_floating(t.dtype()) || t.dtype() == DType::fp8_e4m3) {
-    throw std::invalid_argument(std::string("synthetic activations: '") + name + "' must be a contiguous host tensor of " +
-                                std::to_string(rows) + " rows of " + std::to_string(row_elems) +
-                                " f32/f16/bf16 elements, got " + (t.defined() ? t.describe() : std::string("nothing")));
+  if (!t.defined() || !t.device().is_cpu() || !t.is_contiguous() || t.size(0) != rows ||
+      t.numel() != rows * row_elems || !is_floating(t.dtype()) || t.dtype() == DType::fp8_e4m3) {
+    throw std::invalid_argument(std::string("synthetic activations: '") + name +
+                                "' must be a contiguous host tensor of " + std::to_string(rows) + " rows of " +
+                                std::to_string(row_elems) + " f32/f16/bf16 elements, got " +
+                                (t.defined() ? t.describe() : std::string("nothing")));
   }
 }
 
@@ -45,15 +46,16 @@ void ActivationSource::fill_inputs(int layer, std::span<const TokenRef> tokens, 
   check_host_rows("k_pe", k_pe, T, pe_row);
   const uint64_t layer_key = hash_combine(seed_, uint64_t(layer));
   for (int64_t t = 0; t < T; ++t) {
-    Rng rng(hash_combine(hash_combine(layer_key, uint64_t(tokens[size_t(t)].request_id)), uint64_t(tokens[size_t(t)].position)));
+    Rng rng(hash_combine(hash_combine(layer_key, uint64_t(tokens[size_t(t)].request_id)),
+                         uint64_t(tokens[size_t(t)].position)));
     fill_run(rng, q.data(), q.dtype(), t * q_row, q_row);
     fill_run(rng, kv_c.data(), kv_c.dtype(), t * kv_row, kv_row);
     fill_run(rng, k_pe.data(), k_pe.dtype(), t * pe_row, pe_row);
   }
 }
 
-void ActivationSource::fill_indexer_inputs(int layer, std::span<const TokenRef> tokens, const Tensor& q, const Tensor& k,
-                                           const Tensor& weights) const {
+void ActivationSource::fill_indexer_inputs(int layer, std::span<const TokenRef> tokens, const Tensor& q,
+                                           const Tensor& k, const Tensor& weights) const {
   const int64_t T = int64_t(tokens.size());
   if (q.dim() != 3 || k.dim() != 2 || weights.dim() != 2 || weights.dtype() != DType::f32) {
     throw std::invalid_argument("synthetic indexer inputs: need q [T, H, D], k [T, D] and f32 weights [T, H], got " +
@@ -67,7 +69,8 @@ void ActivationSource::fill_indexer_inputs(int layer, std::span<const TokenRef> 
   // A stream of its own per token, apart from fill_inputs' (the key's second bit).
   const uint64_t layer_key = hash_combine(hash_combine(seed_, uint64_t(layer)), 1ull << 62);
   for (int64_t t = 0; t < T; ++t) {
-    Rng rng(hash_combine(hash_combine(layer_key, uint64_t(tokens[size_t(t)].request_id)), uint64_t(tokens[size_t(t)].position)));
+    Rng rng(hash_combine(hash_combine(layer_key, uint64_t(tokens[size_t(t)].request_id)),
+                         uint64_t(tokens[size_t(t)].position)));
     fill_run(rng, q.data(), q.dtype(), t * H * D, H * D);
     fill_run(rng, k.data(), k.dtype(), t * D, D);
     fill_run(rng, weights.data(), DType::f32, t * H, H);
@@ -81,7 +84,8 @@ void ActivationSource::fill_kv_b_proj(int layer, const Tensor& weight) const {
   // A stream of its own, apart from every token's (the key's top bit).
   Rng rng(hash_combine(hash_combine(seed_, uint64_t(layer)), 1ull << 63));
   const float stddev = 1.0f / std::sqrt(float(dims_.kv_lora_rank));
-  for (int64_t i = 0; i < weight.numel(); ++i) store_from_f32(weight.data(), weight.dtype(), i, stddev * float(rng.normal()));
+  for (int64_t i = 0; i < weight.numel(); ++i)
+    store_from_f32(weight.data(), weight.dtype(), i, stddev * float(rng.normal()));
 }
 
 }  // namespace lattn::serving

@@ -9,7 +9,8 @@
 namespace lattn::serving {
 
 BlockAllocator::BlockAllocator(int32_t num_blocks, std::optional<uint64_t> shuffle_seed) {
-  if (num_blocks < 1) throw std::invalid_argument("the cache needs at least 1 block, got " + std::to_string(num_blocks));
+  if (num_blocks < 1)
+    throw std::invalid_argument("the cache needs at least 1 block, got " + std::to_string(num_blocks));
   allocated_.assign(size_t(num_blocks), false);
   free_list_.resize(size_t(num_blocks));
   // The stack pops from the back: store ids in reverse so block 0 comes first.

@@ -42,8 +42,6 @@ class BlockAllocator {
 
 // Blocks needed to hold `tokens` tokens (ceil division), for tokens >= 0.
 // 64-bit: with block size 1 a token count near 2^31 needs as many blocks.
-inline int64_t blocks_for_tokens(int64_t tokens, int32_t block_size) {
-  return (tokens + block_size - 1) / block_size;
-}
+inline int64_t blocks_for_tokens(int64_t tokens, int32_t block_size) { return (tokens + block_size - 1) / block_size; }
 
 }  // namespace lattn::serving

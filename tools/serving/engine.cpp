@@ -20,9 +20,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Backend names compare case-insensitively (the registry's rule).
 bool same_name(const std::string& a, const std::string& b) {
@@ -39,8 +37,8 @@ std::string explain_choice(const std::string& requested, const char* env_var, co
   const bool from_env = env && *env && (requested.empty() || same_name(env, requested));
   if (from_env) return std::string("requested by ") + env_var;
   if (!requested.empty()) return "requested by name";
-  std::string why = "the selector's first valid backend for " + device_name(device) + " (priority: " +
-                    join(priorities, ", ") + ")";
+  std::string why =
+      "the selector's first valid backend for " + device_name(device) + " (priority: " + join(priorities, ", ") + ")";
   for (const std::string& name : priorities) {
     if (name == chosen) break;
     for (const BackendVerdict& v : verdicts) {
@@ -120,8 +118,8 @@ struct ServingEngine::Impl {
       fill_bytes(cache.cache().data, 0xff);
       OwnedIndexerKeyCache indexer_cache;
       if (sparse()) {
-        indexer_cache = OwnedIndexerKeyCache(c.scheduler.num_blocks, c.scheduler.block_size, c.indexer.index_head_dim,
-                                             c.device);
+        indexer_cache =
+            OwnedIndexerKeyCache(c.scheduler.num_blocks, c.scheduler.block_size, c.indexer.index_head_dim, c.device);
         fill_bytes(indexer_cache.cache().data, 0xff);
       }
       layers.push_back({std::move(attention), std::move(cache), std::move(indexer_cache)});
@@ -149,16 +147,18 @@ struct ServingEngine::Impl {
         iw_device = OwnedTensor::empty({T, H}, DType::f32, c.device);
       }
       const std::string name = layers.front().attention.sparse_backend()->name();
-      const std::string why = "sparse model (top " + std::to_string(c.indexer.index_topk) + " of " +
-                              std::to_string(H) + "x" + std::to_string(D) + " indexer scores): " +
-                              (c.sparse_backend.empty() ? "the sparse selector's first valid backend for " + device_name(c.device)
-                                                        : std::string("requested by name"));
+      const std::string why =
+          "sparse model (top " + std::to_string(c.indexer.index_topk) + " of " + std::to_string(H) + "x" +
+          std::to_string(D) + " indexer scores): " +
+          (c.sparse_backend.empty() ? "the sparse selector's first valid backend for " + device_name(c.device)
+                                    : std::string("requested by name"));
       prefill_use = {name, why, 0, {{layers.front().attention.prefill_kernel_label(), 0}}};
       decode_use = {name, why, 0, {{layers.front().attention.decode_kernel_label(), 0}}};
       return;
     }
 
-    const SelectorConfig selector = SelectorConfig::for_dims(d, c.dtype, c.kv_cache_dtype, c.device, c.scheduler.block_size);
+    const SelectorConfig selector =
+        SelectorConfig::for_dims(d, c.dtype, c.kv_cache_dtype, c.device, c.scheduler.block_size);
     const auto capability = selector_device_capability(selector);
     const auto priorities = mla_backend_priorities(c.device, capability);
     prefill_use.name = layers.front().attention.prefill_backend().name();
@@ -276,7 +276,8 @@ RunReport ServingEngine::run(const std::vector<Request>& trace,
     const int64_t T = int64_t(tokens.size());
     const int64_t cached = scheduler.cached_tokens() + T;
     block_utilisation_sum += double(step.blocks_used) / double(c.scheduler.num_blocks);
-    token_utilisation_sum += step.blocks_used ? double(cached) / (double(step.blocks_used) * c.scheduler.block_size) : 0.0;
+    token_utilisation_sum +=
+        step.blocks_used ? double(cached) / (double(step.blocks_used) * c.scheduler.block_size) : 0.0;
 
     auto start = Clock::now();
     MlaMetadata metadata = builder.build(specs);
@@ -382,8 +383,7 @@ double modelled_step_seconds(const MlaDims& d, int num_layers, std::span<const R
   constexpr double kStepOverhead = 100e-6;    // metadata build and launch, per step (s)
   constexpr double kLayerOverhead = 20e-6;    // per layer (s)
   constexpr double kFlopsPerSecond = 2.5e11;  // nominal
-  const double N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim,
-               V = d.v_head_dim;
+  const double N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim, V = d.v_head_dim;
   double flops = 0;
   for (const RequestSpec& r : rows) {
     const double q = r.query_len, ctx = r.num_computed_tokens;

@@ -36,16 +36,16 @@ struct EngineConfig {
   DType kv_cache_dtype = DType::bf16;  // bf16, f16, fp8_e4m3
   float kv_cache_scale = 1.0f;         // fp8 only (vLLM's default k_scale)
   Device device = Device::cpu();
-  std::string prefill_backend;         // "" = the selector's choice
+  std::string prefill_backend;  // "" = the selector's choice
   std::string decode_backend;
   // A sparse model (indexer.index_topk > 0): every layer runs its lightning
   // indexer and sparse attention (docs/sparse.md); the two names below then
   // replace the dense backends ("" = the selectors' choice).
   IndexerShape indexer;
   std::string sparse_backend, indexer_backend;
-  SchedulerConfig scheduler;           // budget, max_num_seqs, block size, blocks
-  uint64_t seed = 0;                   // weights and activations
-  int verify_requests = 0;             // requests re-computed with `reference` (0: no --verify)
+  SchedulerConfig scheduler;  // budget, max_num_seqs, block size, blocks
+  uint64_t seed = 0;          // weights and activations
+  int verify_requests = 0;    // requests re-computed with `reference` (0: no --verify)
   // Called once before that re-computation starts (it can take tens of
   // seconds): the command prints a progress line. May be empty.
   std::function<void(int64_t requests)> on_verify_start;
@@ -63,17 +63,17 @@ double modelled_step_seconds(const MlaDims& dims, int num_layers, std::span<cons
 // One step, as the progress display and the report see it.
 struct StepStats {
   int64_t index = 0;
-  double end_s = 0;               // engine clock after the step
-  double latency_s = 0;           // metadata build + every layer's forward
-  int32_t decodes = 0;            // rows by kind
-  int32_t prefills = 0;           // no context
+  double end_s = 0;      // engine clock after the step
+  double latency_s = 0;  // metadata build + every layer's forward
+  int32_t decodes = 0;   // rows by kind
+  int32_t prefills = 0;  // no context
   int32_t prefills_with_context = 0;
   int32_t decode_tokens = 0;
   int32_t prefill_tokens = 0;
-  int32_t blocks_used = 0;        // after scheduling (what the step ran with)
+  int32_t blocks_used = 0;                         // after scheduling (what the step ran with)
   int32_t waiting = 0, running = 0, finished = 0;  // after the step
-  int32_t preempted = 0;          // requests preempted while scheduling it
-  int32_t blocked = 0;            // waiting requests that could not get blocks
+  int32_t preempted = 0;                           // requests preempted while scheduling it
+  int32_t blocked = 0;                             // waiting requests that could not get blocks
 };
 
 // Which backend ran and why.
@@ -98,14 +98,14 @@ struct RunReport {
   int64_t prefill_tokens = 0;  // computed, recomputation included
   int64_t decode_tokens = 0;
   int64_t prefill_rows = 0, prefill_with_context_rows = 0, decode_rows = 0;
-  double busy_s = 0;           // sum of step latencies
-  double end_s = 0;            // engine clock at the end (busy + idle gaps)
+  double busy_s = 0;  // sum of step latencies
+  double end_s = 0;   // engine clock at the end (busy + idle gaps)
   int32_t num_blocks = 0, block_size = 0;
   int32_t peak_blocks_used = 0;
-  double mean_block_utilisation = 0;   // blocks in use / blocks, averaged over steps
-  double mean_token_utilisation = 0;   // cached tokens / slots of the blocks in use, averaged over steps
+  double mean_block_utilisation = 0;  // blocks in use / blocks, averaged over steps
+  double mean_token_utilisation = 0;  // cached tokens / slots of the blocks in use, averaged over steps
   int64_t preemptions = 0;
-  int64_t blocked_steps = 0;           // steps where the queue head waited for blocks
+  int64_t blocked_steps = 0;                  // steps where the queue head waited for blocks
   std::vector<double> time_to_first_token_s;  // per finished request (arrival to first token)
   std::vector<double> request_latency_s;      // per finished request (arrival to last token)
   BackendUse prefill_backend, decode_backend;
@@ -129,7 +129,8 @@ class ServingEngine {
   void check_trace(const std::vector<Request>& trace) const;
 
   // Serves the whole trace; on_step (may be empty) is called after every step.
-  RunReport run(const std::vector<Request>& trace, const std::function<void(const StepStats&, const Scheduler&)>& on_step);
+  RunReport run(const std::vector<Request>& trace,
+                const std::function<void(const StepStats&, const Scheduler&)>& on_step);
 
  private:
   struct Impl;

@@ -18,7 +18,8 @@ const std::vector<ModelPreset>& model_presets() {
       {"deepseek-v3.2", MlaDims::deepseek_v3(128), 8,
        "DeepSeek-V3.2: V3's MLA plus a lightning indexer (64 heads x 128), sparse attention over the top 2048 tokens",
        2048, 64, 128},
-      {"deepseek-v2-lite", MlaDims::deepseek_v2(16), 1, "DeepSeek-V2-Lite: 16 heads, L=512 R=64, P=128 V=128 (V2's YaRN scale)"},
+      {"deepseek-v2-lite", MlaDims::deepseek_v2(16), 1,
+       "DeepSeek-V2-Lite: 16 heads, L=512 R=64, P=128 V=128 (V2's YaRN scale)"},
       {"minicpm3", MlaDims::minicpm3(40), 1, "MiniCPM3-4B: 40 heads, L=256 R=32, P=64 V=64"},
   };
   return presets;
@@ -68,7 +69,8 @@ MlaDims resolve_model_dims(const ModelOptions& options) {
   MlaDims dims = preset->dims;
   auto override_dim = [](int& field, const std::optional<int>& value, const char* flag) {
     if (!value) return;
-    if (*value < 1) throw std::invalid_argument(std::string(flag) + " must be at least 1, got " + std::to_string(*value));
+    if (*value < 1)
+      throw std::invalid_argument(std::string(flag) + " must be at least 1, got " + std::to_string(*value));
     field = *value;
   };
   override_dim(dims.num_heads, options.num_heads, "--num-heads");
@@ -88,8 +90,8 @@ MlaDims resolve_model_dims(const ModelOptions& options) {
   const int tp = resolve_tensor_parallel_size(options);
   if (tp < 1) throw std::invalid_argument("--tp must be at least 1, got " + std::to_string(tp));
   if (dims.num_heads % tp != 0) {
-    throw std::invalid_argument("--tp " + std::to_string(tp) + " does not divide the " + std::to_string(dims.num_heads) +
-                                " heads of " + options.model +
+    throw std::invalid_argument("--tp " + std::to_string(tp) + " does not divide the " +
+                                std::to_string(dims.num_heads) + " heads of " + options.model +
                                 " (tensor parallelism gives every rank the same number of heads)");
   }
   dims.num_heads /= tp;

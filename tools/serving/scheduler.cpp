@@ -21,9 +21,12 @@ void SchedulerConfig::validate() const {
 
 const char* row_kind_name(RowKind kind) {
   switch (kind) {
-    case RowKind::decode: return "decode";
-    case RowKind::prefill: return "prefill";
-    case RowKind::prefill_with_context: return "prefill_with_context";
+    case RowKind::decode:
+      return "decode";
+    case RowKind::prefill:
+      return "prefill";
+    case RowKind::prefill_with_context:
+      return "prefill_with_context";
   }
   return "?";
 }
@@ -51,17 +54,16 @@ void Scheduler::add_request(const Request& request) {
   // Token counts are 32-bit in the metadata (seq_lens, num_computed_tokens).
   if (max_positions + 1 > std::numeric_limits<int32_t>::max()) {
     throw std::invalid_argument("request " + std::to_string(request.id) + " (prompt " +
-                                std::to_string(request.prompt_len) + " + output " +
-                                std::to_string(request.output_len) + " tokens) is longer than the " +
-                                std::to_string(std::numeric_limits<int32_t>::max()) +
+                                std::to_string(request.prompt_len) + " + output " + std::to_string(request.output_len) +
+                                " tokens) is longer than the " + std::to_string(std::numeric_limits<int32_t>::max()) +
                                 " tokens one sequence may hold (token counts are 32-bit)");
   }
   const int64_t needed = blocks_for_tokens(max_positions, config_.block_size);
   if (needed > config_.num_blocks) {
     throw std::invalid_argument("request " + std::to_string(request.id) + " (prompt " +
-                                std::to_string(request.prompt_len) + " + output " +
-                                std::to_string(request.output_len) + " tokens) needs " + std::to_string(needed) +
-                                " blocks of " + std::to_string(config_.block_size) + " tokens, but the cache has only " +
+                                std::to_string(request.prompt_len) + " + output " + std::to_string(request.output_len) +
+                                " tokens) needs " + std::to_string(needed) + " blocks of " +
+                                std::to_string(config_.block_size) + " tokens, but the cache has only " +
                                 std::to_string(config_.num_blocks) + " blocks; raise --num-blocks");
   }
   RequestState state;

@@ -85,9 +85,9 @@ struct RequestState {
   int32_t num_generated = 0;        // output tokens sampled so far
   std::vector<int32_t> blocks;      // block table (running requests only)
   int32_t num_preemptions = 0;
-  int32_t num_steps_blocked = 0;    // steps spent at the head of the queue without blocks
-  double first_token_s = -1;        // engine clock when the first output token was sampled
-  double finish_s = -1;             // engine clock when the last token was sampled
+  int32_t num_steps_blocked = 0;  // steps spent at the head of the queue without blocks
+  double first_token_s = -1;      // engine clock when the first output token was sampled
+  double finish_s = -1;           // engine clock when the last token was sampled
 
   // Tokens whose keys must be in the cache before the next token can be sampled.
   int32_t known_tokens() const { return request.prompt_len + num_generated; }
@@ -136,7 +136,7 @@ class Scheduler {
   SchedulerConfig config_;
   BlockAllocator allocator_;
   std::unordered_map<int64_t, RequestState> states_;
-  std::deque<int64_t> waiting_;  // FCFS; preempted requests go back to the front
+  std::deque<int64_t> waiting_;   // FCFS; preempted requests go back to the front
   std::vector<int64_t> running_;  // admission order
   int32_t num_finished_ = 0;
   int64_t num_preemptions_ = 0;

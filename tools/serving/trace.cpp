@@ -38,8 +38,8 @@ int32_t read_length(const nlohmann::json& object, const char* key) {
   const auto it = object.find(key);
   if (it == object.end()) throw std::invalid_argument(std::string("missing \"") + key + "\" (an integer >= 1)");
   const nlohmann::json& v = *it;
-  const bool integral = v.is_number_integer() ||
-                        (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()));
+  const bool integral = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                                  v.get<double>() == std::floor(v.get<double>()));
   if (!integral) {
     throw std::invalid_argument(std::string("\"") + key + "\" must be an integer >= 1, got " + v.dump() + " (" +
                                 type_name_of(v) + ")");
@@ -75,7 +75,8 @@ void TraceConfig::validate() const {
 std::vector<Request> generate_trace(const TraceConfig& config) {
   config.validate();
   // Separate streams, so changing e.g. the rate does not reshuffle the lengths.
-  Rng arrivals(hash_combine(config.seed, 1)), prompts(hash_combine(config.seed, 2)), outputs(hash_combine(config.seed, 3));
+  Rng arrivals(hash_combine(config.seed, 1)), prompts(hash_combine(config.seed, 2)),
+      outputs(hash_combine(config.seed, 3));
   const bool all_at_once = !(config.request_rate > 0) || std::isinf(config.request_rate);
   const double mu = std::log(config.prompt_len_median);
 
@@ -123,12 +124,13 @@ std::vector<Request> read_trace_jsonl(std::istream& in, const std::string& path)
       // out_of_range.406), which used to escape as an internal error (exit 1).
       const std::string what = e.what();
       const auto bracket = what.find("] ");
-      throw TraceError(path, line, "not valid JSON (" + (bracket == std::string::npos ? what : what.substr(bracket + 2)) +
-                                       ")");
+      throw TraceError(path, line,
+                       "not valid JSON (" + (bracket == std::string::npos ? what : what.substr(bracket + 2)) + ")");
     }
     if (!object.is_object()) {
-      throw TraceError(path, line,
-                       "expected a JSON object like {\"prompt_len\": 512, \"output_len\": 64}, got " + type_name_of(object));
+      throw TraceError(
+          path, line,
+          "expected a JSON object like {\"prompt_len\": 512, \"output_len\": 64}, got " + type_name_of(object));
     }
     Request r;
     r.id = int64_t(trace.size());
@@ -153,7 +155,8 @@ std::vector<Request> read_trace_jsonl(std::istream& in, const std::string& path)
   }
   if (in.bad()) throw TraceError(path, line, "read failed");
   if (trace.empty()) throw TraceError(path, 0, "holds no requests (expected one JSON object per line)");
-  std::stable_sort(trace.begin(), trace.end(), [](const Request& a, const Request& b) { return a.arrival_s < b.arrival_s; });
+  std::stable_sort(trace.begin(), trace.end(),
+                   [](const Request& a, const Request& b) { return a.arrival_s < b.arrival_s; });
   return trace;
 }
 

@@ -24,18 +24,23 @@ int32_t max_positions(const Request& r) { return r.prompt_len + r.output_len - 1
 
 double verify_bound(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return 1e-2;
-    case DType::f16: return 2e-3;
-    default: return 1e-5;
+    case DType::bf16:
+      return 1e-2;
+    case DType::f16:
+      return 2e-3;
+    default:
+      return 1e-5;
   }
 }
 
-std::vector<Request> pick_verify_requests(const std::vector<Request>& trace, int count, int32_t max_num_batched_tokens) {
+std::vector<Request> pick_verify_requests(const std::vector<Request>& trace, int count,
+                                          int32_t max_num_batched_tokens) {
   std::set<int64_t> picked;
   auto shortest = [&](auto&& predicate) {
     const Request* best = nullptr;
     for (const Request& r : trace) {
-      if (predicate(r) && !picked.count(r.id) && (!best || r.prompt_len + r.output_len < best->prompt_len + best->output_len)) {
+      if (predicate(r) && !picked.count(r.id) &&
+          (!best || r.prompt_len + r.output_len < best->prompt_len + best->output_len)) {
         best = &r;
       }
     }
@@ -127,8 +132,8 @@ VerifiedRequest OutputRecorder::replay(const Recorded& rec) const {
       attention_config.indexer_backend = "reference";
     }
     MlaAttention reference(attention_config);
-    OwnedTensor weight = OwnedTensor::empty({int64_t(dims.num_heads) * (dims.qk_nope_head_dim + dims.v_head_dim),
-                                             dims.kv_lora_rank}, DType::f32);
+    OwnedTensor weight = OwnedTensor::empty(
+        {int64_t(dims.num_heads) * (dims.qk_nope_head_dim + dims.v_head_dim), dims.kv_lora_rank}, DType::f32);
     source.fill_kv_b_proj(layer, weight);
     reference.process_weights_after_loading(weight);
     OwnedLatentCache cache(num_blocks, config_.block_size, dims, config_.kv_cache_dtype, Device::cpu(),

@@ -44,12 +44,12 @@ double verify_bound(DType dtype);
 struct VerifiedRequest {
   int64_t id = 0;
   int32_t prompt_len = 0, output_len = 0;
-  int32_t positions = 0;             // outputs compared per layer
+  int32_t positions = 0;  // outputs compared per layer
   int32_t decode_steps = 0, prefill_chunks = 0, chunks_with_context = 0;
-  double worst_rel_l2 = 0;           // over layers: ||run - ref|| / ||ref||
+  double worst_rel_l2 = 0;  // over layers: ||run - ref|| / ||ref||
   int worst_layer = 0;
-  bool finite = true;                // no NaN/inf in the run's outputs
-  bool complete = true;              // the run produced every position (prompt + output - 1)
+  bool finite = true;    // no NaN/inf in the run's outputs
+  bool complete = true;  // the run produced every position (prompt + output - 1)
 };
 
 struct VerifyReport {

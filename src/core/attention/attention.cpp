@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "core/attention/attention_impl.h"
-#include "core/types/batch_invariant.h"
 #include "core/ops/forward_ops.h"
+#include "core/types/batch_invariant.h"
 #include "lattn/check.h"
 #include "lattn/errors.h"
 #include "lattn/ops.h"
@@ -25,7 +25,8 @@ void validate_config(const MlaAttentionConfig& c) {
   const auto cache_ok = c.kv_cache_dtype == DType::f16 || c.kv_cache_dtype == DType::bf16 ||
                         c.kv_cache_dtype == DType::fp8_e4m3 || (sparse && c.kv_cache_dtype == kFp8DsMla);
   check_arg(cache_ok, op, "config.kv_cache_dtype",
-            sparse ? "be f16, bf16, fp8_e4m3 or fp8_ds_mla (u8)" : "be f16, bf16 or fp8_e4m3 (fp8_ds_mla needs index_topk > 0)",
+            sparse ? "be f16, bf16, fp8_e4m3 or fp8_ds_mla (u8)"
+                   : "be f16, bf16 or fp8_e4m3 (fp8_ds_mla needs index_topk > 0)",
             c.kv_cache_dtype == kFp8DsMla ? "fp8_ds_mla (u8)" : dtype_name(c.kv_cache_dtype));
   if (sparse) {
     check_arg(c.index_n_heads >= 1, op, "config.index_n_heads", "be >= 1", std::to_string(c.index_n_heads));
@@ -33,12 +34,13 @@ void validate_config(const MlaAttentionConfig& c) {
     const std::string own = c.device.is_cuda() ? "cuda" : "cpu";
     const bool indexer_ok = c.indexer_backend.empty() || c.indexer_backend == own ||
                             (c.indexer_backend == "reference" && c.device.is_cpu());
-    check_arg(indexer_ok, op, "config.indexer_backend",
-              "be empty, '" + own + "'" + (c.device.is_cpu() ? " or 'reference'" : " (reference runs on host tensors only)"),
-              "'" + c.indexer_backend + "'");
+    check_arg(
+        indexer_ok, op, "config.indexer_backend",
+        "be empty, '" + own + "'" + (c.device.is_cpu() ? " or 'reference'" : " (reference runs on host tensors only)"),
+        "'" + c.indexer_backend + "'");
   }
-  check_arg(std::isfinite(c.scale) && c.scale >= 0.f, op, "config.scale", "be finite and >= 0 (0 = the dims' softmax_scale())",
-            std::to_string(c.scale));
+  check_arg(std::isfinite(c.scale) && c.scale >= 0.f, op, "config.scale",
+            "be finite and >= 0 (0 = the dims' softmax_scale())", std::to_string(c.scale));
   check_arg(c.block_size >= 1, op, "config.block_size", "be >= 1", std::to_string(c.block_size));
   check_arg(c.max_query_tokens_per_request >= 1, op, "config.max_query_tokens_per_request", "be >= 1",
             std::to_string(c.max_query_tokens_per_request));
@@ -87,10 +89,10 @@ MlaAttention::MlaAttention(const MlaAttentionConfig& config) : impl_(std::make_u
   im.decode_class = get_mla_decode_backend(selector);
 
   const RunContext context = im.run_context();
-  PrefillBackendParams prefill_params{d.num_heads, im.config.scale, d.kv_lora_rank, d.qk_nope_head_dim,
-                                      d.qk_rope_head_dim, d.v_head_dim, config.dtype, context};
+  PrefillBackendParams prefill_params{d.num_heads,        im.config.scale, d.kv_lora_rank, d.qk_nope_head_dim,
+                                      d.qk_rope_head_dim, d.v_head_dim,    config.dtype,   context};
   im.prefill = im.prefill_class->create(prefill_params);
-  DecodeBackendParams decode_params{d.num_heads, im.config.scale, d.kv_lora_rank, d.qk_rope_head_dim,
+  DecodeBackendParams decode_params{d.num_heads,  im.config.scale,       d.kv_lora_rank, d.qk_rope_head_dim,
                                     config.dtype, config.kv_cache_dtype, context};
   im.decode = im.decode_class->create(decode_params);
 }
@@ -167,9 +169,9 @@ namespace {
 
 void refuse_sparse(const MlaAttention::Impl& im) {
   if (im.is_sparse()) {
-    throw ValueError("MlaAttention.forward: this layer is sparse (config.index_topk = " +
-                     std::to_string(im.config.index_topk) +
-                     ") and needs the indexer's inputs: call forward(q, kv_c_normed, k_pe, cache, metadata, indexer, out)");
+    throw ValueError(
+        "MlaAttention.forward: this layer is sparse (config.index_topk = " + std::to_string(im.config.index_topk) +
+        ") and needs the indexer's inputs: call forward(q, kv_c_normed, k_pe, cache, metadata, indexer, out)");
   }
 }
 
@@ -181,7 +183,8 @@ Tensor run_forward(MlaAttention::Impl& im, const Tensor& q, const Tensor& kv_c_n
   if (output_scale.defined() && !im.supports_quant_output()) {
     throw NotImplementedError("fused output quantization is not yet supported for MLAImplBase");
   }
-  const detail::ForwardArgs args = detail::validate_forward(im, q, kv_c_normed, k_pe, cache, metadata, out, output_scale);
+  const detail::ForwardArgs args =
+      detail::validate_forward(im, q, kv_c_normed, k_pe, cache, metadata, out, output_scale);
   const MlaDims& d = im.dims();
   const int64_t T = args.num_tokens, width = int64_t(d.num_heads) * d.v_head_dim;
   const DType out_dtype = args.quantize ? DType::fp8_e4m3 : im.config.dtype;
@@ -288,17 +291,20 @@ Tensor MlaAttention::forward(const Tensor& q, const Tensor& kv_c_normed, const T
   Impl& im = *impl_;
   const detail::ExclusiveUse use(im.in_use, "MlaAttention::forward");
   if (!im.is_sparse()) {
-    throw ValueError("MlaAttention.forward: argument 'indexer' is for sparse layers (config.index_topk > 0); this "
-                     "layer is dense: call forward(q, kv_c_normed, k_pe, cache, metadata, out)");
+    throw ValueError(
+        "MlaAttention.forward: argument 'indexer' is for sparse layers (config.index_topk > 0); this "
+        "layer is dense: call forward(q, kv_c_normed, k_pe, cache, metadata, out)");
   }
   const detail::ForwardArgs args = detail::validate_forward(im, q, kv_c_normed, k_pe, cache, metadata, out, Tensor());
   detail::validate_indexer_inputs(im, args, cache, indexer);
   const MlaDims& d = im.dims();
   const int64_t T = args.num_tokens, width = int64_t(d.num_heads) * d.v_head_dim;
-  const Tensor result = out.defined() ? out : im.workspace.get(detail::WorkspaceSlot::output, {T, width}, im.config.dtype);
+  const Tensor result =
+      out.defined() ? out : im.workspace.get(detail::WorkspaceSlot::output, {T, width}, im.config.dtype);
   const Stream stream = im.config.stream;
 
-  if (args.write_cache) detail::concat_and_cache_mla_unchecked(args.kv_c, args.k_pe, cache, metadata.slot_mapping, stream);
+  if (args.write_cache)
+    detail::concat_and_cache_mla_unchecked(args.kv_c, args.k_pe, cache, metadata.slot_mapping, stream);
   const int64_t computed = int64_t(metadata.num_decode_tokens) + metadata.num_prefill_tokens;
   if (computed > 0) detail::forward_sparse(im, args, cache, metadata, indexer, result.narrow(0, 0, computed));
   if (computed < T) detail::zero_rows(result.narrow(0, computed, T - computed), stream);

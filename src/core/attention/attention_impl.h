@@ -48,12 +48,12 @@ namespace detail {
 
 // The forward's inputs, checked and normalized to one layout.
 struct ForwardArgs {
-  int64_t num_tokens = 0;     // T (rows of q; >= metadata.num_actual_tokens)
-  Tensor q;                   // [T, N, P+R]
-  Tensor kv_c;                // [T, L]
-  Tensor k_pe;                // [T, R]
-  bool quantize = false;      // output_scale given: the output is fp8_e4m3
-  bool write_cache = false;   // the cache has storage (vLLM skips the write for an empty cache)
+  int64_t num_tokens = 0;    // T (rows of q; >= metadata.num_actual_tokens)
+  Tensor q;                  // [T, N, P+R]
+  Tensor kv_c;               // [T, L]
+  Tensor k_pe;               // [T, R]
+  bool quantize = false;     // output_scale given: the output is fp8_e4m3
+  bool write_cache = false;  // the cache has storage (vLLM skips the write for an empty cache)
 };
 
 // Checks every argument of MlaAttention::forward, and every index in the

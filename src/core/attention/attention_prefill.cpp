@@ -28,8 +28,8 @@ Tensor heads_view(const Tensor& rows, int64_t num_heads, int64_t head_dim) {
 void up_project(const MlaAttention::Impl& impl, const Tensor& kv_c, const Tensor& k_pe, const Tensor& k,
                 const Tensor& v) {
   const MlaDims& d = impl.dims();
-  const int64_t X = kv_c.size(0), N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim,
-                R = d.qk_rope_head_dim, V = d.v_head_dim, v_width = v.size(2);
+  const int64_t X = kv_c.size(0), N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim,
+                V = d.v_head_dim, v_width = v.size(2);
   if (X == 0) return;
   const RunContext ctx = impl.run_context();
   // k_nope[x, n, :] = kv_c[x, :] · W_UK_T[n]^T: W_UK_T[n] is [P, L], i.e. B given as [N=P, K=L].
@@ -132,8 +132,8 @@ bool forward_prefill(MlaAttention::Impl& impl, const ForwardArgs& args, const La
                      const Tensor& staging_rows) {
   const MlaDims& d = impl.dims();
   const PrefillMetadata& pm = *metadata.prefill;
-  const int64_t Td = metadata.num_decode_tokens, Tp = pm.num_prefill_tokens, N = d.num_heads,
-                P = d.qk_nope_head_dim, R = d.qk_rope_head_dim, V = d.v_head_dim;
+  const int64_t Td = metadata.num_decode_tokens, Tp = pm.num_prefill_tokens, N = d.num_heads, P = d.qk_nope_head_dim,
+                R = d.qk_rope_head_dim, V = d.v_head_dim;
   const DType dtype = impl.config.dtype;
   Workspace& ws = impl.workspace;
   const Stream stream = impl.config.stream;

@@ -1,8 +1,8 @@
 // The rows of a sparse layer (config.index_topk > 0; DeepSeek-V3.2's DSA,
 // docs/sparse.md). The forward validated the step once (validate_forward,
 // validate_indexer_inputs), so the ops below are called through the
-// device-ops table and the sparse class directly, without their checks. Decode and prefill rows run the same way, because the
-// indexer's top-k already says which cached tokens each row sees:
+// device-ops table and the sparse class directly, without their checks. Decode and prefill rows run the same way,
+// because the indexer's top-k already says which cached tokens each row sees:
 //   1. the step's indexer keys go to the indexer cache (the latents went to
 //      the latent cache before, in forward)
 //   2. indices[t] = the index_topk slots of t's own request, positions
@@ -53,8 +53,8 @@ void validate_indexer_inputs(const MlaAttention::Impl& impl, const ForwardArgs& 
   check_last_dim_contiguous(op, "indexer.weights", in.weights);
 }
 
-void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
-                    const MlaMetadata& md, const IndexerInputs& in, const Tensor& out_rows) {
+void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache, const MlaMetadata& md,
+                    const IndexerInputs& in, const Tensor& out_rows) {
   const MlaDims& d = impl.dims();
   const MlaAttentionConfig& c = impl.config;
   const int64_t Tc = out_rows.size(0), N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim,

@@ -50,8 +50,7 @@ void check_block_row(const char* name, const Tensor& block_table, int64_t r, int
                      const LatentCache& cache) {
   const int64_t blocks = (num_tokens + cache.block_size() - 1) / cache.block_size();
   check_arg(blocks <= block_table.size(1), kOp, name,
-            "have at least " + str(blocks) + " columns for request row " + str(r) + " (" + str(num_tokens) +
-                " tokens)",
+            "have at least " + str(blocks) + " columns for request row " + str(r) + " (" + str(num_tokens) + " tokens)",
             block_table.shape_str());
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t block = index_at(block_table, r, b);
@@ -170,8 +169,7 @@ ForwardArgs validate_forward(const MlaAttention::Impl& impl, const Tensor& q, co
                              const Tensor& output_scale) {
   const MlaAttentionConfig& c = impl.config;
   const MlaDims& d = c.dims;
-  const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim,
-                V = d.v_head_dim;
+  const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim, V = d.v_head_dim;
   if (!impl.w_uk_t) {
     throw ValueError("forward: process_weights_after_loading must be called before the first forward");
   }
@@ -233,9 +231,8 @@ ForwardArgs validate_forward(const MlaAttention::Impl& impl, const Tensor& q, co
   }
 
   // The metadata: token counts, then every index the step will follow.
-  check_arg(md.device == c.device, kOp, "metadata", "be on the layer's device " + device_name(c.device) +
-                                                        " (MlaMetadata::to_device)",
-            device_name(md.device));
+  check_arg(md.device == c.device, kOp, "metadata",
+            "be on the layer's device " + device_name(c.device) + " (MlaMetadata::to_device)", device_name(md.device));
   // Under CUDA-graph padding the padded decodes count as decode tokens, so
   // num_decode_tokens + num_prefill_tokens may exceed num_actual_tokens.
   const int64_t computed = int64_t(md.num_decode_tokens) + md.num_prefill_tokens;

@@ -41,8 +41,8 @@ void MlaAttention::process_weights_after_loading(const Tensor& kv_b_proj_weight)
 
   const Tensor& w = kv_b_proj_weight;
   const bool shape_ok = w.dim() == 2 && w.size(0) == N * (P + V) && w.size(1) == L;
-  lattn_assert(shape_ok, "kv_b_proj_weight.shape=" + transposed_shape_repr(w) + ", self.kv_lora_rank=" +
-                             std::to_string(L) + ", self.num_heads=" + std::to_string(N) +
+  lattn_assert(shape_ok, "kv_b_proj_weight.shape=" + transposed_shape_repr(w) +
+                             ", self.kv_lora_rank=" + std::to_string(L) + ", self.num_heads=" + std::to_string(N) +
                              ", self.qk_nope_head_dim=" + std::to_string(P) + ", self.v_head_dim=" + std::to_string(V));
 
   const detail::HostStaged staged(w, true);
@@ -57,7 +57,8 @@ void MlaAttention::process_weights_after_loading(const Tensor& kv_b_proj_weight)
     const int64_t head_row = n * (P + V);
     for (int64_t l = 0; l < L; ++l) {
       for (int64_t p = 0; p < P; ++p) store_from_f32(uk_t.data(), dtype, (n * P + p) * L + l, weight(head_row + p, l));
-      for (int64_t v = 0; v < V; ++v) store_from_f32(uv.data(), dtype, (n * L + l) * V + v, weight(head_row + P + v, l));
+      for (int64_t v = 0; v < V; ++v)
+        store_from_f32(uv.data(), dtype, (n * L + l) * V + v, weight(head_row + P + v, l));
     }
   }
   // New storage each time: views of the previous weights (held with

@@ -62,7 +62,8 @@ std::vector<std::string> PrefillBackendClass::validate_configuration(std::option
                                                                      const SelectorConfig& config) const {
   std::vector<std::string> reasons;
   if (!supports_compute_capability(capability)) reasons.push_back(capability_reason(capability));
-  if (!supports_dtype(config.dtype)) reasons.push_back(std::string("dtype ") + dtype_torch_name(config.dtype) + " not supported");
+  if (!supports_dtype(config.dtype))
+    reasons.push_back(std::string("dtype ") + dtype_torch_name(config.dtype) + " not supported");
   if (!is_available()) reasons.push_back("required dependencies not available");
   if (requires_r1_mla_dimensions() && !config.is_r1_compatible) {
     reasons.push_back(
@@ -85,7 +86,8 @@ std::vector<std::string> DecodeBackendClass::validate_configuration(std::optiona
                                                                     const SelectorConfig& config) const {
   std::vector<std::string> reasons;
   if (!supports_compute_capability(capability)) reasons.push_back(capability_reason(capability));
-  if (!supports_dtype(config.dtype)) reasons.push_back(std::string("dtype ") + dtype_torch_name(config.dtype) + " not supported");
+  if (!supports_dtype(config.dtype))
+    reasons.push_back(std::string("dtype ") + dtype_torch_name(config.dtype) + " not supported");
   if (!is_available()) reasons.push_back("required dependencies not available");
   const auto cache_dtypes = supported_kv_cache_dtypes();
   if (std::find(cache_dtypes.begin(), cache_dtypes.end(), config.kv_cache_dtype) == cache_dtypes.end()) {
@@ -93,7 +95,8 @@ std::vector<std::string> DecodeBackendClass::validate_configuration(std::optiona
     reasons.push_back(config.kv_cache_dtype == DType::u8
                           ? std::string("kv cache dtype fp8_ds_mla not supported (dense attention; the format is read "
                                         "by sparse MLA only: sparse_mla, or MlaAttentionConfig::index_topk)")
-                          : std::string("kv cache dtype ") + dtype_torch_name(config.kv_cache_dtype) + " not supported");
+                          : std::string("kv cache dtype ") + dtype_torch_name(config.kv_cache_dtype) +
+                                " not supported");
   }
   const auto blocks = supported_block_sizes();
   if (!blocks.empty() && std::find(blocks.begin(), blocks.end(), config.block_size) == blocks.end()) {

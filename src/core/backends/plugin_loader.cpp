@@ -28,7 +28,7 @@ bool is_missing_path(const std::string& file) {
 }  // namespace
 
 const LattnPluginDescriptor& load_plugin_descriptor(const std::string& file, const std::string& symbol,
-                                                   const char* kind) {
+                                                    const char* kind) {
   const std::string what = std::string("MLA ") + kind + " backend plug-in '" + file + "'";
   dlerror();  // clear any stale error
   // RTLD_LOCAL: two plug-ins may define the same helper symbols without
@@ -59,8 +59,7 @@ const LattnPluginDescriptor& load_plugin_descriptor(const std::string& file, con
   if (descriptor->api_version != LATTN_PLUGIN_API_VERSION) {
     throw ImportError(what + " (symbol '" + symbol + "') was built for lattn plug-in API version " +
                       std::to_string(descriptor->api_version) + ", but this lattn needs version " +
-                      std::to_string(LATTN_PLUGIN_API_VERSION) +
-                      ". Rebuild the plug-in against this lattn's headers.");
+                      std::to_string(LATTN_PLUGIN_API_VERSION) + ". Rebuild the plug-in against this lattn's headers.");
   }
   return *descriptor;
 }

@@ -15,6 +15,6 @@ namespace lattn::detail {
 // exists), the symbol is missing, it returned nullptr, or the API version
 // differs. A library once opened stays loaded for the life of the process.
 const LattnPluginDescriptor& load_plugin_descriptor(const std::string& file, const std::string& symbol,
-                                                   const char* kind);
+                                                    const char* kind);
 
 }  // namespace lattn::detail

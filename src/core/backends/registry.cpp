@@ -79,8 +79,8 @@ const char* backend_kind_name(BackendKind kind) { return kind == BackendKind::pr
 template <class BackendClass>
 struct BackendRegistry<BackendClass>::State {
   mutable std::mutex mutex;
-  std::map<std::string, std::string> overrides;  // member -> path (the seeds' _MLA_PREFILL_OVERRIDES)
-  std::map<std::string, ClassPtr> objects;       // "object:NAME" targets, by NAME
+  std::map<std::string, std::string> overrides;      // member -> path (the seeds' _MLA_PREFILL_OVERRIDES)
+  std::map<std::string, ClassPtr> objects;           // "object:NAME" targets, by NAME
   mutable std::map<std::string, ClassPtr> resolved;  // path -> class: plug-ins and placeholders
   std::atomic<uint64_t> generation{0};
 };
@@ -96,9 +96,8 @@ std::vector<std::string> BackendRegistry<BackendClass>::names() const {
   std::vector<std::string> names = standard_names();
   for (const auto& cls : KindTraits<BackendClass>::builtins()) {
     const std::string n = cls->name();
-    const bool listed = std::any_of(names.begin(), names.end(), [&](const std::string& m) {
-      return equals_ignoring_case(m, n);
-    });
+    const bool listed =
+        std::any_of(names.begin(), names.end(), [&](const std::string& m) { return equals_ignoring_case(m, n); });
     if (!listed && !equals_ignoring_case(n, kCustomBackendName)) names.push_back(n);
   }
   names.emplace_back(kCustomBackendName);
@@ -129,8 +128,8 @@ std::string BackendRegistry<BackendClass>::get_path(const std::string& name) con
   }
   if (path.empty()) {
     throw ValueError(std::string("MLA ") + backend_kind_name(kind_) + " backend " + member +
-                     " must be registered before use. Use " + KindTraits<BackendClass>::register_call + "(\"" +
-                     member + "\", \"path/to/libyour_backend.so:your_symbol\")");
+                     " must be registered before use. Use " + KindTraits<BackendClass>::register_call + "(\"" + member +
+                     "\", \"path/to/libyour_backend.so:your_symbol\")");
   }
   return path;
 }
@@ -173,15 +172,16 @@ typename BackendRegistry<BackendClass>::ClassPtr BackendRegistry<BackendClass>::
     std::lock_guard lock(state_->mutex);
     if (const auto it = state_->objects.find(name); it != state_->objects.end()) return it->second;
     throw ImportError("Cannot resolve " + subject + ": no " + kind + " backend class object named '" + name +
-                      "' was registered in this process. Pass the class object itself to " +
-                      Traits::register_call + "(backend, class_object).");
+                      "' was registered in this process. Pass the class object itself to " + Traits::register_call +
+                      "(backend, class_object).");
   }
 
   const size_t colon = path.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == path.size()) {
     throw ImportError("Cannot resolve " + subject +
                       ": expected 'path/to/libfoo.so:symbol' (a plug-in), 'builtin:NAME' or 'object:NAME'. "
-                      "Correct the path given to " + Traits::register_call + ".");
+                      "Correct the path given to " +
+                      Traits::register_call + ".");
   }
   {
     std::lock_guard lock(state_->mutex);
@@ -195,12 +195,12 @@ typename BackendRegistry<BackendClass>::ClassPtr BackendRegistry<BackendClass>::
   const BackendClass* cls = Traits::from(descriptor);
   if (!cls) {
     const std::string plugin_name = descriptor.name ? descriptor.name : "(unnamed)";
-    throw ImportError("MLA " + kind + " backend plug-in '" + path + "' (" + plugin_name + ") provides no " + kind +
-                      " backend class (its descriptor's " + Traits::descriptor_field + " is null). " +
-                      (Traits::other_kind_present(descriptor)
-                           ? std::string("It provides the other kind: register it with ") +
-                                 Traits::other_register_call + " instead."
-                           : std::string("Fix the plug-in's descriptor.")));
+    throw ImportError(
+        "MLA " + kind + " backend plug-in '" + path + "' (" + plugin_name + ") provides no " + kind +
+        " backend class (its descriptor's " + Traits::descriptor_field + " is null). " +
+        (Traits::other_kind_present(descriptor)
+             ? std::string("It provides the other kind: register it with ") + Traits::other_register_call + " instead."
+             : std::string("Fix the plug-in's descriptor.")));
   }
   // The plug-in owns the object and stays loaded: a non-owning pointer.
   ClassPtr shared(cls, [](const BackendClass*) {});

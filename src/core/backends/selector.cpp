@@ -121,8 +121,7 @@ std::shared_ptr<const BackendClass> auto_select(std::optional<DeviceCapability> 
     if (!import_error.empty()) log_once(LogLevel::warning, import_error);
     if (reasons.empty()) {
       if (!capability) {
-        info_once(std::string("Device capability not available, using ") + name + " MLA " + Traits::kind +
-                  " backend.");
+        info_once(std::string("Device capability not available, using ") + name + " MLA " + Traits::kind + " backend.");
       } else {
         info_once("Using " + name + " MLA " + Traits::kind + " backend.");
       }
@@ -146,8 +145,7 @@ std::shared_ptr<const BackendClass> auto_select(std::optional<DeviceCapability> 
 }
 
 template <class BackendClass>
-std::shared_ptr<const BackendClass> select(std::optional<DeviceCapability> capability,
-                                           const SelectorConfig& config) {
+std::shared_ptr<const BackendClass> select(std::optional<DeviceCapability> capability, const SelectorConfig& config) {
   using Traits = SelectorTraits<BackendClass>;
   capability = capability_of(config, capability);
   std::string requested = Traits::explicit_choice(config);

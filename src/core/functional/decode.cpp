@@ -126,8 +126,8 @@ DecodePlan::DecodePlan(const DecodePlanParams& params, const MlaMetadata& metada
   Impl& im = *impl_;
   im.params = params;
   check_arg(metadata.decode.has_value(), kPlanOp, "metadata", "a step with decode rows", "no decodes");
-  check_arg(metadata.device == params.device, kPlanOp, "metadata", "on " + device_name(params.device) +
-            " (call to_device first)", device_name(metadata.device));
+  check_arg(metadata.device == params.device, kPlanOp, "metadata",
+            "on " + device_name(params.device) + " (call to_device first)", device_name(metadata.device));
   check_arg(metadata.decode->max_decode_query_len <= params.query_len, kPlanOp, "query_len",
             ">= the metadata's max_decode_query_len " + std::to_string(metadata.decode->max_decode_query_len),
             std::to_string(params.query_len));

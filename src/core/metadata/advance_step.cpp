@@ -70,8 +70,8 @@ void advance_step(MlaMetadata& m, const Tensor& sampled_token_ids, const Tensor&
   const int64_t num_rows = m.seq_lens_cpu.size(0);
   if (turn_prefills_into_decodes) {
     seed_assert(num_decode_tokens + num_prefills == num_seqs, "self.num_decode_tokens + self.num_prefills == num_seqs",
-                "num_decode_tokens=" + std::to_string(num_decode_tokens) + ", num_prefills=" +
-                    std::to_string(num_prefills) + ", " + n_seqs);
+                "num_decode_tokens=" + std::to_string(num_decode_tokens) +
+                    ", num_prefills=" + std::to_string(num_prefills) + ", " + n_seqs);
     num_decode_tokens += num_prefills;
     num_prefills = num_prefill_tokens = max_prefill_seq_len = 0;
     max_query_len = 1;
@@ -79,8 +79,8 @@ void advance_step(MlaMetadata& m, const Tensor& sampled_token_ids, const Tensor&
   } else {
     const int32_t max_seq_len = num_rows > 0 ? *std::max_element(seq_lens_host, seq_lens_host + num_rows) : 0;
     seed_assert(m.max_decode_seq_len == max_seq_len, "self.max_decode_seq_len == max(self.seq_lens)",
-                "max_decode_seq_len=" + std::to_string(m.max_decode_seq_len) + ", max(seq_lens)=" +
-                    std::to_string(max_seq_len));
+                "max_decode_seq_len=" + std::to_string(m.max_decode_seq_len) +
+                    ", max(seq_lens)=" + std::to_string(max_seq_len));
   }
   seed_assert(num_prefills == 0, "self.num_prefills == 0", "num_prefills=" + std::to_string(num_prefills));
   seed_assert(num_prefill_tokens == 0, "self.num_prefill_tokens == 0",
@@ -91,7 +91,8 @@ void advance_step(MlaMetadata& m, const Tensor& sampled_token_ids, const Tensor&
               "slot_mapping.shape=" + shape1(slot_mapping_len));
   seed_assert(num_rows == num_seqs, "len(self.seq_lens) == num_seqs",
               "len(seq_lens)=" + std::to_string(num_rows) + ", " + n_seqs);
-  seed_assert(m.seq_lens.defined() && m.seq_lens.size(0) == num_seqs, "self.seq_lens_tensor.shape == " + shape1(num_seqs),
+  seed_assert(m.seq_lens.defined() && m.seq_lens.size(0) == num_seqs,
+              "self.seq_lens_tensor.shape == " + shape1(num_seqs),
               "seq_lens_tensor.shape=" + shape1(m.seq_lens.defined() ? m.seq_lens.size(0) : 0));
   seed_assert(max_query_len == 1, "self.max_query_len == 1", "max_query_len=" + std::to_string(max_query_len));
   seed_assert(max_prefill_seq_len == 0, "self.max_prefill_seq_len == 0",
@@ -101,7 +102,8 @@ void advance_step(MlaMetadata& m, const Tensor& sampled_token_ids, const Tensor&
               "self.query_start_loc.shape == " + shape1(int64_t(num_queries) + 1),
               "lattn pads query_start_loc to num_seqs + 1 = " + std::to_string(m.query_start_loc_cpu.size(0)) +
                   " entries; real requests " + std::to_string(real_reqs) + ", " + n_queries);
-  seed_assert(m.seq_start_loc_cpu.size(0) == int64_t(num_seqs) + 1, "self.seq_start_loc.shape == " + shape1(num_seqs + 1),
+  seed_assert(m.seq_start_loc_cpu.size(0) == int64_t(num_seqs) + 1,
+              "self.seq_start_loc.shape == " + shape1(num_seqs + 1),
               "seq_start_loc.shape=" + shape1(m.seq_start_loc_cpu.size(0)));
   seed_assert(m.context_lens_cpu.size(0) == num_seqs && real_reqs == num_queries,
               "self.context_lens_tensor.shape == " + shape1(num_queries),
@@ -130,8 +132,8 @@ void advance_step(MlaMetadata& m, const Tensor& sampled_token_ids, const Tensor&
     const int64_t s = seq_lens_host[q];
     if (s / block_size >= width || table[q * width + s / block_size] < 0) {
       throw ValueError("advance_step: request " + std::to_string(q) + " writes position " + std::to_string(s) +
-                       ", which needs block-table entry " + std::to_string(s / block_size) +
-                       ", but its row has " + std::to_string(width) + " entries (or a negative id there)");
+                       ", which needs block-table entry " + std::to_string(s / block_size) + ", but its row has " +
+                       std::to_string(width) + " entries (or a negative id there)");
     }
   }
   std::vector<int64_t> sampled(static_cast<size_t>(num_queries));

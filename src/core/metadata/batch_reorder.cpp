@@ -66,12 +66,13 @@ DecodePrefillSplit split_decodes_and_prefills(std::span<const int32_t> qsl, int 
   for (int r = first_prefill + 1; r < num_reqs; ++r) {
     const int query_len = qsl[size_t(r) + 1] - qsl[size_t(r)];
     if (query_len <= decode_threshold) {
-      throw AssertionError("torch.all(query_lens[first_prefill:] > decode_threshold) failed: the batch is not "
-                           "reordered (decodes first): request " +
-                           std::to_string(first_prefill) + " is a prefill (query_len " +
-                           std::to_string(qsl[size_t(first_prefill) + 1] - qsl[size_t(first_prefill)]) +
-                           ") but request " + std::to_string(r) + " after it has query_len " +
-                           std::to_string(query_len) + " <= decode_threshold " + std::to_string(decode_threshold));
+      throw AssertionError(
+          "torch.all(query_lens[first_prefill:] > decode_threshold) failed: the batch is not "
+          "reordered (decodes first): request " +
+          std::to_string(first_prefill) + " is a prefill (query_len " +
+          std::to_string(qsl[size_t(first_prefill) + 1] - qsl[size_t(first_prefill)]) + ") but request " +
+          std::to_string(r) + " after it has query_len " + std::to_string(query_len) + " <= decode_threshold " +
+          std::to_string(decode_threshold));
     }
   }
   // query_lens[:first_prefill] <= decode_threshold holds by the choice of first_prefill.
@@ -83,10 +84,11 @@ DecodePrefillSplit split_decodes_and_prefills(const CommonAttentionMetadata& com
   const Tensor& qsl = common.query_start_loc_cpu;
   if (!qsl.defined() || !qsl.device().is_cpu() || qsl.dtype() != DType::i32 || qsl.dim() != 1 ||
       qsl.size(0) != int64_t(common.num_reqs) + 1 || !qsl.is_contiguous()) {
-    throw ValueError("split_decodes_and_prefills: argument 'query_start_loc_cpu' must be a contiguous host int32 "
-                     "tensor of shape [" +
-                     std::to_string(int64_t(common.num_reqs) + 1) + "], got " +
-                     (qsl.defined() ? qsl.describe() : std::string("no tensor")));
+    throw ValueError(
+        "split_decodes_and_prefills: argument 'query_start_loc_cpu' must be a contiguous host int32 "
+        "tensor of shape [" +
+        std::to_string(int64_t(common.num_reqs) + 1) + "], got " +
+        (qsl.defined() ? qsl.describe() : std::string("no tensor")));
   }
   return split_decodes_and_prefills({qsl.data_as<const int32_t>(), size_t(qsl.size(0))}, common.num_actual_tokens,
                                     common.max_query_len, decode_threshold);

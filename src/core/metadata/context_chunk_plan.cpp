@@ -20,10 +20,9 @@ ContextChunkSizing size_context_chunks(bool planning_enabled, int num_prefills, 
   s.max_context_chunk = equal_share / page_size * page_size;  // round_down(x, page_size)
   if (s.max_context_chunk <= 0) {
     throw AssertionError("max_context_chunk > 0 (context_chunk_workspace_size " + std::to_string(workspace_size) +
-                         " shared by " + std::to_string(num_prefills_with_context) +
-                         " prefills with context gives " + std::to_string(equal_share) +
-                         " tokens each, which rounds down to 0 at page_size " + std::to_string(page_size) +
-                         "; the workspace needs at least " +
+                         " shared by " + std::to_string(num_prefills_with_context) + " prefills with context gives " +
+                         std::to_string(equal_share) + " tokens each, which rounds down to 0 at page_size " +
+                         std::to_string(page_size) + "; the workspace needs at least " +
                          std::to_string(int64_t(num_prefills_with_context) * page_size) + " rows)");
   }
   // cdiv over the longest context of the whole batch, decodes included, as
@@ -38,7 +37,8 @@ ContextChunkSizing size_context_chunks(bool planning_enabled, int num_prefills, 
                      " tokens) in chunks of " + std::to_string(s.max_context_chunk) + " tokens for " +
                      std::to_string(num_prefills) + " prefills needs " + std::to_string(num_chunks) +
                      " chunks, more than a plan holds (" + std::to_string(kMaxChunks) + " chunks, " +
-                     std::to_string(kMaxPlanEntries) + " chunk x prefill entries); raise "
+                     std::to_string(kMaxPlanEntries) +
+                     " chunk x prefill entries); raise "
                      "context_chunk_workspace_size");
   }
   s.num_chunks = int(num_chunks);
@@ -47,9 +47,10 @@ ContextChunkSizing size_context_chunks(bool planning_enabled, int num_prefills, 
 
 int64_t batch_invariant_chunk_len(int64_t configured, int64_t workspace_size, int page_size) {
   if (workspace_size < page_size) {
-    throw AssertionError("batch-invariant context chunks need a workspace of at least one page (context_chunk_"
-                         "workspace_size " + std::to_string(workspace_size) + ", page_size " +
-                         std::to_string(page_size) + ")");
+    throw AssertionError(
+        "batch-invariant context chunks need a workspace of at least one page (context_chunk_"
+        "workspace_size " +
+        std::to_string(workspace_size) + ", page_size " + std::to_string(page_size) + ")");
   }
   int64_t len = configured > 0 ? configured : workspace_size / 8;
   len = std::min(len, workspace_size) / page_size * page_size;

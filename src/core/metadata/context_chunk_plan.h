@@ -10,8 +10,8 @@
 namespace lattn::detail {
 
 struct ContextChunkSizing {
-  int num_chunks = 0;                 // 0: no planning (no prefill has context, or chunking disabled)
-  int64_t max_context_chunk = 0;      // tokens per prefill per chunk, a multiple of page_size
+  int num_chunks = 0;             // 0: no planning (no prefill has context, or chunking disabled)
+  int64_t max_context_chunk = 0;  // tokens per prefill per chunk, a multiple of page_size
   int num_prefills_with_context = 0;
   // Batch-invariant plans only (plan_batch_invariant_chunks): the piece of
   // each prefill in each chunk, [num_chunks][num_prefills] (start, length);

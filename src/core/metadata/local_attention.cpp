@@ -100,7 +100,8 @@ LocalAttentionVirtualBatches make_local_attention_virtual_batches(int attn_chunk
   for (int v = 0; v < vb; ++v) {
     for (int64_t k = 0; k < pages_per_local_batch; ++k) {
       const int64_t column = std::min<int64_t>(block_start_of[size_t(v)] + k, last_column);  // clip(max=...)
-      dst[int64_t(v) * pages_per_local_batch + k] = *static_cast<const int32_t*>(table.ptr_at({batch_of[size_t(v)], column}));
+      dst[int64_t(v) * pages_per_local_batch + k] =
+          *static_cast<const int32_t*>(table.ptr_at({batch_of[size_t(v)], column}));
     }
   }
   if (block_table.device().is_cpu()) {

@@ -106,8 +106,8 @@ void MlaMetadata::to_device(Device target, Stream stream) {
 
 CommonAttentionMetadata::CommonAttentionMetadata(Tensor query_start_loc_, Tensor query_start_loc_cpu_, Tensor seq_lens_,
                                                  Tensor seq_lens_cpu_, Tensor num_computed_tokens_cpu_, int num_reqs_,
-                                                 int num_actual_tokens_, int max_query_len_,
-                                                 Tensor block_table_tensor_, Tensor slot_mapping_)
+                                                 int num_actual_tokens_, int max_query_len_, Tensor block_table_tensor_,
+                                                 Tensor slot_mapping_)
     : query_start_loc(query_start_loc_),
       query_start_loc_cpu(query_start_loc_cpu_),
       seq_lens(seq_lens_),

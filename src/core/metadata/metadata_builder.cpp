@@ -45,10 +45,9 @@ int64_t mla_context_chunk_workspace_size(int64_t max_model_len, int64_t max_num_
   // 128k tokens for long-context models (seed 002; its comment's "64k" is
   // stale, the code's 128 * 1024 is authoritative, docs/metadata.md).
   const int64_t seq_blocks = checked_mul(max_num_seqs, block_size, op + "max_num_seqs * block_size");
-  const int64_t workspace =
-      std::min(std::max(checked_mul(8, max_model_len, op + "8 * max_model_len"),
-                        checked_mul(4, seq_blocks, op + "4 * max_num_seqs * block_size")),
-               int64_t(128) * 1024);
+  const int64_t workspace = std::min(std::max(checked_mul(8, max_model_len, op + "8 * max_model_len"),
+                                              checked_mul(4, seq_blocks, op + "4 * max_num_seqs * block_size")),
+                                     int64_t(128) * 1024);
   if (workspace < seq_blocks) {
     throw AssertionError("context_chunk_workspace_size >= scheduler_config.max_num_seqs * cache_config.block_size (" +
                          std::to_string(workspace) + " < " + std::to_string(max_num_seqs) + " * " +
@@ -70,8 +69,9 @@ MlaMetadataBuilder::MlaMetadataBuilder(MetadataBuilderConfig config) : config_(s
                      std::to_string(c.context_chunk_workspace_size));
   }
   if ((c.chunked_prefill_enabled || c.enable_prefix_caching) && c.context_chunk_workspace_size == 0) {
-    throw ValueError(op + "context_chunk_workspace_size must be > 0 when chunked_prefill_enabled or "
-                          "enable_prefix_caching is set (size it with mla_context_chunk_workspace_size), got 0");
+    throw ValueError(op +
+                     "context_chunk_workspace_size must be > 0 when chunked_prefill_enabled or "
+                     "enable_prefix_caching is set (size it with mla_context_chunk_workspace_size), got 0");
   }
   if (c.sliding_window && *c.sliding_window <= 0) {
     throw ValueError(op + "sliding_window must be > 0 when set, got " + std::to_string(*c.sliding_window));
@@ -143,8 +143,8 @@ MlaMetadata MlaMetadataBuilder::build_for_cudagraph_capture(const CommonAttentio
   lattn_assert(common.num_reqs == common.num_actual_tokens,
                "MLA only supports decode-only full CUDAGraph capture. Make sure all cudagraph capture sizes <= "
                "max_num_seq. (num_reqs " +
-                   std::to_string(common.num_reqs) + ", num_actual_tokens " +
-                   std::to_string(common.num_actual_tokens) + ")");
+                   std::to_string(common.num_reqs) + ", num_actual_tokens " + std::to_string(common.num_actual_tokens) +
+                   ")");
   CommonAttentionMetadata decode_only = common;
   decode_only.max_query_len = 1;
   BuildOptions options;

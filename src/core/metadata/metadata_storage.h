@@ -26,9 +26,9 @@ struct ByteRange {
 };
 
 struct MetadataStorage {
-  Buffer host;                          // the arena (host)
-  Buffer device;                        // its mirror, allocated by the first to_device(cuda)
-  std::vector<ByteRange> upload_ranges; // what the latest build wrote (the whole arena for normal builds)
+  Buffer host;                           // the arena (host)
+  Buffer device;                         // its mirror, allocated by the first to_device(cuda)
+  std::vector<ByteRange> upload_ranges;  // what the latest build wrote (the whole arena for normal builds)
 
   std::byte* host_base() const { return static_cast<std::byte*>(host.data()); }
 };

@@ -21,7 +21,7 @@
 #include "lattn/tensor.h"
 
 namespace lattn {
-struct SparseMlaArgs;     // lattn/sparse.h
+struct SparseMlaArgs;  // lattn/sparse.h
 struct IndexerArgs;
 struct IndexerKeyCache;
 }  // namespace lattn

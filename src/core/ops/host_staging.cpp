@@ -32,4 +32,3 @@ HostStagedCache::HostStagedCache(const LatentCache& cache) : data_(cache.data, t
 }
 
 }  // namespace lattn::detail
-

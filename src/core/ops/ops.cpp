@@ -97,8 +97,8 @@ void merge_attn_states_unchecked(const Tensor& out, const Tensor& out_lse, const
 
 }  // namespace detail
 
-void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
-                          const Tensor& slot_mapping, Stream stream) {
+void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache, const Tensor& slot_mapping,
+                          Stream stream) {
   const char* op = "concat_and_cache_mla";
   cache.validate(op);
   const int64_t L = cache.kv_lora_rank, R = cache.qk_rope_head_dim;

@@ -20,13 +20,11 @@ void validate_fp8_ds_mla_cache(const LatentCache& cache, const char* op) {
             "have kv_lora_rank a multiple of 128 for the fp8_ds_mla format (one scale per 128-element tile)",
             std::to_string(L));
   check_arg(cache.data.size(2) == fp8_ds_mla_entry_bytes(L, R), op, "cache",
-            "have fp8_ds_mla entries of L + 4·L/128 + 2·R = " + std::to_string(fp8_ds_mla_entry_bytes(L, R)) +
-                " bytes",
+            "have fp8_ds_mla entries of L + 4·L/128 + 2·R = " + std::to_string(fp8_ds_mla_entry_bytes(L, R)) + " bytes",
             std::to_string(cache.data.size(2)) + " (shape " + cache.data.shape_str() + ")");
 }
 
-void fp8_ds_mla_encode(const float* latent, const float* rope, int kv_lora_rank, int qk_rope_head_dim,
-                       uint8_t* entry) {
+void fp8_ds_mla_encode(const float* latent, const float* rope, int kv_lora_rank, int qk_rope_head_dim, uint8_t* entry) {
   const int tiles = kv_lora_rank / kFp8DsMlaTile;
   uint8_t* scales = entry + kv_lora_rank;
   for (int tile = 0; tile < tiles; ++tile) {

@@ -57,9 +57,11 @@ int64_t check_indexer_args(const char* op, const IndexerArgs& a, const IndexerKe
             "have seq_lens.size(0) + 1 = " + str(B + 1) + " entries", a.query_start_loc.shape_str());
   check_arg(a.block_table.size(0) >= B, op, "block_table", "have at least " + str(B) + " rows",
             a.block_table.shape_str());
-  const bool host = a.block_table.device().is_cpu() && a.query_start_loc.device().is_cpu() && a.seq_lens.device().is_cpu();
+  const bool host =
+      a.block_table.device().is_cpu() && a.query_start_loc.device().is_cpu() && a.seq_lens.device().is_cpu();
   if (!host) {
-    check_arg(device.is_cuda(), op, "block_table", "be on the host for host tensors", device_name(a.block_table.device()));
+    check_arg(device.is_cuda(), op, "block_table", "be on the host for host tensors",
+              device_name(a.block_table.device()));
     check_arg(a.max_seq_len > 0, op, "max_seq_len",
               "be given (> 0) when the index arrays are on the device (their values are not read on the host)",
               str(a.max_seq_len));
@@ -72,7 +74,8 @@ int64_t check_indexer_args(const char* op, const IndexerArgs& a, const IndexerKe
   int64_t longest = 0;
   for (int64_t r = 0; r < B; ++r) {
     const int32_t q0 = i32_at(a.query_start_loc, r), q1 = i32_at(a.query_start_loc, r + 1), len = i32_at(a.seq_lens, r);
-    check_arg(q1 >= q0, op, "query_start_loc", "be non-decreasing", str(q1) + " after " + str(q0) + " at request " + str(r));
+    check_arg(q1 >= q0, op, "query_start_loc", "be non-decreasing",
+              str(q1) + " after " + str(q0) + " at request " + str(r));
     check_arg(len >= q1 - q0, op, "seq_lens", "be >= the request's query length " + str(q1 - q0),
               str(len) + " at request " + str(r));
     check_arg(a.max_seq_len == 0 || len <= a.max_seq_len, op, "seq_lens", "be <= max_seq_len = " + str(a.max_seq_len),
@@ -81,9 +84,11 @@ int64_t check_indexer_args(const char* op, const IndexerArgs& a, const IndexerKe
     check_arg(blocks <= a.block_table.size(1), op, "block_table",
               "have " + str(blocks) + " columns for request " + str(r), a.block_table.shape_str());
     for (int64_t b = 0; b < blocks; ++b) {
-      const int32_t id = a.block_table.data_as<const int32_t>()[r * a.block_table.stride(0) + b * a.block_table.stride(1)];
+      const int32_t id =
+          a.block_table.data_as<const int32_t>()[r * a.block_table.stride(0) + b * a.block_table.stride(1)];
       check_arg(id >= 0 && id < cache.num_blocks(), op, "block_table",
-                "hold block ids in [0, " + str(cache.num_blocks()) + ")", str(id) + " at [" + str(r) + ", " + str(b) + "]");
+                "hold block ids in [0, " + str(cache.num_blocks()) + ")",
+                str(id) + " at [" + str(r) + ", " + str(b) + "]");
     }
     if (q1 > q0) longest = std::max<int64_t>(longest, len);
   }
@@ -109,8 +114,8 @@ void IndexerKeyCache::validate(const char* op) const {
   check_dim(op, "cache", data, 3);
   check_dtype(op, "cache", data, DType::u8);
   check_arg(head_dim > 0, op, "cache", "declare a positive head_dim", str(head_dim));
-  check_arg(data.size(2) == head_dim + 4, op, "cache", "have entries of head_dim + 4 = " + str(head_dim + 4) + " bytes (fp8 key, f32 scale)",
-            data.shape_str());
+  check_arg(data.size(2) == head_dim + 4, op, "cache",
+            "have entries of head_dim + 4 = " + str(head_dim + 4) + " bytes (fp8 key, f32 scale)", data.shape_str());
   check_arg(data.size(1) >= 1, op, "cache", "have block size >= 1", str(data.size(1)));
   check_arg(data.stride(2) == 1 && data.stride(1) == data.size(2) && data.stride(0) % 4 == 0, op, "cache",
             "have contiguous entries and 4-byte aligned blocks", data.describe());
@@ -118,8 +123,8 @@ void IndexerKeyCache::validate(const char* op) const {
 
 OwnedIndexerKeyCache::OwnedIndexerKeyCache(int64_t num_blocks, int64_t block_size, int head_dim, Device device) {
   if (num_blocks < 0 || block_size < 1 || head_dim < 1) {
-    throw ValueError("OwnedIndexerKeyCache: need num_blocks >= 0, block_size >= 1 and head_dim >= 1, got " + str(num_blocks) +
-                     ", " + str(block_size) + " and " + str(head_dim));
+    throw ValueError("OwnedIndexerKeyCache: need num_blocks >= 0, block_size >= 1 and head_dim >= 1, got " +
+                     str(num_blocks) + ", " + str(block_size) + " and " + str(head_dim));
   }
   storage_ = OwnedTensor::empty({num_blocks, block_size, int64_t(head_dim) + 4}, DType::u8, device);
   cache_ = IndexerKeyCache{storage_.tensor(), head_dim};
@@ -140,13 +145,14 @@ void indexer_k_cache_write(const Tensor& k, const IndexerKeyCache& cache, const 
   check_dtype(op, "slot_mapping", slot_mapping, DType::i64);
   check_dim(op, "slot_mapping", slot_mapping, 1);
   check_device(op, "slot_mapping", slot_mapping, device);
-  check_arg(slot_mapping.size(0) <= k.size(0), op, "slot_mapping", "have at most k.size(0) = " + str(k.size(0)) + " entries",
-            str(slot_mapping.size(0)));
+  check_arg(slot_mapping.size(0) <= k.size(0), op, "slot_mapping",
+            "have at most k.size(0) = " + str(k.size(0)) + " entries", str(slot_mapping.size(0)));
   if (device.is_cpu()) {  // device-resident slots: the kernel skips those outside the cache
     const int64_t capacity = cache.num_blocks() * cache.block_size();
     for (int64_t t = 0; t < slot_mapping.size(0); ++t) {
       const int64_t slot = slot_mapping.data_as<const int64_t>()[t * slot_mapping.stride(0)];
-      check_arg(slot < capacity, op, "slot_mapping", "hold slots < num_blocks * block_size = " + str(capacity) + " (or -1)",
+      check_arg(slot < capacity, op, "slot_mapping",
+                "hold slots < num_blocks * block_size = " + str(capacity) + " (or -1)",
                 str(slot) + " at index " + str(t));
     }
   }
@@ -154,7 +160,8 @@ void indexer_k_cache_write(const Tensor& k, const IndexerKeyCache& cache, const 
   detail::device_ops(device).indexer_k_cache_write(k, cache, slot_mapping, stream);
 }
 
-void indexer_logits(const IndexerArgs& a, const IndexerKeyCache& cache, const Tensor& logits, const std::string& backend) {
+void indexer_logits(const IndexerArgs& a, const IndexerKeyCache& cache, const Tensor& logits,
+                    const std::string& backend) {
   const char* op = "indexer_logits";
   const int64_t longest = check_indexer_args(op, a, cache);
   const bool ref = use_reference(op, backend, cache.device());
@@ -170,7 +177,8 @@ void indexer_logits(const IndexerArgs& a, const IndexerKeyCache& cache, const Te
   detail::device_ops(cache.device()).indexer_logits(a, cache, logits, ref);
 }
 
-void indexer_topk(const IndexerArgs& a, const IndexerKeyCache& cache, const Tensor& topk_indices, const std::string& backend) {
+void indexer_topk(const IndexerArgs& a, const IndexerKeyCache& cache, const Tensor& topk_indices,
+                  const std::string& backend) {
   const char* op = "indexer_topk";
   check_indexer_args(op, a, cache);
   const bool ref = use_reference(op, backend, cache.device());
@@ -203,7 +211,8 @@ void topk_positions(const Tensor& logits, const Tensor& lengths, const Tensor& o
   check_shape(op, "lengths", lengths, {T});
   for (int64_t t = 0; device.is_cpu() && t < T; ++t) {
     check_arg(i32_at(lengths, t) >= 0 && i32_at(lengths, t) <= logits.size(1), op, "lengths",
-              "hold values in [0, logits.size(1) = " + str(logits.size(1)) + "]", str(i32_at(lengths, t)) + " at index " + str(t));
+              "hold values in [0, logits.size(1) = " + str(logits.size(1)) + "]",
+              str(i32_at(lengths, t)) + " at index " + str(t));
   }
   check_defined(op, "out", out);
   check_dtype(op, "out", out, DType::i32);

@@ -131,7 +131,8 @@ void register_sparse_mla_backend(std::shared_ptr<const SparseMlaBackendClass> cl
 std::vector<std::string> sparse_mla_backend_names() {
   std::vector<std::string> names;
   for (const auto& c : snapshot()) names.push_back(c->name());
-  std::stable_sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+  std::stable_sort(names.begin(), names.end(),
+                   [](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
   return names;
 }
 
@@ -158,23 +159,22 @@ std::shared_ptr<const SparseMlaBackendClass> get_sparse_mla_backend(const Sparse
   if (!choice.empty()) {
     auto cls = find_class(choice);
     if (!cls) {
-      throw ValueError("Unknown sparse MLA backend: '" + choice + "'. Valid options are: " +
-                       join(sparse_mla_backend_names()) +
-                       (from_env ? ". Set LATTN_SPARSE_MLA_BACKEND to one of them, or unset it to let lattn choose."
-                                 : ""));
+      throw ValueError(
+          "Unknown sparse MLA backend: '" + choice + "'. Valid options are: " + join(sparse_mla_backend_names()) +
+          (from_env ? ". Set LATTN_SPARSE_MLA_BACKEND to one of them, or unset it to let lattn choose." : ""));
     }
     const auto reasons = cls->validate_configuration(capability, config);
     if (!reasons.empty()) {
-      throw ValueError("Selected sparse MLA backend " + cls->name() + " is not valid for this configuration. Reason: [" +
-                       join(reasons) + "]. Select another sparse MLA backend, or " +
-                       (from_env ? "unset LATTN_SPARSE_MLA_BACKEND" : "leave the backend setting empty") +
-                       " to let lattn choose.");
+      throw ValueError(
+          "Selected sparse MLA backend " + cls->name() + " is not valid for this configuration. Reason: [" +
+          join(reasons) + "]. Select another sparse MLA backend, or " +
+          (from_env ? "unset LATTN_SPARSE_MLA_BACKEND" : "leave the backend setting empty") + " to let lattn choose.");
     }
     return cls;
   }
   // Priority list: the device's own backend, then reference (never cpu for CUDA tensors).
-  const std::vector<std::string> order =
-      config.device.is_cuda() ? std::vector<std::string>{"cuda", "reference"} : std::vector<std::string>{"cpu", "reference"};
+  const std::vector<std::string> order = config.device.is_cuda() ? std::vector<std::string>{"cuda", "reference"}
+                                                                 : std::vector<std::string>{"cpu", "reference"};
   std::string all;
   for (const std::string& name : order) {
     auto cls = find_class(name);

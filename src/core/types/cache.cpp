@@ -17,13 +17,14 @@ namespace lattn {
 void LatentCache::validate(const char* op) const {
   check_dim(op, "cache", data, 3);
   check_dtype_in(op, "cache", data, {DType::f16, DType::bf16, DType::fp8_e4m3, kFp8DsMla});
-  check_arg(kv_lora_rank > 0 && qk_rope_head_dim > 0, op, "cache",
-            "declare positive kv_lora_rank and qk_rope_head_dim",
+  check_arg(kv_lora_rank > 0 && qk_rope_head_dim > 0, op, "cache", "declare positive kv_lora_rank and qk_rope_head_dim",
             std::to_string(kv_lora_rank) + " and " + std::to_string(qk_rope_head_dim));
-  if (is_fp8_ds_mla()) validate_fp8_ds_mla_cache(*this, op);  // src/core/sparse/fp8_ds_mla.cpp
-  else check_arg(data.size(2) == kv_lora_rank + qk_rope_head_dim, op, "cache",
-            "have entry width kv_lora_rank + qk_rope_head_dim = " + std::to_string(kv_lora_rank + qk_rope_head_dim),
-            std::to_string(data.size(2)) + " (shape " + data.shape_str() + ")");
+  if (is_fp8_ds_mla())
+    validate_fp8_ds_mla_cache(*this, op);  // src/core/sparse/fp8_ds_mla.cpp
+  else
+    check_arg(data.size(2) == kv_lora_rank + qk_rope_head_dim, op, "cache",
+              "have entry width kv_lora_rank + qk_rope_head_dim = " + std::to_string(kv_lora_rank + qk_rope_head_dim),
+              std::to_string(data.size(2)) + " (shape " + data.shape_str() + ")");
   check_arg(data.size(1) >= 1, op, "cache", "have block size >= 1", std::to_string(data.size(1)));
   check_arg(data.stride(2) == 1 && data.stride(1) == data.size(2), op, "cache",
             "have contiguous entries within a block", data.describe());

@@ -50,7 +50,8 @@ void check_device(const char* op, const char* arg, const Tensor& t, Device expec
 void check_dim(const char* op, const char* arg, const Tensor& t, int expected_dims) {
   check_defined(op, arg, t);
   if (t.dim() != expected_dims) {
-    refuse(op, arg, "have " + std::to_string(expected_dims) + " dims", std::to_string(t.dim()) + " dims " + t.shape_str());
+    refuse(op, arg, "have " + std::to_string(expected_dims) + " dims",
+           std::to_string(t.dim()) + " dims " + t.shape_str());
   }
 }
 

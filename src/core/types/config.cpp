@@ -47,14 +47,14 @@ void MlaDims::validate() const {
 }
 
 std::string MlaDims::str() const {
-  return "N=" + std::to_string(num_heads) + " L=" + std::to_string(kv_lora_rank) + " P=" +
-         std::to_string(qk_nope_head_dim) + " R=" + std::to_string(qk_rope_head_dim) + " V=" +
-         std::to_string(v_head_dim);
+  return "N=" + std::to_string(num_heads) + " L=" + std::to_string(kv_lora_rank) +
+         " P=" + std::to_string(qk_nope_head_dim) + " R=" + std::to_string(qk_rope_head_dim) +
+         " V=" + std::to_string(v_head_dim);
 }
 
 std::string MLADimensions::str() const {
-  return "(qk_nope_head_dim=" + std::to_string(qk_nope_head_dim) + ", qk_rope_head_dim=" +
-         std::to_string(qk_rope_head_dim) + ", v_head_dim=" + std::to_string(v_head_dim) + ")";
+  return "(qk_nope_head_dim=" + std::to_string(qk_nope_head_dim) +
+         ", qk_rope_head_dim=" + std::to_string(qk_rope_head_dim) + ", v_head_dim=" + std::to_string(v_head_dim) + ")";
 }
 
 }  // namespace lattn

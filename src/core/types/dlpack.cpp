@@ -11,13 +11,20 @@ namespace lattn {
 
 DLDataType to_dl_dtype(DType t) {
   switch (t) {
-    case DType::f32: return {kDLFloat, 32, 1};
-    case DType::f16: return {kDLFloat, 16, 1};
-    case DType::bf16: return {kDLBfloat, 16, 1};
-    case DType::fp8_e4m3: return {kDLUInt, 8, 1};  // DLPack 0.6 has no fp8 code
-    case DType::i32: return {kDLInt, 32, 1};
-    case DType::i64: return {kDLInt, 64, 1};
-    case DType::u8: return {kDLUInt, 8, 1};
+    case DType::f32:
+      return {kDLFloat, 32, 1};
+    case DType::f16:
+      return {kDLFloat, 16, 1};
+    case DType::bf16:
+      return {kDLBfloat, 16, 1};
+    case DType::fp8_e4m3:
+      return {kDLUInt, 8, 1};  // DLPack 0.6 has no fp8 code
+    case DType::i32:
+      return {kDLInt, 32, 1};
+    case DType::i64:
+      return {kDLInt, 64, 1};
+    case DType::u8:
+      return {kDLUInt, 8, 1};
   }
   return {kDLUInt, 8, 1};
 }
@@ -88,8 +95,8 @@ void delete_export(DLManagedTensor* m) {
 
 DLManagedTensor* to_dlpack(const Tensor& t, std::shared_ptr<void> owner) {
   if (!t.defined()) throw ValueError("to_dlpack: argument 't' must be a tensor, got no tensor");
-  auto* ctx = new ExportContext{std::move(owner), {t.shape().begin(), t.shape().end()},
-                                {t.strides().begin(), t.strides().end()}};
+  auto* ctx = new ExportContext{
+      std::move(owner), {t.shape().begin(), t.shape().end()}, {t.strides().begin(), t.strides().end()}};
   auto* m = new DLManagedTensor{};
   m->dl_tensor.data = t.data();
   m->dl_tensor.device = t.device().is_cpu() ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, t.device().index};

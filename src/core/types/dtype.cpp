@@ -10,26 +10,40 @@ namespace lattn {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::fp8_e4m3: return "fp8_e4m3";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::u8: return "u8";
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::fp8_e4m3:
+      return "fp8_e4m3";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
+    case DType::u8:
+      return "u8";
   }
   return "?";
 }
 
 const char* dtype_torch_name(DType t) {
   switch (t) {
-    case DType::f32: return "torch.float32";
-    case DType::f16: return "torch.float16";
-    case DType::bf16: return "torch.bfloat16";
-    case DType::fp8_e4m3: return "torch.float8_e4m3fn";
-    case DType::i32: return "torch.int32";
-    case DType::i64: return "torch.int64";
-    case DType::u8: return "torch.uint8";
+    case DType::f32:
+      return "torch.float32";
+    case DType::f16:
+      return "torch.float16";
+    case DType::bf16:
+      return "torch.bfloat16";
+    case DType::fp8_e4m3:
+      return "torch.float8_e4m3fn";
+    case DType::i32:
+      return "torch.int32";
+    case DType::i64:
+      return "torch.int64";
+    case DType::u8:
+      return "torch.uint8";
   }
   return "?";
 }
@@ -45,7 +59,8 @@ DType parse_dtype(const std::string& name) {
   if (n == "i32" || n == "int32" || n == "int") return DType::i32;
   if (n == "i64" || n == "int64" || n == "long") return DType::i64;
   if (n == "u8" || n == "uint8") return DType::u8;
-  throw ValueError("unknown dtype '" + name + "'; expected one of f32, f16, bf16, fp8_e4m3 (aliases: fp32, fp16, "
+  throw ValueError("unknown dtype '" + name +
+                   "'; expected one of f32, f16, bf16, fp8_e4m3 (aliases: fp32, fp16, "
                    "bfloat16, fp8, torch.* names), i32, i64, u8");
 }
 

@@ -37,11 +37,16 @@ LoggerState& state() {
 
 const char* level_tag(LogLevel l) {
   switch (l) {
-    case LogLevel::debug: return "DEBUG";
-    case LogLevel::info: return "INFO";
-    case LogLevel::warning: return "WARNING";
-    case LogLevel::error: return "ERROR";
-    case LogLevel::off: return "OFF";
+    case LogLevel::debug:
+      return "DEBUG";
+    case LogLevel::info:
+      return "INFO";
+    case LogLevel::warning:
+      return "WARNING";
+    case LogLevel::error:
+      return "ERROR";
+    case LogLevel::off:
+      return "OFF";
   }
   return "?";
 }

@@ -41,7 +41,8 @@ void check_extent(std::span<const int64_t> shape, std::span<const int64_t> strid
     last_offset = checked_add(last_offset, checked_mul(shape[d] - 1, stride, what + " (strided extent)"),
                               what + " (strided extent)");
   }
-  checked_mul(checked_add(last_offset, 1, what + " (strided extent)"), element_size, what + " (strided extent in bytes)");
+  checked_mul(checked_add(last_offset, 1, what + " (strided extent)"), element_size,
+              what + " (strided extent in bytes)");
 }
 
 }  // namespace
@@ -64,8 +65,7 @@ Tensor::Tensor(void* data, DType dtype, std::span<const int64_t> shape, Device d
   }
 }
 
-Tensor::Tensor(void* data, DType dtype, std::span<const int64_t> shape, std::span<const int64_t> strides,
-               Device device)
+Tensor::Tensor(void* data, DType dtype, std::span<const int64_t> shape, std::span<const int64_t> strides, Device device)
     : data_(data), dtype_(dtype), device_(device), ndim_(int(shape.size())), defined_(true) {
   if (shape.size() > size_t(kMaxDims)) {
     throw ValueError("Tensor: at most " + std::to_string(kMaxDims) + " dims are supported, got " +

@@ -50,7 +50,9 @@ const DeviceOps& cuda_device_ops() {
     t.indexer_k_cache_write = [](const Tensor&, const IndexerKeyCache&, const Tensor&, Stream) {
       no_cuda("indexer_k_cache_write");
     };
-    t.indexer_logits = [](const IndexerArgs&, const IndexerKeyCache&, const Tensor&, bool) { no_cuda("indexer_logits"); };
+    t.indexer_logits = [](const IndexerArgs&, const IndexerKeyCache&, const Tensor&, bool) {
+      no_cuda("indexer_logits");
+    };
     t.indexer_topk = [](const IndexerArgs&, const IndexerKeyCache&, const Tensor&, bool) { no_cuda("indexer_topk"); };
     t.topk_positions = [](const Tensor&, const Tensor&, const Tensor&, Stream) { no_cuda("topk_positions"); };
     t.gemm = [](const GemmProblem&, const RunContext&) { no_cuda("gemm"); };

@@ -27,4 +27,3 @@ void reserve_hopper_prefill_counters(int) {}
 bool hopper_prefill_counters_idle() { return true; }
 
 }  // namespace lattn::cuda::sm90
-

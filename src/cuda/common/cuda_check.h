@@ -18,15 +18,15 @@ namespace lattn::cuda {
 }  // namespace lattn::cuda
 
 // Checks a CUDA runtime call: LATTN_CUDA_CHECK(cudaMalloc(&p, n));
-#define LATTN_CUDA_CHECK(call)                                                       \
-  do {                                                                               \
-    cudaError_t lattn_err_ = (call);                                                 \
+#define LATTN_CUDA_CHECK(call)                                                                             \
+  do {                                                                                                     \
+    cudaError_t lattn_err_ = (call);                                                                       \
     if (lattn_err_ != cudaSuccess) ::lattn::cuda::throw_cuda_error(lattn_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // Checks the last launch: kernel<<<...>>>(...); LATTN_CUDA_CHECK_LAUNCH("gather_cache");
-#define LATTN_CUDA_CHECK_LAUNCH(name)                                                \
-  do {                                                                               \
-    cudaError_t lattn_err_ = cudaGetLastError();                                     \
+#define LATTN_CUDA_CHECK_LAUNCH(name)                                                                                  \
+  do {                                                                                                                 \
+    cudaError_t lattn_err_ = cudaGetLastError();                                                                       \
     if (lattn_err_ != cudaSuccess) ::lattn::cuda::throw_cuda_error(lattn_err_, "launch of " name, __FILE__, __LINE__); \
   } while (0)

@@ -19,33 +19,60 @@ namespace lattn::cuda {
 }  // namespace lattn::cuda
 
 // Binds `T` to the C++ type of a 16-bit activation dtype (f16 or bf16).
-#define LATTN_DISPATCH_HALF_TYPES(dtype, op, what, ...)                                       \
-  [&] {                                                                                         \
-    switch (dtype) {                                                                            \
-      case ::lattn::DType::f16: { using T = ::lattn::cuda::f16_t; return __VA_ARGS__(); }     \
-      case ::lattn::DType::bf16: { using T = ::lattn::cuda::bf16_t; return __VA_ARGS__(); }   \
-      default: ::lattn::cuda::unsupported_dtype(op, what, dtype, "f16, bf16");                 \
-    }                                                                                           \
+#define LATTN_DISPATCH_HALF_TYPES(dtype, op, what, ...)                 \
+  [&] {                                                                 \
+    switch (dtype) {                                                    \
+      case ::lattn::DType::f16: {                                       \
+        using T = ::lattn::cuda::f16_t;                                 \
+        return __VA_ARGS__();                                           \
+      }                                                                 \
+      case ::lattn::DType::bf16: {                                      \
+        using T = ::lattn::cuda::bf16_t;                                \
+        return __VA_ARGS__();                                           \
+      }                                                                 \
+      default:                                                          \
+        ::lattn::cuda::unsupported_dtype(op, what, dtype, "f16, bf16"); \
+    }                                                                   \
   }()
 
 // Binds `T` to f32, f16 or bf16.
-#define LATTN_DISPATCH_FLOAT_TYPES(dtype, op, what, ...)                                      \
-  [&] {                                                                                         \
-    switch (dtype) {                                                                            \
-      case ::lattn::DType::f32: { using T = float; return __VA_ARGS__(); }                     \
-      case ::lattn::DType::f16: { using T = ::lattn::cuda::f16_t; return __VA_ARGS__(); }     \
-      case ::lattn::DType::bf16: { using T = ::lattn::cuda::bf16_t; return __VA_ARGS__(); }   \
-      default: ::lattn::cuda::unsupported_dtype(op, what, dtype, "f32, f16, bf16");            \
-    }                                                                                           \
+#define LATTN_DISPATCH_FLOAT_TYPES(dtype, op, what, ...)                     \
+  [&] {                                                                      \
+    switch (dtype) {                                                         \
+      case ::lattn::DType::f32: {                                            \
+        using T = float;                                                     \
+        return __VA_ARGS__();                                                \
+      }                                                                      \
+      case ::lattn::DType::f16: {                                            \
+        using T = ::lattn::cuda::f16_t;                                      \
+        return __VA_ARGS__();                                                \
+      }                                                                      \
+      case ::lattn::DType::bf16: {                                           \
+        using T = ::lattn::cuda::bf16_t;                                     \
+        return __VA_ARGS__();                                                \
+      }                                                                      \
+      default:                                                               \
+        ::lattn::cuda::unsupported_dtype(op, what, dtype, "f32, f16, bf16"); \
+    }                                                                        \
   }()
 
 // Binds `C` to a cache element type (f16, bf16 or fp8_e4m3).
-#define LATTN_DISPATCH_CACHE_TYPES(dtype, op, what, ...)                                      \
-  [&] {                                                                                         \
-    switch (dtype) {                                                                            \
-      case ::lattn::DType::f16: { using C = ::lattn::cuda::f16_t; return __VA_ARGS__(); }     \
-      case ::lattn::DType::bf16: { using C = ::lattn::cuda::bf16_t; return __VA_ARGS__(); }   \
-      case ::lattn::DType::fp8_e4m3: { using C = ::lattn::cuda::fp8_t; return __VA_ARGS__(); }\
-      default: ::lattn::cuda::unsupported_dtype(op, what, dtype, "f16, bf16, fp8_e4m3");       \
-    }                                                                                           \
+#define LATTN_DISPATCH_CACHE_TYPES(dtype, op, what, ...)                          \
+  [&] {                                                                           \
+    switch (dtype) {                                                              \
+      case ::lattn::DType::f16: {                                                 \
+        using C = ::lattn::cuda::f16_t;                                           \
+        return __VA_ARGS__();                                                     \
+      }                                                                           \
+      case ::lattn::DType::bf16: {                                                \
+        using C = ::lattn::cuda::bf16_t;                                          \
+        return __VA_ARGS__();                                                     \
+      }                                                                           \
+      case ::lattn::DType::fp8_e4m3: {                                            \
+        using C = ::lattn::cuda::fp8_t;                                           \
+        return __VA_ARGS__();                                                     \
+      }                                                                           \
+      default:                                                                    \
+        ::lattn::cuda::unsupported_dtype(op, what, dtype, "f16, bf16, fp8_e4m3"); \
+    }                                                                             \
   }()

@@ -22,22 +22,36 @@ using fp8_t = __nv_fp8_e4m3;
 template <class T>
 __device__ __forceinline__ float to_f32(T v);
 template <>
-__device__ __forceinline__ float to_f32<float>(float v) { return v; }
+__device__ __forceinline__ float to_f32<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ float to_f32<f16_t>(f16_t v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32<f16_t>(f16_t v) {
+  return __half2float(v);
+}
 template <>
-__device__ __forceinline__ float to_f32<bf16_t>(bf16_t v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32<bf16_t>(bf16_t v) {
+  return __bfloat162float(v);
+}
 template <>
-__device__ __forceinline__ float to_f32<fp8_t>(fp8_t v) { return float(v); }
+__device__ __forceinline__ float to_f32<fp8_t>(fp8_t v) {
+  return float(v);
+}
 
 template <class T>
 __device__ __forceinline__ T from_f32(float v);
 template <>
-__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+__device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ f16_t from_f32<f16_t>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ f16_t from_f32<f16_t>(float v) {
+  return __float2half_rn(v);
+}
 template <>
-__device__ __forceinline__ bf16_t from_f32<bf16_t>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ bf16_t from_f32<bf16_t>(float v) {
+  return __float2bfloat16_rn(v);
+}
 template <>
 __device__ __forceinline__ fp8_t from_f32<fp8_t>(float v) {
   // __NV_SATFINITE: out-of-range values (and ±inf) become ±448; NaN stays NaN,
@@ -50,20 +64,34 @@ __device__ __forceinline__ fp8_t from_f32<fp8_t>(float v) {
 // Element load/store of a runtime dtype (slow paths: unaligned or mixed types).
 __device__ __forceinline__ float load_f32(const void* p, DType t, int64_t i) {
   switch (t) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::f16: return to_f32(static_cast<const f16_t*>(p)[i]);
-    case DType::bf16: return to_f32(static_cast<const bf16_t*>(p)[i]);
-    case DType::fp8_e4m3: return to_f32(static_cast<const fp8_t*>(p)[i]);
-    default: return 0.f;
+    case DType::f32:
+      return static_cast<const float*>(p)[i];
+    case DType::f16:
+      return to_f32(static_cast<const f16_t*>(p)[i]);
+    case DType::bf16:
+      return to_f32(static_cast<const bf16_t*>(p)[i]);
+    case DType::fp8_e4m3:
+      return to_f32(static_cast<const fp8_t*>(p)[i]);
+    default:
+      return 0.f;
   }
 }
 __device__ __forceinline__ void store_f32(void* p, DType t, int64_t i, float v) {
   switch (t) {
-    case DType::f32: static_cast<float*>(p)[i] = v; break;
-    case DType::f16: static_cast<f16_t*>(p)[i] = from_f32<f16_t>(v); break;
-    case DType::bf16: static_cast<bf16_t*>(p)[i] = from_f32<bf16_t>(v); break;
-    case DType::fp8_e4m3: static_cast<fp8_t*>(p)[i] = from_f32<fp8_t>(v); break;
-    default: break;
+    case DType::f32:
+      static_cast<float*>(p)[i] = v;
+      break;
+    case DType::f16:
+      static_cast<f16_t*>(p)[i] = from_f32<f16_t>(v);
+      break;
+    case DType::bf16:
+      static_cast<bf16_t*>(p)[i] = from_f32<bf16_t>(v);
+      break;
+    case DType::fp8_e4m3:
+      static_cast<fp8_t*>(p)[i] = from_f32<fp8_t>(v);
+      break;
+    default:
+      break;
   }
 }
 

@@ -24,10 +24,10 @@ namespace lattn::cuda {
 
 // What a kernel found; one word each (plain stores of 1: no atomics on host memory).
 enum IndexViolationKind : int {
-  kBadSlot = 0,          // slot_mapping entry >= num_blocks * block_size
-  kBadBlockId = 1,       // block-table entry outside [0, num_blocks)
-  kBadTableColumn = 2,   // a sequence needs a block-table column past the table's width
-  kBadRowRange = 3,      // a cu_seq_lens range outside the destination rows
+  kBadSlot = 0,         // slot_mapping entry >= num_blocks * block_size
+  kBadBlockId = 1,      // block-table entry outside [0, num_blocks)
+  kBadTableColumn = 2,  // a sequence needs a block-table column past the table's width
+  kBadRowRange = 3,     // a cu_seq_lens range outside the destination rows
   kNumViolationKinds = 4
 };
 

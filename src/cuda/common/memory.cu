@@ -61,10 +61,10 @@ CudaDeviceQuery query_devices() {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free error state
-    q.unavailable_reason = std::string(err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice
-                                           ? "no CUDA device"
-                                           : "CUDA unavailable") +
-                           " (" + cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + ")";
+    q.unavailable_reason =
+        std::string(err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice ? "no CUDA device"
+                                                                                   : "CUDA unavailable") +
+        " (" + cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + ")";
     return q;
   }
   if (count == 0) {

@@ -43,15 +43,15 @@ struct IndexVec {
 
 struct AdvanceParams {
   int num_seqs, num_queries, block_size;
-  IndexVec input_tokens;     // [num_seqs]
-  IndexVec sampled;          // [num_queries] (stride of dim 0 of [num_queries, 1])
-  IndexVec input_positions;  // [num_seqs]
-  IndexVec seq_lens;         // [num_seqs]
-  IndexVec slot_mapping;     // [num_seqs]
+  IndexVec input_tokens;        // [num_seqs]
+  IndexVec sampled;             // [num_queries] (stride of dim 0 of [num_queries, 1])
+  IndexVec input_positions;     // [num_seqs]
+  IndexVec seq_lens;            // [num_seqs]
+  IndexVec slot_mapping;        // [num_seqs]
   const int32_t* block_tables;  // [num_seqs, max_blocks]
   int64_t bt_stride;
-  int64_t table_width;          // max_blocks: columns a row may be read at
-  uint32_t* violations;         // index_check.h words of this device (may be nullptr)
+  int64_t table_width;   // max_blocks: columns a row may be read at
+  uint32_t* violations;  // index_check.h words of this device (may be nullptr)
 };
 
 __global__ void advance_step_kernel(AdvanceParams p) {
@@ -78,9 +78,7 @@ __global__ void advance_step_kernel(AdvanceParams p) {
   p.slot_mapping.store(q, block * p.block_size + s % p.block_size);
 }
 
-IndexVec index_vec(const Tensor& t) {
-  return {t.data(), t.dim() > 0 ? t.stride(0) : 1, t.dtype() == DType::i64};
-}
+IndexVec index_vec(const Tensor& t) { return {t.data(), t.dim() > 0 ? t.stride(0) : 1, t.dtype() == DType::i64}; }
 
 }  // namespace
 }  // namespace lattn::cuda
@@ -98,8 +96,7 @@ void advance_step(int num_seqs, int num_queries, int block_size, const Tensor& i
   check_arg(block_size >= 1, op, "block_size", ">= 1", std::to_string(block_size));
   const auto check_vec = [&](const char* arg, const Tensor& t, int64_t rows) {
     check_dtype_in(op, arg, t, {DType::i32, DType::i64});
-    check_arg(t.dim() >= 1 && t.size(0) >= rows, op, arg, "at least " + std::to_string(rows) + " rows",
-              t.describe());
+    check_arg(t.dim() >= 1 && t.size(0) >= rows, op, arg, "at least " + std::to_string(rows) + " rows", t.describe());
   };
   check_vec("input_tokens", input_tokens, num_seqs);
   check_vec("sampled_token_ids", sampled_token_ids, num_queries);

@@ -10,23 +10,23 @@
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
-#include "cuda/device_ops.h"
 #include "cuda/common/index_check.cuh"
+#include "cuda/device_ops.h"
 
 namespace lattn::cuda {
 namespace {
 
 struct ConcatParams {
-  const void* kv_c;          // [T, L], row stride kv_c_stride (elements)
-  const void* k_pe;          // [T, R], row stride k_pe_stride
-  void* cache;               // [num_blocks, block_size, L+R], block stride cache_block_stride
-  const int64_t* slots;      // [num_tokens], stride slot_stride
+  const void* kv_c;      // [T, L], row stride kv_c_stride (elements)
+  const void* k_pe;      // [T, R], row stride k_pe_stride
+  void* cache;           // [num_blocks, block_size, L+R], block stride cache_block_stride
+  const int64_t* slots;  // [num_tokens], stride slot_stride
   int64_t kv_c_stride, k_pe_stride, slot_stride;
-  int64_t cache_block_stride;  // elements between blocks (>= block_size * (L+R))
+  int64_t cache_block_stride;     // elements between blocks (>= block_size * (L+R))
   int64_t block_size, num_slots;  // num_slots = num_blocks * block_size
   int num_tokens, L, R;
-  float scale;               // fp8 caches store fp8(x / scale); 1 otherwise
-  uint32_t* violations;      // index_check.h words of this device (may be nullptr)
+  float scale;           // fp8 caches store fp8(x / scale); 1 otherwise
+  uint32_t* violations;  // index_check.h words of this device (may be nullptr)
 };
 
 constexpr int kWarpsPerBlock = 8;
@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) concat_and_cache_mla_kern
 
 namespace lattn::cuda {
 
-void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache,
-                          const Tensor& slot_mapping, Stream stream) {
+void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCache& cache, const Tensor& slot_mapping,
+                          Stream stream) {
   using namespace lattn::cuda;
   const int num_tokens = int(slot_mapping.size(0));
   if (num_tokens == 0 || cache.num_blocks() == 0) return;
@@ -132,9 +132,9 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
     });
   });
   LATTN_CUDA_CHECK_LAUNCH("concat_and_cache_mla_kernel");
-  check_launch_indices(device, s, "concat_and_cache_mla", "slot_mapping",
-                       "hold slots < num_blocks * block_size = " + std::to_string(p.num_slots) +
-                           " (or PAD_SLOT_ID -1)");
+  check_launch_indices(
+      device, s, "concat_and_cache_mla", "slot_mapping",
+      "hold slots < num_blocks * block_size = " + std::to_string(p.num_slots) + " (or PAD_SLOT_ID -1)");
 }
 
 }  // namespace lattn::cuda

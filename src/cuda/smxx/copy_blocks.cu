@@ -18,8 +18,8 @@ namespace {
 constexpr int kPairsPerLaunch = 1024;
 
 struct CopyBlocksParams {
-  char* cache;            // base of one layer's cache
-  int64_t block_bytes;    // bytes per block (cache stride(0) * element size)
+  char* cache;                        // base of one layer's cache
+  int64_t block_bytes;                // bytes per block (cache stride(0) * element size)
   int64_t pairs[kPairsPerLaunch][2];  // (src block, dst block)
 };
 

@@ -41,8 +41,7 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
   const int64_t items = int64_t(count) * plan.rows_capacity;
   if (plan.batch_invariant) {  // one warp per 128-column slice of a row
     const int slices = (p.L / 4 + 31) / 32;
-    for (int64_t item = int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32; item < items * slices;
-         item += warps) {
+    for (int64_t item = int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32; item < items * slices; item += warps) {
       const int64_t pair = item / slices;
       const int r = decode_combine_reqs(plan)[pair / plan.rows_capacity];
       const int row = int(pair % plan.rows_capacity);

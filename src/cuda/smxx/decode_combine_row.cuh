@@ -36,7 +36,8 @@ __device__ __forceinline__ void combine_store4(T* out, const float4& v) {
       T t[4];
       uint2 u;
     } pack;
-    pack.t[0] = from_f32<T>(v.x), pack.t[1] = from_f32<T>(v.y), pack.t[2] = from_f32<T>(v.z), pack.t[3] = from_f32<T>(v.w);
+    pack.t[0] = from_f32<T>(v.x), pack.t[1] = from_f32<T>(v.y), pack.t[2] = from_f32<T>(v.z),
+    pack.t[3] = from_f32<T>(v.w);
     *reinterpret_cast<uint2*>(out) = pack.u;
   } else {
     out[0] = from_f32<T>(v.x), out[1] = from_f32<T>(v.y), out[2] = from_f32<T>(v.z), out[3] = from_f32<T>(v.w);
@@ -81,8 +82,7 @@ struct CombineWeights {
 // launch). Lane i owns float4 columns i, i + 32, ... (kColChunks of them per
 // pass, in registers), two parts' loads in flight per step.
 template <class T, class Load>
-__device__ __forceinline__ void combine_decode_row(const DecodeParams& p, int r, int row, int n, int slot0,
-                                                   Load ld) {
+__device__ __forceinline__ void combine_decode_row(const DecodeParams& p, int r, int row, int n, int slot0, Load ld) {
   constexpr int kColChunks = 4;  // float4 columns per lane per pass (L <= 512 in one pass)
   const DecodePlan& plan = p.plan;
   const int lane = threadIdx.x % 32;

@@ -18,8 +18,8 @@ constexpr int kWarps = 4;
 __global__ void __launch_bounds__(kWarps * 32) decode_generic_kernel(const __grid_constant__ DecodeParams p) {
   extern __shared__ float gsm[];
   const int D = p.L + p.R;
-  float* q = gsm;                  // [D]
-  float* acc = gsm + D;            // [kWarps][L]
+  float* q = gsm;        // [D]
+  float* acc = gsm + D;  // [kWarps][L]
   __shared__ float warp_m[kWarps], warp_l[kWarps];
   const int token = blockIdx.x, h = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_generic_kernel(const __gri
     for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
     const float s = dot * p.scale_log2;
     const float m_new = (isnan(m) || isnan(s)) ? NAN : fmaxf(m, s);  // a NaN score makes the row NaN
-    const float alpha = exp2f(m - m_new);  // m = -inf on the first key: 0
+    const float alpha = exp2f(m - m_new);                            // m = -inf on the first key: 0
     const float pr = exp2f(s - m_new);
     l = l * alpha + pr;
     m = m_new;
@@ -99,7 +99,8 @@ void launch_decode_generic(const DecodeParams& p, int num_tokens, cudaStream_t s
   if (num_tokens == 0 || p.num_heads == 0) return;
   const size_t smem = generic_decode_smem_bytes(p.L, p.R);
   if (smem > 48 * 1024) {
-    LATTN_CUDA_CHECK(cudaFuncSetAttribute(decode_generic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    LATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(decode_generic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
   const dim3 grid{unsigned(num_tokens), unsigned(p.num_heads)};
   decode_generic_kernel<<<grid, kWarps * 32, smem, stream>>>(p);

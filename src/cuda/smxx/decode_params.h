@@ -32,9 +32,9 @@ struct DecodePlan {
   float* partial_o = nullptr;         // [slot_capacity, rows_capacity, L] f32, normalized (O / l)
   float* partial_lse = nullptr;       // [slot_capacity, rows_capacity] f32 (natural log)
   int num_parts = 0;
-  int slot_capacity = 0;              // 2 * num_parts always suffices (see decode_scheduler.cu)
-  int rows_capacity = 0;              // m_tiles * block_m >= num_heads * max query tokens
-  int tile_keys = 64;                 // keys per tile of the attention kernel
+  int slot_capacity = 0;  // 2 * num_parts always suffices (see decode_scheduler.cu)
+  int rows_capacity = 0;  // m_tiles * block_m >= num_heads * max query tokens
+  int tile_keys = 64;     // keys per tile of the attention kernel
   int overhead_tiles = 4;
   // Batch-invariant plan (docs/mla.md, "Batch invariance"): every request is
   // cut into splits whose size depends on its own length only
@@ -48,9 +48,9 @@ struct DecodePlan {
 struct DecodeParams {
   const void* q_nope = nullptr;  // [T, H, L] activation dtype (ql_nope = q_nope . W_UK_T)
   int64_t q_nope_stride_t = 0, q_nope_stride_h = 0;
-  const void* q_pe = nullptr;    // [T, H, R]
+  const void* q_pe = nullptr;  // [T, H, R]
   int64_t q_pe_stride_t = 0, q_pe_stride_h = 0;
-  const void* cache = nullptr;   // [num_blocks, block_size, L + R], f16/bf16/fp8_e4m3
+  const void* cache = nullptr;  // [num_blocks, block_size, L + R], f16/bf16/fp8_e4m3
   int64_t cache_block_stride = 0;
   int block_size = 0;
   const int32_t* seq_lens = nullptr;         // [batch] keys per request (context + new)
@@ -59,17 +59,17 @@ struct DecodeParams {
   int64_t block_table_stride = 0;
   // Bounds of the device-resident block table, checked by the kernels
   // (cuda/common/index_check.h); 0 = not checked.
-  int64_t num_blocks = 0;                    // ids must be in [0, num_blocks)
-  int64_t table_width = 0;                   // max_blocks
-  uint32_t* index_violations = nullptr;      // this device's violation words (may be nullptr)
-  void* out = nullptr;           // [T, H, L] activation dtype
+  int64_t num_blocks = 0;                // ids must be in [0, num_blocks)
+  int64_t table_width = 0;               // max_blocks
+  uint32_t* index_violations = nullptr;  // this device's violation words (may be nullptr)
+  void* out = nullptr;                   // [T, H, L] activation dtype
   int64_t out_stride_t = 0, out_stride_h = 0;
-  float* lse = nullptr;          // [H, T] f32 natural log; may be nullptr
+  float* lse = nullptr;  // [H, T] f32 natural log; may be nullptr
   int64_t lse_stride_h = 0, lse_stride_t = 0;
   int batch = 0, num_heads = 0, L = 0, R = 0;
-  float scale_log2 = 0.f;        // softmax scale * log2(e) * (fp8: cache scale)
-  float out_scale = 1.f;         // fp8: cache scale (V = stored * scale), else 1
-  bool q_vec = false;            // Q rows can be read with 16-byte copies
+  float scale_log2 = 0.f;  // softmax scale * log2(e) * (fp8: cache scale)
+  float out_scale = 1.f;   // fp8: cache scale (V = stored * scale), else 1
+  bool q_vec = false;      // Q rows can be read with 16-byte copies
   // Runtime dtypes, for the generic kernel (the fast kernel has them as types).
   uint8_t q_dtype = 0, cache_dtype = 0, out_dtype = 0;
   DecodePlan plan;

@@ -6,12 +6,12 @@
 
 #include <cfloat>
 
-#include "cuda/device_ops.h"
-#include "lattn/sparse.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/device_ops.h"
+#include "lattn/sparse.h"
 
 namespace lattn::cuda {
 namespace {
@@ -19,10 +19,10 @@ namespace {
 constexpr int kWarps = 8;
 
 struct DsWriteParams {
-  const void* kv_c;        // [T, L], row stride kv_c_stride (elements)
-  const void* k_pe;        // [T, R], row stride k_pe_stride
-  uint8_t* cache;          // [num_blocks, block_size, bytes] u8
-  const int64_t* slots;    // [num_tokens], stride slot_stride
+  const void* kv_c;      // [T, L], row stride kv_c_stride (elements)
+  const void* k_pe;      // [T, R], row stride k_pe_stride
+  uint8_t* cache;        // [num_blocks, block_size, bytes] u8
+  const int64_t* slots;  // [num_tokens], stride slot_stride
   int64_t kv_c_stride, k_pe_stride, slot_stride;
   int64_t block_stride, entry_stride;  // bytes between blocks / entries
   int64_t block_size, num_slots;
@@ -64,11 +64,11 @@ __global__ void __launch_bounds__(kWarps * 32) concat_ds_mla_kernel(DsWriteParam
 }
 
 struct DsGatherParams {
-  const uint8_t* cache;         // [num_blocks, block_size, bytes]
-  void* dst;                    // [>= cu_seq_lens[batch], L+R], row stride dst_stride (elements)
-  const int32_t* block_table;   // [batch, max_blocks], row stride bt_stride
-  const int32_t* cu_seq_lens;   // [batch + 1]
-  const int32_t* seq_starts;    // [batch] or nullptr
+  const uint8_t* cache;        // [num_blocks, block_size, bytes]
+  void* dst;                   // [>= cu_seq_lens[batch], L+R], row stride dst_stride (elements)
+  const int32_t* block_table;  // [batch, max_blocks], row stride bt_stride
+  const int32_t* cu_seq_lens;  // [batch + 1]
+  const int32_t* seq_starts;   // [batch] or nullptr
   int64_t block_stride, entry_stride, dst_stride, bt_stride;
   int block_size, L, R;
 };
@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(kWarps * 32) gather_ds_mla_kernel(DsGatherPara
   const int32_t* table = p.block_table + b * p.bt_stride + first_block;
   const int tiles = p.L / 128;
   for (int32_t j = blockIdx.y * kWarps + warp; j < n; j += gridDim.y * kWarps) {
-    const uint8_t* e = p.cache + int64_t(table[j / p.block_size]) * p.block_stride + int64_t(j % p.block_size) * p.entry_stride;
+    const uint8_t* e =
+        p.cache + int64_t(table[j / p.block_size]) * p.block_stride + int64_t(j % p.block_size) * p.entry_stride;
     Dst* dst = static_cast<Dst*>(p.dst) + (row0 + j) * p.dst_stride;
     const float* scales = reinterpret_cast<const float*>(e + p.L);
     for (int i = lane; i < p.L; i += 32) {
@@ -138,9 +139,8 @@ void concat_and_cache_ds_mla(const Tensor& kv_c, const Tensor& k_pe, const Laten
   p.R = cache.qk_rope_head_dim;
   const dim3 grid((num_tokens + kWarps - 1) / kWarps);
   auto s = reinterpret_cast<cudaStream_t>(stream);
-  LATTN_DISPATCH_FLOAT_TYPES(kv_c.dtype(), "concat_and_cache_mla", "kv_c", [&] {
-    concat_ds_mla_kernel<T><<<grid, kWarps * 32, 0, s>>>(p);
-  });
+  LATTN_DISPATCH_FLOAT_TYPES(kv_c.dtype(), "concat_and_cache_mla", "kv_c",
+                             [&] { concat_ds_mla_kernel<T><<<grid, kWarps * 32, 0, s>>>(p); });
   LATTN_CUDA_CHECK_LAUNCH("concat_ds_mla_kernel");
 }
 
@@ -164,9 +164,8 @@ void gather_cache_ds_mla(const LatentCache& cache, const Tensor& dst, const Tens
   const int splits = batch_size > 128 ? 2 : batch_size > 64 ? 4 : 16;
   const dim3 grid{unsigned(batch_size), unsigned(splits)};
   auto s = reinterpret_cast<cudaStream_t>(stream);
-  LATTN_DISPATCH_FLOAT_TYPES(dst.dtype(), "gather_cache", "dst", [&] {
-    gather_ds_mla_kernel<T><<<grid, kWarps * 32, 0, s>>>(p);
-  });
+  LATTN_DISPATCH_FLOAT_TYPES(dst.dtype(), "gather_cache", "dst",
+                             [&] { gather_ds_mla_kernel<T><<<grid, kWarps * 32, 0, s>>>(p); });
   LATTN_CUDA_CHECK_LAUNCH("gather_ds_mla_kernel");
 }
 

@@ -10,25 +10,25 @@
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
-#include "cuda/device_ops.h"
 #include "cuda/common/index_check.cuh"
+#include "cuda/device_ops.h"
 
 namespace lattn::cuda {
 namespace {
 
 struct GatherParams {
-  const void* cache;            // [num_blocks, block_size, D], block stride cache_block_stride
-  void* dst;                    // [>= cu_seq_lens[batch], D], row stride dst_stride
-  const int32_t* block_table;   // [batch, max_blocks], row stride bt_stride
-  const int32_t* cu_seq_lens;   // [batch + 1]
-  const int32_t* seq_starts;    // [batch] or nullptr (all 0); multiples of block_size
+  const void* cache;           // [num_blocks, block_size, D], block stride cache_block_stride
+  void* dst;                   // [>= cu_seq_lens[batch], D], row stride dst_stride
+  const int32_t* block_table;  // [batch, max_blocks], row stride bt_stride
+  const int32_t* cu_seq_lens;  // [batch + 1]
+  const int32_t* seq_starts;   // [batch] or nullptr (all 0); multiples of block_size
   int64_t cache_block_stride, dst_stride, bt_stride;
-  int64_t num_blocks;           // block ids must be in [0, num_blocks)
-  int64_t table_width;          // block_table columns (max_blocks)
-  int64_t dst_rows;             // rows of dst
+  int64_t num_blocks;   // block ids must be in [0, num_blocks)
+  int64_t table_width;  // block_table columns (max_blocks)
+  int64_t dst_rows;     // rows of dst
   int block_size, D;
-  float scale;                  // fp8 dequantization scale (1 for 16-bit caches)
-  uint32_t* violations;         // index_check.h words of this device (may be nullptr)
+  float scale;           // fp8 dequantization scale (1 for 16-bit caches)
+  uint32_t* violations;  // index_check.h words of this device (may be nullptr)
 };
 
 constexpr int kWarps = 8;
@@ -57,7 +57,8 @@ __global__ void __launch_bounds__(kWarps * 32) gather_cache_kernel(GatherParams 
     Dst* dst = static_cast<Dst*>(p.dst) + (row0 + j) * p.dst_stride;
     if constexpr (kVec && kSameType && sizeof(C) == 2) {
       // Bit-for-bit copy, as the seeds' gather_cache.
-      for (int c = lane; c < p.D / 8; c += 32) reinterpret_cast<uint4*>(dst)[c] = reinterpret_cast<const uint4*>(src)[c];
+      for (int c = lane; c < p.D / 8; c += 32)
+        reinterpret_cast<uint4*>(dst)[c] = reinterpret_cast<const uint4*>(src)[c];
     } else if constexpr (kVec) {
       for (int c = lane; c < p.D / 8; c += 32) {
         float x[8];
@@ -126,8 +127,10 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
   });
   LATTN_CUDA_CHECK_LAUNCH("gather_cache_kernel");
   check_launch_indices(device, s, "gather_cache", "block_table",
-                       "hold block ids in [0, num_blocks = " + std::to_string(p.num_blocks) + ") for every token, "
-                       "within its " + std::to_string(p.table_width) + " columns");
+                       "hold block ids in [0, num_blocks = " + std::to_string(p.num_blocks) +
+                           ") for every token, "
+                           "within its " +
+                           std::to_string(p.table_width) + " columns");
 }
 
 }  // namespace lattn::cuda

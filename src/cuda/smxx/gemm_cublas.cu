@@ -26,9 +26,12 @@ namespace {
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -93,9 +96,9 @@ void gemm(const detail::GemmProblem& p, int device, Stream stream, bool batch_in
     cublasHandle_t handle = cublas_handle(device, stream);
     check_cublas(cublasGemmStridedBatchedEx(handle, p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, int(p.n),
                                             int(p.m), int(p.k), &p.alpha, p.b, cuda_type(p.b_dtype), int(p.ldb),
-                                            p.batch_stride_b, p.a, cuda_type(p.a_dtype), int(p.lda),
-                                            p.batch_stride_a, &p.beta, p.c, cuda_type(p.c_dtype), int(p.ldc),
-                                            p.batch_stride_c, int(p.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                            p.batch_stride_b, p.a, cuda_type(p.a_dtype), int(p.lda), p.batch_stride_a,
+                                            &p.beta, p.c, cuda_type(p.c_dtype), int(p.ldc), p.batch_stride_c,
+                                            int(p.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmStridedBatchedEx");
     return;
   }

@@ -51,7 +51,7 @@ struct GemmTiles {
   static constexpr int kLdK = kBK + 8;  // K-contiguous tiles: A [BM][kBK], B^T [BN][kBK]
   static constexpr int kLdN = BN + 8;   // N-contiguous tile: B [kBK][BN]
   static constexpr int kAElems = BM * kLdK;
-  static constexpr int kBElems = BN * kLdK > kBK * kLdN ? BN * kLdK : kBK * kLdN;
+  static constexpr int kBElems = BN * kLdK > kBK* kLdN ? BN* kLdK : kBK* kLdN;
   static constexpr int kSmemBytes = kStages * (kAElems + kBElems) * 2;
 };
 // Prefill up-projections (kv_b_proj: N of thousands, one batch): 128 x 128.
@@ -64,8 +64,8 @@ using SmallTiles = GemmTiles<64, 64, 2, 2, 4>;
 // into dst[rows][pitch]. kVec: 16-byte cp.async (the caller checked that the
 // base, ld and K are multiples of 8 elements); else element loads.
 template <class T, int kRows, int kPitch, int kThreads, bool kVec>
-__device__ __forceinline__ void load_k_tile(T* dst, const T* src, int64_t ld, int64_t row0, int64_t r_end,
-                                            int64_t k0, int64_t K) {
+__device__ __forceinline__ void load_k_tile(T* dst, const T* src, int64_t ld, int64_t row0, int64_t r_end, int64_t k0,
+                                            int64_t K) {
   constexpr int kChunks = kRows * 4;  // 8-element chunks of a 32-wide row
 #pragma unroll
   for (int e = int(threadIdx.x); e < kChunks; e += kThreads) {
@@ -132,13 +132,14 @@ __device__ __forceinline__ void store_pair(const detail::GemmProblem& p, int64_t
 // Grid (N tiles, M tiles, batch). kTransB: B given as [N, K] (K-contiguous);
 // else [K, N]. kVec: 16-byte copies for both operands.
 template <class T, class Tiles, bool kTransB, bool kVec>
-__global__ void __launch_bounds__(Tiles::kThreads) gemm_invariant_kernel(const __grid_constant__ detail::GemmProblem p) {
+__global__ void __launch_bounds__(Tiles::kThreads)
+    gemm_invariant_kernel(const __grid_constant__ detail::GemmProblem p) {
   constexpr int kBM = Tiles::kBM, kBN = Tiles::kBN, kBK = Tiles::kBK, kStages = Tiles::kStages;
   constexpr int kLdK = Tiles::kLdK, kLdN = Tiles::kLdN, kMI = Tiles::kMI, kNI = Tiles::kNI;
   constexpr int kThreads = Tiles::kThreads;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  T* a_s = reinterpret_cast<T*>(smem_raw);           // [kStages][kBM][kLdK]
-  T* b_s = a_s + kStages * Tiles::kAElems;           // [kStages][kBN][kLdK] or [kStages][kBK][kLdN]
+  T* a_s = reinterpret_cast<T*>(smem_raw);  // [kStages][kBM][kLdK]
+  T* b_s = a_s + kStages * Tiles::kAElems;  // [kStages][kBN][kLdK] or [kStages][kBK][kLdN]
 
   const int64_t batch = blockIdx.z;
   const int64_t row0 = int64_t(blockIdx.y) * kBM, col0 = int64_t(blockIdx.x) * kBN;
@@ -193,11 +194,11 @@ __global__ void __launch_bounds__(Tiles::kThreads) gemm_invariant_kernel(const _
         // Two n8 tiles' (b0, b1): matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).
         uint32_t r[4];
         if constexpr (kTransB) {
-          sm80::ldmatrix_x4(r, smem_addr(b_t + (wn + 8 * j + lane % 8 + (lane / 16) * 8) * kLdK + kk +
-                                         ((lane / 8) % 2) * 8));
+          sm80::ldmatrix_x4(
+              r, smem_addr(b_t + (wn + 8 * j + lane % 8 + (lane / 16) * 8) * kLdK + kk + ((lane / 8) % 2) * 8));
         } else {
-          sm80::ldmatrix_x4_trans(r, smem_addr(b_t + (kk + lane % 8 + ((lane / 8) % 2) * 8) * kLdN + wn + 8 * j +
-                                               (lane / 16) * 8));
+          sm80::ldmatrix_x4_trans(
+              r, smem_addr(b_t + (kk + lane % 8 + ((lane / 8) % 2) * 8) * kLdN + wn + 8 * j + (lane / 16) * 8));
         }
         b[j][0] = r[0], b[j][1] = r[1], b[j + 1][0] = r[2], b[j + 1][1] = r[3];
       }

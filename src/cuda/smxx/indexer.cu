@@ -31,8 +31,8 @@
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dtype_device.cuh"
 #include "cuda/device_ops.h"
-#include "lattn/sparse.h"
 #include "lattn/errors.h"
+#include "lattn/sparse.h"
 
 namespace lattn::cuda {
 namespace {
@@ -41,7 +41,7 @@ constexpr int kKeysPerTile = 64;
 constexpr int kTilesPerBlock = 8;
 constexpr int kLogitThreads = 256;  // 4 per key
 constexpr int kTopkThreads = 1024;
-constexpr int kMaxTopk = 4096;      // candidates sorted in shared memory (32 KiB)
+constexpr int kMaxTopk = 4096;  // candidates sorted in shared memory (32 KiB)
 
 // Which request a token belongs to: the last r with qsl[r] <= t (empty requests skipped).
 __device__ __forceinline__ int token_request(const int32_t* qsl, int64_t qsl_stride, int B, int t) {
@@ -135,10 +135,10 @@ template <class T>
 __global__ void __launch_bounds__(kLogitThreads) logits_kernel(LogitParams p) {
   extern __shared__ float smem[];
   const int H = p.H, D = p.D;
-  float* qs = smem;                          // [H][D]
-  float* ks = qs + H * D;                    // [kKeysPerTile][D + 1]
+  float* qs = smem;        // [H][D]
+  float* ks = qs + H * D;  // [kKeysPerTile][D + 1]
   float* scales = ks + kKeysPerTile * (D + 1);
-  float* ws = scales + kKeysPerTile;         // [H]
+  float* ws = scales + kKeysPerTile;  // [H]
   const int t = p.t0 + blockIdx.y;
   int r, visible;
   token_span(p.b, t, r, visible);
@@ -265,7 +265,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
     __syncthreads();
     for (int i = tid; i < n; i += blockDim.x) {
       const uint32_t key = sort_key(row[i]);
-      if (key > tau) cand[atomicAdd(&s_count, 1)] = (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - uint32_t(i));
+      if (key > tau)
+        cand[atomicAdd(&s_count, 1)] = (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - uint32_t(i));
     }
     __syncthreads();
     int base = s_count;  // == k - need
@@ -348,7 +349,8 @@ class StreamScratch {
     const int64_t col_stride = t.dim() == 2 ? t.stride(1) : 0;
     std::vector<int32_t> host(size_t(rows * cols));
     for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) host[size_t(i * cols + j)] = t.data_as<const int32_t>()[i * t.stride(0) + j * col_stride];
+      for (int64_t j = 0; j < cols; ++j)
+        host[size_t(i * cols + j)] = t.data_as<const int32_t>()[i * t.stride(0) + j * col_stride];
     }
     auto* d = static_cast<int32_t*>(alloc(host.size() * 4));
     LATTN_CUDA_CHECK(cudaMemcpyAsync(d, host.data(), host.size() * 4, cudaMemcpyHostToDevice, s_));
@@ -426,9 +428,15 @@ void launch_logits(const IndexerArgs& a, const IndexerKeyCache& cache, const Bat
     kernel<<<grid, kLogitThreads, smem, s>>>(p);
   };
   switch (a.q.dtype()) {
-    case DType::bf16: launch(logits_kernel<bf16_t>); break;
-    case DType::f16: launch(logits_kernel<f16_t>); break;
-    default: launch(logits_kernel<float>); break;
+    case DType::bf16:
+      launch(logits_kernel<bf16_t>);
+      break;
+    case DType::f16:
+      launch(logits_kernel<f16_t>);
+      break;
+    default:
+      launch(logits_kernel<float>);
+      break;
   }
   LATTN_CUDA_CHECK_LAUNCH("indexer logits_kernel");
 }
@@ -446,15 +454,20 @@ void indexer_k_cache_write(const Tensor& k, const IndexerKeyCache& cache, const 
   const int64_t capacity = cache.num_blocks() * cache.block_size();
   auto launch = [&](auto* kp) {
     using E = std::remove_const_t<std::remove_pointer_t<decltype(kp)>>;
-    k_cache_write_kernel<E><<<grid, kWarps * 32, 0, s>>>(kp, k.stride(0), slot_mapping.data_as<const int64_t>(),
-                                                        slot_mapping.stride(0), T, cache.head_dim, dst,
-                                                        cache.data.stride(0), cache.data.stride(1),
-                                                        int(cache.block_size()), capacity);
+    k_cache_write_kernel<E><<<grid, kWarps * 32, 0, s>>>(
+        kp, k.stride(0), slot_mapping.data_as<const int64_t>(), slot_mapping.stride(0), T, cache.head_dim, dst,
+        cache.data.stride(0), cache.data.stride(1), int(cache.block_size()), capacity);
   };
   switch (k.dtype()) {
-    case DType::bf16: launch(k.data_as<const bf16_t>()); break;
-    case DType::f16: launch(k.data_as<const f16_t>()); break;
-    default: launch(k.data_as<const float>()); break;
+    case DType::bf16:
+      launch(k.data_as<const bf16_t>());
+      break;
+    case DType::f16:
+      launch(k.data_as<const f16_t>());
+      break;
+    default:
+      launch(k.data_as<const float>());
+      break;
   }
   LATTN_CUDA_CHECK_LAUNCH("indexer k_cache_write_kernel");
 }

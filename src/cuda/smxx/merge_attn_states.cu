@@ -72,9 +72,8 @@ __global__ void merge_attn_states_kernel(MergeParams p) {
   const int64_t row = idx / chunks;
   const int c = int(idx % chunks);
   const int t = int(row / p.N), n = int(row % p.N);
-  const MergeWeights w =
-      merge_weights(p.prefix_lse.data[n * p.prefix_lse.stride_n + t * p.prefix_lse.stride_t],
-                    p.suffix_lse.data[n * p.suffix_lse.stride_n + t * p.suffix_lse.stride_t]);
+  const MergeWeights w = merge_weights(p.prefix_lse.data[n * p.prefix_lse.stride_n + t * p.prefix_lse.stride_t],
+                                       p.suffix_lse.data[n * p.suffix_lse.stride_n + t * p.suffix_lse.stride_t]);
   const int64_t po = t * p.prefix.stride_t + n * p.prefix.stride_n;
   const int64_t so = t * p.suffix.stride_t + n * p.suffix.stride_n;
   const int64_t oo = t * p.out.stride_t + n * p.out.stride_n;
@@ -125,8 +124,7 @@ void merge_attn_states(const Tensor& out, const Tensor& out_lse, const Tensor& p
   auto row_aligned = [&](const Tensor& t) {
     return is_aligned(t.data(), 16) && (t.stride(0) * es) % 16 == 0 && (t.stride(1) * es) % 16 == 0;
   };
-  const bool last_contiguous =
-      out.stride(2) == 1 && prefix_out.stride(2) == 1 && suffix_out.stride(2) == 1;
+  const bool last_contiguous = out.stride(2) == 1 && prefix_out.stride(2) == 1 && suffix_out.stride(2) == 1;
   const bool vec = same_dtype && last_contiguous && p.D % 8 == 0 && row_aligned(out) && row_aligned(prefix_out) &&
                    row_aligned(suffix_out);
   auto s = reinterpret_cast<cudaStream_t>(stream);

@@ -13,9 +13,9 @@ namespace lattn::cuda {
 namespace {
 
 struct QuantizeParams {
-  const void* src;       // [rows, cols], row stride src_stride (elements)
-  fp8_t* dst;            // [rows, cols], row stride dst_stride
-  const float* scale;    // [1] on the device
+  const void* src;     // [rows, cols], row stride src_stride (elements)
+  fp8_t* dst;          // [rows, cols], row stride dst_stride
+  const float* scale;  // [1] on the device
   int64_t src_stride, dst_stride, rows, cols;
 };
 
@@ -47,13 +47,13 @@ namespace lattn::cuda {
 
 void quantize_fp8(const Tensor& src, const Tensor& dst, const Tensor& scale, Stream stream) {
   using namespace lattn::cuda;
-  QuantizeParams p{src.data(), dst.data_as<fp8_t>(), scale.data_as<const float>(), src.stride(0), dst.stride(0),
+  QuantizeParams p{src.data(),  dst.data_as<fp8_t>(), scale.data_as<const float>(), src.stride(0), dst.stride(0),
                    src.size(0), src.size(1)};
   if (p.rows * p.cols == 0) return;
   DeviceGuard guard(dst.device().index);
   const int es = src.element_size();
-  const bool vec = p.cols % 8 == 0 && is_aligned(p.src, 16) && (p.src_stride * es) % 16 == 0 &&
-                   is_aligned(p.dst, 8) && p.dst_stride % 8 == 0;
+  const bool vec = p.cols % 8 == 0 && is_aligned(p.src, 16) && (p.src_stride * es) % 16 == 0 && is_aligned(p.dst, 8) &&
+                   p.dst_stride % 8 == 0;
   const int64_t work = p.rows * (vec ? p.cols / 8 : p.cols);
   constexpr int kThreads = 256;
   const dim3 grid(unsigned((work + kThreads - 1) / kThreads));

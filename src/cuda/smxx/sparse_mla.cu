@@ -13,13 +13,13 @@
 #include <cstdlib>
 #include <string>
 
-#include "cuda/device_ops.h"
-#include "lattn/errors.h"
-#include "lattn/sparse.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/dtype_device.cuh"
+#include "cuda/device_ops.h"
 #include "cuda/smxx/sparse_mla_params.h"
+#include "lattn/errors.h"
+#include "lattn/sparse.h"
 
 namespace lattn::cuda {
 namespace {
@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32) sparse_mla_kernel(SparseP
 
   for (int i = threadIdx.x; i < kHeadsPerBlock * D; i += blockDim.x) {
     const int hh = h0 + i / D;
-    qs[i] = hh < p.N ? __bfloat162float(static_cast<const bf16_t*>(p.q)[t * p.q_stride_t + hh * p.q_stride_h + i % D]) : 0.f;
+    qs[i] = hh < p.N ? __bfloat162float(static_cast<const bf16_t*>(p.q)[t * p.q_stride_t + hh * p.q_stride_h + i % D])
+                     : 0.f;
   }
   float o[kMaxOutPerLane];
 #pragma unroll
@@ -82,7 +83,8 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32) sparse_mla_kernel(SparseP
       float v = 0.f;
       if (valid[kk]) {
         const int64_t slot = idx[k0 + kk];
-        const uint8_t* e = p.cache + (slot / p.block_size) * p.block_stride_bytes + (slot % p.block_size) * p.entry_stride_bytes;
+        const uint8_t* e =
+            p.cache + (slot / p.block_size) * p.block_stride_bytes + (slot % p.block_size) * p.entry_stride_bytes;
         v = entry_value<kDsMla>(e, d, p.L);
       }
       keys[i] = v;
@@ -200,10 +202,12 @@ void sparse_mla(const SparseMlaArgs& a, const LatentCache& cache, Stream stream)
   const size_t smem = size_t(kHeadsPerBlock + kKeyTile) * D * 4 + kKeyTile * 4;
   const dim3 grid(unsigned(p.T), unsigned((p.N + kHeadsPerBlock - 1) / kHeadsPerBlock));
   if (cache.is_fp8_ds_mla()) {
-    LATTN_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    LATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(sparse_mla_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     sparse_mla_kernel<true><<<grid, kHeadsPerBlock * 32, smem, s>>>(p);
   } else {
-    LATTN_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    LATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(sparse_mla_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     sparse_mla_kernel<false><<<grid, kHeadsPerBlock * 32, smem, s>>>(p);
   }
   LATTN_CUDA_CHECK_LAUNCH("sparse_mla_kernel");

@@ -9,12 +9,12 @@
 namespace lattn::cuda {
 
 struct SparseParams {
-  const void* q;              // bf16 [T, N, D] (D = L + R), strides q_stride_t / q_stride_h (elements)
-  const int32_t* indices;     // [T, topk], row stride idx_stride
-  const float* sink;          // [N] (stride sink_stride) or nullptr
-  const uint8_t* cache;       // [num_blocks, block_size, entry] (bf16 elements or fp8_ds_mla bytes)
-  void* out;                  // bf16 [T, N, L], strides out_stride_t / out_stride_h
-  float* lse;                 // [N, T], strides lse_stride_h / lse_stride_t, or nullptr
+  const void* q;           // bf16 [T, N, D] (D = L + R), strides q_stride_t / q_stride_h (elements)
+  const int32_t* indices;  // [T, topk], row stride idx_stride
+  const float* sink;       // [N] (stride sink_stride) or nullptr
+  const uint8_t* cache;    // [num_blocks, block_size, entry] (bf16 elements or fp8_ds_mla bytes)
+  void* out;               // bf16 [T, N, L], strides out_stride_t / out_stride_h
+  float* lse;              // [N, T], strides lse_stride_h / lse_stride_t, or nullptr
   int64_t q_stride_t, q_stride_h, idx_stride, sink_stride, out_stride_t, out_stride_h, lse_stride_h, lse_stride_t;
   int64_t block_stride_bytes, entry_stride_bytes, block_size, num_slots;
   int T, N, L, R, topk;

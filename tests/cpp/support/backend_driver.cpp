@@ -13,16 +13,16 @@ namespace {
 
 // Everything a case needs, on the host, generated from its seed.
 struct CaseData {
-  std::vector<CaseRequest> requests;           // decodes, then prefills
+  std::vector<CaseRequest> requests;  // decodes, then prefills
   int num_decodes = 0;
   std::vector<std::vector<int32_t>> block_tables;  // per request: its blocks, in position order
-  int64_t workspace_rows = 0;                  // the context-chunk workspace the metadata plans for
-  int32_t block_table_pad = 0;                 // table entries past a request's blocks
+  int64_t workspace_rows = 0;                      // the context-chunk workspace the metadata plans for
+  int32_t block_table_pad = 0;                     // table entries past a request's blocks
   int64_t num_blocks = 0;
-  OwnedTensor weight;                          // kv_b_proj [N*(P+V), L], activation dtype
-  OwnedTensor q, kv_c, k_pe;                   // [T, N, P+R], [T, L], [T, R], activation dtype
-  std::vector<std::vector<float>> context;     // per request [C, L+R]: the latents already cached
-  OwnedTensor initial_cache;                   // [num_blocks, block_size, L+R], cache dtype
+  OwnedTensor weight;                       // kv_b_proj [N*(P+V), L], activation dtype
+  OwnedTensor q, kv_c, k_pe;                // [T, N, P+R], [T, L], [T, R], activation dtype
+  std::vector<std::vector<float>> context;  // per request [C, L+R]: the latents already cached
+  OwnedTensor initial_cache;                // [num_blocks, block_size, L+R], cache dtype
 };
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -48,8 +48,7 @@ CaseData make_case_data(const BackendCase& c) {
   CaseData data;
   std::mt19937_64 rng(c.seed);
   const MlaDims& d = c.dims;
-  const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim,
-                V = d.v_head_dim;
+  const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim, V = d.v_head_dim;
   data.requests = c.decodes;
   data.requests.insert(data.requests.end(), c.prefills.begin(), c.prefills.end());
   data.num_decodes = int(c.decodes.size());
@@ -165,7 +164,8 @@ MlaMetadata build_metadata(const BackendCase& c, const CaseData& data) {
   config.chunked_prefill_enabled = true;
   config.context_chunk_workspace_size = data.workspace_rows;
   config.num_cache_blocks = data.num_blocks;
-  for (const CaseRequest& r : c.decodes) config.reorder_batch_threshold = std::max(config.reorder_batch_threshold, r.query_len);
+  for (const CaseRequest& r : c.decodes)
+    config.reorder_batch_threshold = std::max(config.reorder_batch_threshold, r.query_len);
   std::vector<RequestSpec> requests;
   for (size_t r = 0; r < data.requests.size(); ++r) {
     requests.push_back({data.requests[r].query_len, data.requests[r].context_len, data.block_tables[r]});
@@ -205,8 +205,7 @@ std::string BackendCase::str() const {
   s << ", workspace " << workspace_rows << ", pad " << pad_tokens << (hostile ? ", hostile" : "");
   if (poison_value != 0.f) s << " (poison " << poison_value << ")";
   if (!plants.empty()) s << ", " << plants.size() << " planted non-finite values";
-  s
-    << (output_scale > 0 ? ", fp8 output" : "") << ", seed " << seed << "}";
+  s << (output_scale > 0 ? ", fp8 output" : "") << ", seed " << seed << "}";
   return s.str();
 }
 
@@ -220,8 +219,8 @@ struct PreparedStep::State {
   OwnedTensor weight, q, kv_c, k_pe, out, output_scale;
 };
 
-PreparedStep::PreparedStep(const BackendCase& c, const std::string& prefill_backend,
-                           const std::string& decode_backend, Device device)
+PreparedStep::PreparedStep(const BackendCase& c, const std::string& prefill_backend, const std::string& decode_backend,
+                           Device device)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.test_case = c;
@@ -299,8 +298,7 @@ BackendRun run_forward(const BackendCase& c, const std::string& prefill_backend,
 OwnedTensor naive_forward(const BackendCase& c) {
   const CaseData data = make_case_data(c);
   const MlaDims& d = c.dims;
-  const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim,
-                V = d.v_head_dim;
+  const int64_t N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim, R = d.qk_rope_head_dim, V = d.v_head_dim;
   const double scale = d.softmax_scale();  // what MlaAttention uses when the scale is left 0
   const int64_t T = c.num_tokens();
   OwnedTensor out = OwnedTensor::zeros({T, N * V}, DType::f32);
@@ -334,9 +332,12 @@ OwnedTensor naive_forward(const BackendCase& c) {
       for (int j = 0; j < C + S; ++j) {
         for (int64_t p = 0; p < P + V; ++p) {
           double acc = 0;
-          for (int64_t l = 0; l < L; ++l) acc += value(data.weight, (head_row + p) * L + l) * latent[size_t(j * (L + R) + l)];
-          if (p < P) k_nope[size_t(j * P + p)] = acc;
-          else v[size_t(j * V + (p - P))] = acc;
+          for (int64_t l = 0; l < L; ++l)
+            acc += value(data.weight, (head_row + p) * L + l) * latent[size_t(j * (L + R) + l)];
+          if (p < P)
+            k_nope[size_t(j * P + p)] = acc;
+          else
+            v[size_t(j * V + (p - P))] = acc;
         }
       }
       // Causal MHA: new token i sits at position C + i and sees keys [0, C + i].
@@ -396,8 +397,8 @@ uint64_t hash_bytes(const Tensor& t) {
   return ::testing::AssertionFailure() << result.str();
 }
 
-CaseResult run_backend_case(const BackendCase& c, const std::string& prefill_backend,
-                            const std::string& decode_backend, Device device) {
+CaseResult run_backend_case(const BackendCase& c, const std::string& prefill_backend, const std::string& decode_backend,
+                            Device device) {
   const BackendRun oracle = run_forward(c, "reference", "reference", Device::cpu());
   const BackendRun got = run_forward(c, prefill_backend, decode_backend, device);
   CaseResult result;
@@ -406,7 +407,8 @@ CaseResult run_backend_case(const BackendCase& c, const std::string& prefill_bac
   result.output = compare(got.out, oracle.out);
   result.tolerance = rel_tolerance(c.output_scale > 0 ? DType::fp8_e4m3 : c.dtype);
   result.cache_bytes_differing = 0;
-  for (size_t i = 0; i < got.cache_bytes.size(); ++i) result.cache_bytes_differing += got.cache_bytes[i] != oracle.cache_bytes[i];
+  for (size_t i = 0; i < got.cache_bytes.size(); ++i)
+    result.cache_bytes_differing += got.cache_bytes[i] != oracle.cache_bytes[i];
   result.cache_must_match = c.kv_cache_dtype != DType::fp8_e4m3;
   return result;
 }
@@ -435,10 +437,10 @@ BackendCase make(std::string name, MlaDims dims, std::vector<CaseRequest> decode
   return c;
 }
 
-const MlaDims kSmallDeepSeek{4, 512, 128, 64, 128};   // DeepSeek per-head dims, few heads
-const MlaDims kMiniCpm{3, 256, 64, 32, 64};           // kv_lora_rank 256 / rope 32 / nope 64 / v 64
-const MlaDims kWideV{2, 512, 192, 64, 256};           // qk_nope 192 / v 256
-const MlaDims kTiny{3, 32, 16, 8, 24};                // small, odd: V > P
+const MlaDims kSmallDeepSeek{4, 512, 128, 64, 128};  // DeepSeek per-head dims, few heads
+const MlaDims kMiniCpm{3, 256, 64, 32, 64};          // kv_lora_rank 256 / rope 32 / nope 64 / v 64
+const MlaDims kWideV{2, 512, 192, 64, 256};          // qk_nope 192 / v 256
+const MlaDims kTiny{3, 32, 16, 8, 24};               // small, odd: V > P
 
 std::vector<BackendCase> small_cases() {
   std::vector<BackendCase> cases;
@@ -532,8 +534,11 @@ std::vector<BackendCase> tiny_nonfinite_cases() {
   std::vector<BackendCase> cases;
   {
     BackendCase c = make("nonfinite_query", kTiny, decodes, prefills, 41);
-    c.plants = {{W::query, 0, 0, 1, 3, kNaN},      {W::query, 2, 1, 0, P + 2, kNaN}, {W::query, 5, 2, 2, 0, kNaN},
-                {W::query, 7, 12, 0, 5, kInf},     {W::query, 4, 0, 1, 1, -kInf}};
+    c.plants = {{W::query, 0, 0, 1, 3, kNaN},
+                {W::query, 2, 1, 0, P + 2, kNaN},
+                {W::query, 5, 2, 2, 0, kNaN},
+                {W::query, 7, 12, 0, 5, kInf},
+                {W::query, 4, 0, 1, 1, -kInf}};
     cases.push_back(c);
   }
   const std::vector<Plant> context{{W::context_token, 0, 5, 0, 2, kNaN},
@@ -552,8 +557,10 @@ std::vector<BackendCase> tiny_nonfinite_cases() {
     cases.push_back(c);
   }
   // The last new token of a prefill / decode: the earlier rows must not see it.
-  const std::vector<Plant> new_tokens{{W::new_token, 4, 8, 0, 0, kNaN},   {W::new_token, 2, 2, 0, 0, kNaN},
-                                      {W::new_token, 7, 12, 0, L + 3, kInf}, {W::new_token, 5, 5, 0, 4, -kInf},
+  const std::vector<Plant> new_tokens{{W::new_token, 4, 8, 0, 0, kNaN},
+                                      {W::new_token, 2, 2, 0, 0, kNaN},
+                                      {W::new_token, 7, 12, 0, L + 3, kInf},
+                                      {W::new_token, 5, 5, 0, 4, -kInf},
                                       {W::new_token, 3, 1, 0, 7, kInf}};
   {
     BackendCase c = make("nonfinite_new_tokens", kTiny, decodes, prefills, 44);
@@ -593,8 +600,10 @@ std::vector<BackendCase> deepseek_nonfinite_cases() {
   std::vector<BackendCase> cases;
   {
     BackendCase c = make("deepseek_nonfinite_query_context", kSmallDeepSeek, decodes, prefills, 48);
-    c.plants = {{W::query, 0, 0, 2, 7, kNaN},          {W::query, 4, 1, 1, P + 5, kNaN},
-                {W::context_token, 0, 44, 0, 100, kNaN}, {W::context_token, 4, 3, 0, L + 8, kInf},
+    c.plants = {{W::query, 0, 0, 2, 7, kNaN},
+                {W::query, 4, 1, 1, P + 5, kNaN},
+                {W::context_token, 0, 44, 0, 100, kNaN},
+                {W::context_token, 4, 3, 0, L + 8, kInf},
                 {W::context_token, 5, 17, 0, 3, kNaN}};
     cases.push_back(c);
   }
@@ -610,9 +619,12 @@ std::vector<BackendCase> deepseek_nonfinite_cases() {
     // at most 16 rows, as in the 4-head cases above, to the sm80 kernels).
     BackendCase c = make("deepseek_nonfinite_h32_wgmma", MlaDims::deepseek_v3(32), decodes, prefills, 50);
     c.block_size = 64;
-    c.plants = {{W::query, 0, 0, 17, 7, kNaN},         {W::query, 2, 2, 30, P + 5, kNaN},
-                {W::query, 1, 0, 3, 0, kInf},           {W::context_token, 0, 44, 0, 100, kNaN},
-                {W::context_token, 2, 3, 0, L + 8, kInf}, {W::new_token, 2, 1, 0, 5, kInf},
+    c.plants = {{W::query, 0, 0, 17, 7, kNaN},
+                {W::query, 2, 2, 30, P + 5, kNaN},
+                {W::query, 1, 0, 3, 0, kInf},
+                {W::context_token, 0, 44, 0, 100, kNaN},
+                {W::context_token, 2, 3, 0, L + 8, kInf},
+                {W::new_token, 2, 1, 0, 5, kInf},
                 {W::new_token, 4, 4, 0, 9, kNaN}};
     cases.push_back(c);
   }
@@ -647,7 +659,8 @@ std::vector<BackendCase> all_forward_cases() {
     cases.push_back(c);
   }
   {
-    BackendCase c = make("deepseek_heads_16_block_64", MlaDims::deepseek_v3(16), {{70, 1}, {3, 2}}, {{0, 6}, {66, 3}}, 33);
+    BackendCase c =
+        make("deepseek_heads_16_block_64", MlaDims::deepseek_v3(16), {{70, 1}, {3, 2}}, {{0, 6}, {66, 3}}, 33);
     c.block_size = 64;
     cases.push_back(c);
   }

@@ -28,8 +28,8 @@
 #include "lattn/attention.h"
 #include "lattn/cache.h"
 #include "lattn/config.h"
-#include "lattn/tensor.h"
 #include "lattn/metadata.h"
+#include "lattn/tensor.h"
 #include "support/test_data.h"
 
 namespace lattn::test {
@@ -52,7 +52,7 @@ struct Plant {
   Where where = Where::query;
   int request = 0;  // index over decodes, then prefills
   int token = 0;
-  int head = 0;     // query only
+  int head = 0;  // query only
   int element = 0;
   float value = 0.f;  // NaN, +inf or -inf
 };
@@ -67,18 +67,18 @@ struct BackendCase {
   // Decodes first, then prefills, as MlaMetadataBuilder classifies them: the
   // builder's reorder threshold is the longest decode query, so every
   // prefill's query_len must exceed every decode's.
-  std::vector<CaseRequest> decodes;    // query_len > 1: speculative / MTP decode
+  std::vector<CaseRequest> decodes;  // query_len > 1: speculative / MTP decode
   std::vector<CaseRequest> prefills;
-  int64_t workspace_rows = 0;          // context-chunk workspace; 0 = room for every context at once
-  int pad_tokens = 0;                  // token rows past the real ones (slot PAD_SLOT_ID)
-  bool hostile = true;                 // permuted tables, NaN-poisoned unused entries and pad rows
-  float poison_value = 0.f;            // hostile: 0 = NaN bytes (0xff); else this value (e.g. +inf) in them
-  std::vector<Plant> plants;           // non-finite values in the inputs
-  float output_scale = 0.f;            // > 0: fp8_e4m3 output, out = fp8(o / output_scale)
+  int64_t workspace_rows = 0;  // context-chunk workspace; 0 = room for every context at once
+  int pad_tokens = 0;          // token rows past the real ones (slot PAD_SLOT_ID)
+  bool hostile = true;         // permuted tables, NaN-poisoned unused entries and pad rows
+  float poison_value = 0.f;    // hostile: 0 = NaN bytes (0xff); else this value (e.g. +inf) in them
+  std::vector<Plant> plants;   // non-finite values in the inputs
+  float output_scale = 0.f;    // > 0: fp8_e4m3 output, out = fp8(o / output_scale)
   uint64_t seed = 1;
 
-  int64_t num_tokens() const;          // all token rows, padding included
-  std::string str() const;             // name and shape summary, for failure messages
+  int64_t num_tokens() const;  // all token rows, padding included
+  std::string str() const;     // name and shape summary, for failure messages
 };
 
 // gtest prints a case parameter by its summary.
@@ -86,8 +86,8 @@ inline void PrintTo(const BackendCase& c, std::ostream* os) { *os << c.str(); }
 
 // What one forward produced, copied to the host.
 struct BackendRun {
-  OwnedTensor out;                     // [T, N*V] f32 (fp8 values, unscaled, when quantized)
-  std::vector<uint8_t> cache_bytes;    // the whole cache after the forward
+  OwnedTensor out;                   // [T, N*V] f32 (fp8 values, unscaled, when quantized)
+  std::vector<uint8_t> cache_bytes;  // the whole cache after the forward
 };
 
 struct CaseResult {
@@ -98,7 +98,7 @@ struct CaseResult {
   int64_t cache_bytes_differing = -1;  // vs the oracle's cache; -1 = not compared
   bool cache_must_match = false;       // f16/bf16 caches are written bit-exactly by every backend
   bool ok() const;
-  std::string str() const;             // verdict, error numbers and the worst element
+  std::string str() const;  // verdict, error numbers and the worst element
 };
 
 // One case made ready to run: data generated from c.seed, an MlaAttention
@@ -116,7 +116,7 @@ class PreparedStep {
   const BackendCase& test_case() const;
   MlaAttention& attention();
   const LatentCache& cache() const;
-  MlaMetadata& metadata();            // host arrays are writable (then call metadata().to_device again)
+  MlaMetadata& metadata();             // host arrays are writable (then call metadata().to_device again)
   const Tensor& q() const;             // [T, N, P+R]
   const Tensor& kv_c() const;          // [T, L]
   const Tensor& k_pe() const;          // [T, R]
@@ -134,8 +134,8 @@ class PreparedStep {
 
 // Runs the case with the given backends on `device` and with `reference` on
 // the CPU, and compares outputs (and cache bytes).
-CaseResult run_backend_case(const BackendCase& c, const std::string& prefill_backend,
-                            const std::string& decode_backend, Device device = Device::cpu());
+CaseResult run_backend_case(const BackendCase& c, const std::string& prefill_backend, const std::string& decode_backend,
+                            Device device = Device::cpu());
 // Runs the case with `reference` on the CPU and compares with naive_forward.
 CaseResult run_reference_vs_naive(const BackendCase& c);
 

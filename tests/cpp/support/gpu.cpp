@@ -8,8 +8,8 @@ std::string gpu_unavailable_reason() {
   if (q.devices.empty()) return "no GPU test: " + q.unavailable_reason;
   const DeviceCapability cap = q.devices[0].capability;
   if (cap.major < 8) {
-    return "no GPU test: cuda:0 has compute capability " + std::to_string(cap.major) + "." +
-           std::to_string(cap.minor) + ", lattn's CUDA backend needs 8.0+";
+    return "no GPU test: cuda:0 has compute capability " + std::to_string(cap.major) + "." + std::to_string(cap.minor) +
+           ", lattn's CUDA backend needs 8.0+";
   }
   return {};
 }

@@ -23,8 +23,8 @@ OwnedTensor to_host(const Tensor& t);
 
 // First statement of every GPU test: skips with a one-line reason on machines
 // without a suitable GPU (CI), so the test binary still runs there.
-#define LATTN_REQUIRE_GPU()                                                      \
-  do {                                                                           \
-    const std::string lattn_reason_ = ::lattn::test::gpu_unavailable_reason();   \
-    if (!lattn_reason_.empty()) GTEST_SKIP() << lattn_reason_;                   \
+#define LATTN_REQUIRE_GPU()                                                    \
+  do {                                                                         \
+    const std::string lattn_reason_ = ::lattn::test::gpu_unavailable_reason(); \
+    if (!lattn_reason_.empty()) GTEST_SKIP() << lattn_reason_;                 \
   } while (0)

@@ -101,11 +101,16 @@ std::string ErrorReport::str() const {
 
 double rel_tolerance(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return 1e-2;   // 8-bit mantissa: unit roundoff 2^-9 ~ 2e-3, a few roundings deep
-    case DType::f16: return 2e-3;    // 11-bit mantissa: 2^-12 ~ 2.4e-4, same depth
-    case DType::f32: return 1e-5;
-    case DType::fp8_e4m3: return 6e-2;  // 4-bit mantissa: 2^-5 ~ 3e-2 per rounding
-    default: return 0;
+    case DType::bf16:
+      return 1e-2;  // 8-bit mantissa: unit roundoff 2^-9 ~ 2e-3, a few roundings deep
+    case DType::f16:
+      return 2e-3;  // 11-bit mantissa: 2^-12 ~ 2.4e-4, same depth
+    case DType::f32:
+      return 1e-5;
+    case DType::fp8_e4m3:
+      return 6e-2;  // 4-bit mantissa: 2^-5 ~ 3e-2 per rounding
+    default:
+      return 0;
   }
 }
 

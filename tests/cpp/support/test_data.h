@@ -22,11 +22,11 @@ void poison(const Tensor& t);
 // Relative error of `got` against `ref` (both host, same shape, any float
 // dtype): ||got - ref||_2 / max(||ref||_2, tiny), plus the worst element.
 struct ErrorReport {
-  double rel_l2 = 0;          // ||got - ref|| / ||ref||
-  double max_abs = 0;         // worst |got - ref|
-  int64_t worst_index = -1;   // flat index of the worst element (row-major)
+  double rel_l2 = 0;         // ||got - ref|| / ||ref||
+  double max_abs = 0;        // worst |got - ref|
+  int64_t worst_index = -1;  // flat index of the worst element (row-major)
   double worst_got = 0, worst_ref = 0;
-  int64_t nan_mismatches = 0; // elements where exactly one side is NaN (or both differ in inf)
+  int64_t nan_mismatches = 0;  // elements where exactly one side is NaN (or both differ in inf)
   std::string str() const;
 };
 ErrorReport compare(const Tensor& got, const Tensor& ref);

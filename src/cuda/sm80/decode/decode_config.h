@@ -13,7 +13,7 @@ struct DecodeTileConfig {
   int block_m = 0;  // packed rows (heads x query tokens) per CTA
   int block_n = 0;  // keys per KV tile
   int warps = 0;
-  int stages = 0;   // KV tiles in the cp.async ring
+  int stages = 0;  // KV tiles in the cp.async ring
   std::string str() const {
     return "m" + std::to_string(block_m) + "n" + std::to_string(block_n) + "w" + std::to_string(warps) + "s" +
            std::to_string(stages);

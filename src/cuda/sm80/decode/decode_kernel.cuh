@@ -17,8 +17,8 @@ namespace lattn::cuda::sm80 {
 // Attends rows [rv.row0, +kBlockM) of one request to its KV tiles
 // [tile_begin, tile_end) and writes the result (slot < 0: final; else partial).
 template <class K>
-__device__ __forceinline__ void attend_piece(const DecodeParams& p, const RequestView& rv, int tile_begin,
-                                             int tile_end, int slot, char* smem) {
+__device__ __forceinline__ void attend_piece(const DecodeParams& p, const RequestView& rv, int tile_begin, int tile_end,
+                                             int slot, char* smem) {
   using T = typename K::T;
   T* q_smem = reinterpret_cast<T*>(smem);
   T* k_smem = reinterpret_cast<T*>(smem + K::kQBytes);

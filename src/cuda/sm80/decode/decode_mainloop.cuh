@@ -9,9 +9,9 @@
 #include <climits>
 #include <cmath>
 
+#include "cuda/common/index_check.cuh"
 #include "cuda/sm80/decode/decode_traits.h"
 #include "cuda/sm80/mma.cuh"
-#include "cuda/common/index_check.cuh"
 #include "cuda/smxx/decode_params.h"
 
 namespace lattn::cuda::sm80 {
@@ -19,11 +19,11 @@ namespace lattn::cuda::sm80 {
 // What one CTA knows about the request it is working on.
 struct RequestView {
   int request;
-  int q0;         // first token row of the request
-  int s_q;        // query tokens
-  int seq_len;    // keys
-  int rows;       // s_q * num_heads
-  int row0;       // first packed row of this CTA's M tile
+  int q0;                // first token row of the request
+  int s_q;               // query tokens
+  int seq_len;           // keys
+  int rows;              // s_q * num_heads
+  int row0;              // first packed row of this CTA's M tile
   const int32_t* table;  // the request's block-table row
 };
 
@@ -42,8 +42,8 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const RequestView&
     if (chunk < K::kL / 8) {
       src = static_cast<const T*>(p.q_nope) + (rv.q0 + j) * p.q_nope_stride_t + h * p.q_nope_stride_h + chunk * 8;
     } else {
-      src = static_cast<const T*>(p.q_pe) + (rv.q0 + j) * p.q_pe_stride_t + h * p.q_pe_stride_h +
-            (chunk - K::kL / 8) * 8;
+      src =
+          static_cast<const T*>(p.q_pe) + (rv.q0 + j) * p.q_pe_stride_t + h * p.q_pe_stride_h + (chunk - K::kL / 8) * 8;
     }
     T* dst = q_smem + swizzle<K::kD>(row, chunk * 8);
     if (p.q_vec) {
@@ -303,8 +303,7 @@ __device__ __forceinline__ void update_softmax(float (&s)[K::kNTilesS][4], Softm
 // alpha * o + P V, with V = the first L columns of the K tile.
 template <class K>
 __device__ __forceinline__ void compute_pv(const typename K::T* p_smem, const typename K::T* k_smem,
-                                           const float* row_alpha, int warp,
-                                           float (&o)[K::kMTiles][K::kNTilesO][4]) {
+                                           const float* row_alpha, int warp, float (&o)[K::kMTiles][K::kNTilesO][4]) {
   using T = typename K::T;
   const int lane = threadIdx.x % 32;
 #pragma unroll

@@ -34,13 +34,13 @@ struct DecodeTraits {
   static constexpr int kRowGroups = kBlockM / 16;
   static constexpr int kColGroups = kWarps / kRowGroups;
   static constexpr int kKeysPerWarp = kBlockN / kColGroups;
-  static constexpr int kNTilesS = kKeysPerWarp / 8;     // 8-key mma tiles per warp in phase 1
-  static constexpr int kColsPerWarp = kL / kWarps;       // output columns per warp in phase 2
+  static constexpr int kNTilesS = kKeysPerWarp / 8;  // 8-key mma tiles per warp in phase 1
+  static constexpr int kColsPerWarp = kL / kWarps;   // output columns per warp in phase 2
   static constexpr int kNTilesO = kColsPerWarp / 8;
   static constexpr int kMTiles = kBlockM / 16;
-  static constexpr int kChunksPerRow = kD / 8;          // 16-byte chunks of a 16-bit entry (72)
-  static constexpr int kFp8ChunksPerRow = kD / 16;      // 16-byte chunks of an fp8 entry (36)
-  static constexpr int kPStride = kBlockN + 8;          // padded P rows: conflict-free ldmatrix
+  static constexpr int kChunksPerRow = kD / 8;      // 16-byte chunks of a 16-bit entry (72)
+  static constexpr int kFp8ChunksPerRow = kD / 16;  // 16-byte chunks of an fp8 entry (36)
+  static constexpr int kPStride = kBlockN + 8;      // padded P rows: conflict-free ldmatrix
 
   static_assert(kBlockM % 16 == 0 && kWarps % kRowGroups == 0, "rows split into 16-row groups");
   static_assert(kKeysPerWarp % 8 == 0 && kKeysPerWarp >= 8, "each warp needs whole 8-key tiles");

@@ -31,9 +31,8 @@ struct PrefillEpilogue {
   // LSE = ln(2) * row_offset + ln(row_sum).
   __device__ __forceinline__ static void store(float (&acc_o)[kMTiles][kNTilesO][4],
                                                const float (&row_offset)[kMTiles][2],
-                                               const float (&row_sum)[kMTiles][2], uint8_t* smem_o,
-                                               Element* out_rows, int64_t out_row_stride, float* lse_rows,
-                                               int valid_rows, int lane) {
+                                               const float (&row_sum)[kMTiles][2], uint8_t* smem_o, Element* out_rows,
+                                               int64_t out_row_stride, float* lse_rows, int valid_rows, int lane) {
     const int g = lane >> 2;
     const int t = lane & 3;
 #pragma unroll

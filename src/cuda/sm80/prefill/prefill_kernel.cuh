@@ -43,16 +43,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int row0 = tile.m_block * kBlockM;        // first query row of the tile (request-relative)
+  const int row0 = tile.m_block * kBlockM;  // first query row of the tile (request-relative)
   const int tile_rows = min(kBlockM, tile.seqlen_q - row0);
   const int diag = tile.seqlen_k - tile.seqlen_q;  // query i sees keys j <= i + diag (causal)
 
-  const Element* q = static_cast<const Element*>(params.q) + tile.q_start * params.q_row_stride +
-                     tile.head * params.q_head_stride;
-  const Element* k = static_cast<const Element*>(params.k) + tile.k_start * params.k_row_stride +
-                     tile.head * params.k_head_stride;
-  const Element* v = static_cast<const Element*>(params.v) + tile.k_start * params.v_row_stride +
-                     tile.head * params.v_head_stride;
+  const Element* q =
+      static_cast<const Element*>(params.q) + tile.q_start * params.q_row_stride + tile.head * params.q_head_stride;
+  const Element* k =
+      static_cast<const Element*>(params.k) + tile.k_start * params.k_row_stride + tile.head * params.k_head_stride;
+  const Element* v =
+      static_cast<const Element*>(params.v) + tile.k_start * params.v_row_stride + tile.head * params.v_head_stride;
 
   // Keys [0, key_end) can be seen by some row of the tile.
   int key_end = tile.seqlen_k;
@@ -64,8 +64,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
            static_cast<int64_t>(tile.head) * params.out_head_stride;
   };
   auto lse_at = [&](int row) -> float* {
-    return params.lse == nullptr ? nullptr
-                                 : params.lse + static_cast<int64_t>(tile.head) * params.lse_head_stride + tile.q_start + row;
+    return params.lse == nullptr
+               ? nullptr
+               : params.lse + static_cast<int64_t>(tile.head) * params.lse_head_stride + tile.q_start + row;
   };
   if (key_end <= 0) {
     Epilogue::store_empty(out_at(row0), params.out_row_stride, lse_at(row0), tile_rows, tid);

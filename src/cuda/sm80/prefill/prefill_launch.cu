@@ -27,9 +27,9 @@ struct ConfigLaunchers {
 
 template <int kConfig>
 constexpr ConfigLaunchers launchers_of() {
-  ConfigLaunchers l{{&launch_prefill_kernel<kConfig, __nv_bfloat16, false>,
-                     &launch_prefill_kernel<kConfig, __nv_bfloat16, true>},
-                    {nullptr, nullptr}};
+  ConfigLaunchers l{
+      {&launch_prefill_kernel<kConfig, __nv_bfloat16, false>, &launch_prefill_kernel<kConfig, __nv_bfloat16, true>},
+      {nullptr, nullptr}};
   if constexpr (!kPrefillTileConfigs[kConfig].candidate) {
     l.f16[0] = &launch_prefill_kernel<kConfig, __half, false>;
     l.f16[1] = &launch_prefill_kernel<kConfig, __half, true>;
@@ -62,8 +62,8 @@ void check_vector_access(const char* name, const void* p, int64_t row_stride, in
     }
   }
   if (row_stride >= kMaxRowStride) {
-    throw ValueError(std::string("prefill attention: the row stride of '") + name + "' must be below 2^23 elements, got " +
-                     std::to_string(row_stride));
+    throw ValueError(std::string("prefill attention: the row stride of '") + name +
+                     "' must be below 2^23 elements, got " + std::to_string(row_stride));
   }
 }
 
@@ -74,8 +74,8 @@ void run_prefill_attention(const PrefillParams& p, Stream stream, int config_ind
     config_index = default_prefill_config(p.head_dim_qk, p.head_dim_v);
     if (config_index < 0) {
       throw ValueError("prefill attention: head dims (qk " + std::to_string(p.head_dim_qk) + ", v " +
-                       std::to_string(p.head_dim_v) + ") have no sm80 kernel (supported (qk, v): " +
-                       supported_prefill_head_dims() + ")");
+                       std::to_string(p.head_dim_v) +
+                       ") have no sm80 kernel (supported (qk, v): " + supported_prefill_head_dims() + ")");
     }
   }
   if (config_index >= kNumPrefillTileConfigs) {

@@ -206,7 +206,7 @@ struct PrefillMainloop {
           for (int j = 0; j + w < kNTilesS; j += 2 * w) part[j] += part[j + w];
         row_sum[mt][h] += part[0];
       }
-    // C fragments of n8 tiles 2kk and 2kk+1 = A fragment of k16 step kk.
+      // C fragments of n8 tiles 2kk and 2kk+1 = A fragment of k16 step kk.
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll

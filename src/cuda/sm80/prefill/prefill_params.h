@@ -18,11 +18,11 @@ namespace lattn::cuda::sm80 {
 enum class PrefillElement : uint8_t { f16, bf16 };
 
 struct PrefillParams {
-  const void* q = nullptr;    // [total_q, num_heads, head_dim_qk] f16/bf16
-  const void* k = nullptr;    // [total_k, num_heads, head_dim_qk]
-  const void* v = nullptr;    // [total_k, num_heads, head_dim_v]
-  void* out = nullptr;        // [total_q, num_heads, head_dim_v], fully written
-  float* lse = nullptr;       // [num_heads, total_q] f32 natural log; may be nullptr
+  const void* q = nullptr;  // [total_q, num_heads, head_dim_qk] f16/bf16
+  const void* k = nullptr;  // [total_k, num_heads, head_dim_qk]
+  const void* v = nullptr;  // [total_k, num_heads, head_dim_v]
+  void* out = nullptr;      // [total_q, num_heads, head_dim_v], fully written
+  float* lse = nullptr;     // [num_heads, total_q] f32 natural log; may be nullptr
 
   // Strides in elements; the last dim of q, k, v, out is contiguous. Every
   // stride is a multiple of 8 and every pointer 16-byte aligned (checked by
@@ -38,10 +38,10 @@ struct PrefillParams {
 
   int batch = 0;
   int num_heads = 0;
-  int head_dim_qk = 0;       // P + R (192 for DeepSeek)
-  int head_dim_v = 0;        // V (128 for DeepSeek)
-  int max_seqlen_q = 0;      // longest request's query count (sizes the grid)
-  float scale = 0.f;         // softmax scale
+  int head_dim_qk = 0;   // P + R (192 for DeepSeek)
+  int head_dim_v = 0;    // V (128 for DeepSeek)
+  int max_seqlen_q = 0;  // longest request's query count (sizes the grid)
+  float scale = 0.f;     // softmax scale
   bool causal = false;
   PrefillElement element = PrefillElement::bf16;
 };

@@ -38,16 +38,16 @@ struct PrefillKernelTraits {
   static constexpr int kBlockN = Shape::kBlockN;
   static constexpr int kNumWarps = Shape::kNumWarps;
   static constexpr int kMinBlocksPerSm = Shape::kMinBlocksPerSm;
-  static constexpr int kQKUnroll = Shape::kQKUnroll;      // unroll factor of the k16 loop of Q Kᵀ
+  static constexpr int kQKUnroll = Shape::kQKUnroll;  // unroll factor of the k16 loop of Q Kᵀ
   static constexpr int kThreads = kNumWarps * 32;
 
   // Each warp owns kWarpRows consecutive query rows = kMTiles m16 tiles.
   static constexpr int kWarpRows = kBlockM / kNumWarps;
   static constexpr int kMTiles = kWarpRows / 16;
-  static constexpr int kNTilesS = kBlockN / 8;      // n8 tiles of S = Q Kᵀ per m16 tile
-  static constexpr int kNTilesO = kHeadDimV / 8;    // n8 tiles of O per m16 tile
-  static constexpr int kKStepsQK = kHeadDimQK / 16; // k16 steps of Q Kᵀ
-  static constexpr int kKStepsPV = kBlockN / 16;    // k16 steps of P V
+  static constexpr int kNTilesS = kBlockN / 8;       // n8 tiles of S = Q Kᵀ per m16 tile
+  static constexpr int kNTilesO = kHeadDimV / 8;     // n8 tiles of O per m16 tile
+  static constexpr int kKStepsQK = kHeadDimQK / 16;  // k16 steps of Q Kᵀ
+  static constexpr int kKStepsPV = kBlockN / 16;     // k16 steps of P V
 
   // 16-byte chunks per row and padded pitches (bytes).
   static constexpr int kChunksQK = kHeadDimQK / 8;

@@ -17,13 +17,13 @@ bool launch_first_fitting(const SparseParams& p, int smem_optin, cudaStream_t st
   // 16-row tiles for 16 heads or fewer (a 64-row tile would be mostly padding).
   const bool few_heads = p.N <= 16;
   bool launched = false;
-#define LATTN_TRY_SPARSE(M, N, W)                                                     \
-  if (!launched && (M == 16 || !few_heads)) {                                        \
-    using K = sm80::SparseTraits<M, N, W, kDsMla>;                                   \
-    if (K::kSmemBytes <= size_t(smem_optin)) {                                       \
-      sm80::launch_sparse_mla_mma_config<K>(p, stream);                              \
-      launched = true;                                                               \
-    }                                                                                \
+#define LATTN_TRY_SPARSE(M, N, W)                       \
+  if (!launched && (M == 16 || !few_heads)) {           \
+    using K = sm80::SparseTraits<M, N, W, kDsMla>;      \
+    if (K::kSmemBytes <= size_t(smem_optin)) {          \
+      sm80::launch_sparse_mla_mma_config<K>(p, stream); \
+      launched = true;                                  \
+    }                                                   \
   }
   LATTN_SPARSE_MMA_CONFIGS(LATTN_TRY_SPARSE)
 #undef LATTN_TRY_SPARSE

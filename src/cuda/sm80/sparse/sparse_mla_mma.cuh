@@ -31,8 +31,8 @@
 
 namespace lattn::cuda::sm80 {
 
-constexpr int kDsMlaRowBytes = 656;                    // 512 fp8 + 4 f32 scales + 64 bf16 (L = 512, R = 64)
-constexpr int kDsMlaRowChunks = kDsMlaRowBytes / 16;   // 41 cp.async chunks per row
+constexpr int kDsMlaRowBytes = 656;                      // 512 fp8 + 4 f32 scales + 64 bf16 (L = 512, R = 64)
+constexpr int kDsMlaRowChunks = kDsMlaRowBytes / 16;     // 41 cp.async chunks per row
 constexpr int kDsMlaScalesAt = 512, kDsMlaRopeAt = 528;  // byte offsets in a row
 
 // The dense decode traits give the warp layout (DecodeTraits, 2 stages, bf16);
@@ -79,7 +79,9 @@ __device__ __forceinline__ void compact_slots(const SparseParams& p, const int32
     const int32_t s = raw[i];
     const bool ok = s >= 0 && s < p.num_slots;
     const unsigned ballot = __ballot_sync(0xffffffffu, ok);
-    if (ok) slots[n + __popc(ballot & ((1u << lane) - 1u))] = uint32_t((s / block_size) * block16 + (s % block_size) * entry16);
+    if (ok)
+      slots[n + __popc(ballot & ((1u << lane) - 1u))] =
+          uint32_t((s / block_size) * block16 + (s % block_size) * entry16);
     n += __popc(ballot);
   }
   if (lane == 0) *count = n;
@@ -198,7 +200,7 @@ __device__ __forceinline__ void sparse_mla_mma_body(const SparseParams& p) {
   float* reduce = reinterpret_cast<float*>(reinterpret_cast<char*>(p_smem) + K::kPBytes);
   float* row_vec = reduce + K::kColGroups * K::kBlockM;
   uint32_t* slots = reinterpret_cast<uint32_t*>(row_vec + 2 * K::kBlockM);  // [kRing][kBlockN]
-  int* counts = reinterpret_cast<int*>(slots + K::kRing * K::kBlockN);       // [kRing]
+  int* counts = reinterpret_cast<int*>(slots + K::kRing * K::kBlockN);      // [kRing]
   constexpr int kTileElems = K::kBlockN * K::kD;
 
   // CTA = (head tile x, token y + 65535 z): head tiles fastest, so the CTAs

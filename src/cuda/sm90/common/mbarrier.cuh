@@ -41,14 +41,12 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 // mbarrier.arrive.expect_tx: one arrival, and the phase also waits for `bytes`
 // transaction bytes (the bulk copies issued against this barrier).
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
-               : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
 }
 
 // mbarrier.expect_tx without arriving (PTX ISA: mbarrier.expect_tx).
 __device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
-               : "memory");
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
 }
 
 // One mbarrier.try_wait.parity probe (acquire, CTA scope): true once the
@@ -70,8 +68,7 @@ __device__ __forceinline__ bool mbarrier_try_wait(uint64_t* bar, uint32_t parity
 
 // Blocks until the phase with parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-  while (!mbarrier_try_wait(bar, parity)) {
-  }
+  while (!mbarrier_try_wait(bar, parity)) {}
 }
 
 // The same by 32-bit .shared::cta address (one register instead of a

@@ -50,30 +50,31 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 // cp.async.bulk.tensor.{2..5}d.shared::cluster.global.mbarrier::complete_tx::bytes
 // [dst], [map, {c0, ...}], [bar] (optionally .L2::cache_hint). Coordinates in
 // elements, innermost first.
-#define LATTN_TMA_LOAD(NDIM, COORD_STR, ...)                                                                     \
-  asm volatile("cp.async.bulk.tensor." #NDIM "d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, " \
-               COORD_STR "], [%2];" ::"r"(smem_u32(dst)),                                                         \
-               "l"(tmap_ptr(map)), "r"(smem_u32(bar)), __VA_ARGS__                                               \
+#define LATTN_TMA_LOAD(NDIM, COORD_STR, ...)                                                 \
+  asm volatile("cp.async.bulk.tensor." #NDIM                                                 \
+               "d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, " COORD_STR \
+               "], [%2];" ::"r"(smem_u32(dst)),                                              \
+               "l"(tmap_ptr(map)), "r"(smem_u32(bar)), __VA_ARGS__                           \
                : "memory")
-#define LATTN_TMA_LOAD_HINT(NDIM, COORD_STR, HINT_STR, ...)                                                         \
-  asm volatile("cp.async.bulk.tensor." #NDIM "d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint" \
-               " [%0], [%1, " COORD_STR "], [%2], " HINT_STR ";" ::"r"(smem_u32(dst)),                              \
-               "l"(tmap_ptr(map)), "r"(smem_u32(bar)), __VA_ARGS__                                                  \
+#define LATTN_TMA_LOAD_HINT(NDIM, COORD_STR, HINT_STR, ...)                            \
+  asm volatile("cp.async.bulk.tensor." #NDIM                                           \
+               "d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"  \
+               " [%0], [%1, " COORD_STR "], [%2], " HINT_STR ";" ::"r"(smem_u32(dst)), \
+               "l"(tmap_ptr(map)), "r"(smem_u32(bar)), __VA_ARGS__                     \
                : "memory")
 
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
   LATTN_TMA_LOAD(2, "{%3, %4}", "r"(c0), "r"(c1));
 }
-__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                            int c2) {
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2) {
   LATTN_TMA_LOAD(3, "{%3, %4, %5}", "r"(c0), "r"(c1), "r"(c2));
 }
-__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                            int c2, int c3) {
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2,
+                                            int c3) {
   LATTN_TMA_LOAD(4, "{%3, %4, %5, %6}", "r"(c0), "r"(c1), "r"(c2), "r"(c3));
 }
-__device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                            int c2, int c3, int c4) {
+__device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2,
+                                            int c3, int c4) {
   LATTN_TMA_LOAD(5, "{%3, %4, %5, %6, %7}", "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4));
 }
 
@@ -82,16 +83,16 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
                                             CacheHint hint) {
   LATTN_TMA_LOAD_HINT(2, "{%3, %4}", "%5", "r"(c0), "r"(c1), "l"(uint64_t(hint)));
 }
-__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                            int c2, CacheHint hint) {
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2,
+                                            CacheHint hint) {
   LATTN_TMA_LOAD_HINT(3, "{%3, %4, %5}", "%6", "r"(c0), "r"(c1), "r"(c2), "l"(uint64_t(hint)));
 }
-__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                            int c2, int c3, CacheHint hint) {
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2,
+                                            int c3, CacheHint hint) {
   LATTN_TMA_LOAD_HINT(4, "{%3, %4, %5, %6}", "%7", "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(uint64_t(hint)));
 }
-__device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                            int c2, int c3, int c4, CacheHint hint) {
+__device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2,
+                                            int c3, int c4, CacheHint hint) {
   LATTN_TMA_LOAD_HINT(5, "{%3, %4, %5, %6, %7}", "%8", "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4),
                       "l"(uint64_t(hint)));
 }

@@ -1,8 +1,8 @@
 // Tensor-map construction for the bulk tensor copy engine (see tma_host.h).
 #include "cuda/sm90/common/tma_host.h"
 
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include <mutex>
 
@@ -19,7 +19,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
     cudaDriverEntryPointQueryResult status{};
     const cudaError_t err =
         cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &status);
-    if (err == cudaSuccess && status == cudaDriverEntryPointSuccess) fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    if (err == cudaSuccess && status == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
   });
   if (!fn) {
     throw RuntimeError(
@@ -52,7 +53,8 @@ int swizzle_span(CUtensorMapSwizzle s) {
 CUtensorMap make_tensor_map(const TensorMapSpec& s) {
   const size_t rank = s.dims.size();
   if (rank < 1 || rank > 5) fail(s, "rank", "1..5", std::to_string(rank));
-  if (s.strides.size() != rank - 1) fail(s, "strides", std::to_string(rank - 1) + " values", std::to_string(s.strides.size()));
+  if (s.strides.size() != rank - 1)
+    fail(s, "strides", std::to_string(rank - 1) + " values", std::to_string(s.strides.size()));
   if (s.box.size() != rank) fail(s, "box", std::to_string(rank) + " values", std::to_string(s.box.size()));
   if (reinterpret_cast<uintptr_t>(s.base) % 16 != 0) {
     fail(s, "global address", "16-byte aligned", std::to_string(reinterpret_cast<uintptr_t>(s.base)));

@@ -20,13 +20,13 @@
 namespace lattn::cuda::sm90 {
 
 struct TensorMapSpec {
-  std::string name;                      // for error messages: "latent cache", "Q"
+  std::string name;  // for error messages: "latent cache", "Q"
   CUtensorMapDataType dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   int element_bytes = 2;
-  const void* base = nullptr;            // global address of element (0, ..., 0)
-  std::span<const cuuint64_t> dims;        // elements per dimension, innermost first
-  std::span<const cuuint64_t> strides;     // bytes between consecutive indices of dims 1.. (rank - 1 values)
-  std::span<const cuuint32_t> box;         // box elements per dimension, innermost first
+  const void* base = nullptr;           // global address of element (0, ..., 0)
+  std::span<const cuuint64_t> dims;     // elements per dimension, innermost first
+  std::span<const cuuint64_t> strides;  // bytes between consecutive indices of dims 1.. (rank - 1 values)
+  std::span<const cuuint32_t> box;      // box elements per dimension, innermost first
   CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
   CUtensorMapL2promotion l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
 };

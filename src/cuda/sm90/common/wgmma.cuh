@@ -58,9 +58,7 @@ __device__ __forceinline__ uint64_t make_smem_desc(const void* smem, uint32_t lb
 }
 
 // K-major operand with 128-byte swizzle (see above).
-__device__ __forceinline__ uint64_t make_desc_kmajor_sw128(const void* smem) {
-  return make_smem_desc(smem, 16, 1024);
-}
+__device__ __forceinline__ uint64_t make_desc_kmajor_sw128(const void* smem) { return make_smem_desc(smem, 16, 1024); }
 // MN-major operand with 128-byte swizzle; `box_bytes` = bytes between the
 // 64-element wide MN boxes (rows of the box x 128).
 __device__ __forceinline__ uint64_t make_desc_mnmajor_sw128(const void* smem, uint32_t box_bytes) {
@@ -122,21 +120,22 @@ __device__ __forceinline__ void fence_operands(float (&d)[kN]) {
 #define LATTN_WGMMA_ACC_ARG(i) , "+f"(d[i])
 // "{%0, %1, ..., %(n-1)}" and the matching "+f" operands.
 #define LATTN_WGMMA_ACC_LIST(NREG) "{%0" LATTN_WGMMA_REST_##NREG(LATTN_WGMMA_ACC_STR) "}"
-#define LATTN_WGMMA_ACC_ARGS(NREG) "+f"(d[0]) LATTN_WGMMA_REST_##NREG(LATTN_WGMMA_ACC_ARG)
+#define LATTN_WGMMA_ACC_ARGS(NREG) "+f"(d[0])LATTN_WGMMA_REST_##NREG(LATTN_WGMMA_ACC_ARG)
 
 // SS: wgmma.mma_async.sync.aligned.m64nNk16.f32.T.T d, desc-a, desc-b,
 // scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b. Operand numbers
 // after the NREG accumulators: desc-a IA, desc-b IB, scale-d IS, the transpose
 // immediates ITA, ITB. scale_d = 0 ignores the accumulator (D = A * B).
-#define LATTN_DEFINE_WGMMA_SS(N, NREG, PTX_T, TAG, IA, IB, IS, ITA, ITB)                                       \
-  template <int kTransA, int kTransB>                                                                           \
-  __device__ __forceinline__ void wgmma_ss_##TAG##_n##N(float(&d)[NREG], uint64_t desc_a, uint64_t desc_b,     \
-                                                        int scale_d) {                                          \
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #IS ", 0;\n"                                           \
-                 " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_T "." PTX_T " " LATTN_WGMMA_ACC_LIST(  \
-                     NREG) ", %" #IA ", %" #IB ", p, 1, 1, %" #ITA ", %" #ITB ";\n}\n"                          \
-                 : LATTN_WGMMA_ACC_ARGS(NREG)                                                                   \
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));                         \
+#define LATTN_DEFINE_WGMMA_SS(N, NREG, PTX_T, TAG, IA, IB, IS, ITA, ITB)                                    \
+  template <int kTransA, int kTransB>                                                                       \
+  __device__ __forceinline__ void wgmma_ss_##TAG##_n##N(float(&d)[NREG], uint64_t desc_a, uint64_t desc_b,  \
+                                                        int scale_d) {                                      \
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #IS                                                 \
+                 ", 0;\n"                                                                                   \
+                 " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_T "." PTX_T                         \
+                 " " LATTN_WGMMA_ACC_LIST(NREG) ", %" #IA ", %" #IB ", p, 1, 1, %" #ITA ", %" #ITB ";\n}\n" \
+                 : LATTN_WGMMA_ACC_ARGS(NREG)                                                               \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));                     \
   }
 
 // RS: wgmma.mma_async.sync.aligned.m64nNk16.f32.T.T d, {a0, a1, a2, a3},
@@ -146,22 +145,24 @@ __device__ __forceinline__ void fence_operands(float (&d)[kN]) {
   template <int kTransB>                                                                                         \
   __device__ __forceinline__ void wgmma_rs_##TAG##_n##N(float(&d)[NREG], const uint32_t(&a)[4], uint64_t desc_b, \
                                                         int scale_d) {                                           \
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #IS ", 0;\n"                                            \
-                 " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_T "." PTX_T " " LATTN_WGMMA_ACC_LIST(   \
-                     NREG) ", {%" #IA0 ", %" #IA1 ", %" #IA2 ", %" #IA3 "}, %" #IB ", p, 1, 1, %" #ITB ";\n}\n"  \
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #IS                                                      \
+                 ", 0;\n"                                                                                        \
+                 " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_T "." PTX_T                              \
+                 " " LATTN_WGMMA_ACC_LIST(NREG) ", {%" #IA0 ", %" #IA1 ", %" #IA2 ", %" #IA3 "}, %" #IB          \
+                                                ", p, 1, 1, %" #ITB ";\n}\n"                                     \
                  : LATTN_WGMMA_ACC_ARGS(NREG)                                                                    \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));         \
   }
 
 // Every N = 8 .. 256 that lattn's kernels use (add a line for another N).
-#define LATTN_WGMMA_SHAPES(X, PTX_T, TAG)                          \
-  X(8, 4, PTX_T, TAG, 4, 5, 6, 7, 8, 9, 10)                         \
-  X(16, 8, PTX_T, TAG, 8, 9, 10, 11, 12, 13, 14)                    \
-  X(32, 16, PTX_T, TAG, 16, 17, 18, 19, 20, 21, 22)                 \
-  X(64, 32, PTX_T, TAG, 32, 33, 34, 35, 36, 37, 38)                 \
-  X(96, 48, PTX_T, TAG, 48, 49, 50, 51, 52, 53, 54)                 \
-  X(128, 64, PTX_T, TAG, 64, 65, 66, 67, 68, 69, 70)                \
-  X(192, 96, PTX_T, TAG, 96, 97, 98, 99, 100, 101, 102)             \
+#define LATTN_WGMMA_SHAPES(X, PTX_T, TAG)               \
+  X(8, 4, PTX_T, TAG, 4, 5, 6, 7, 8, 9, 10)             \
+  X(16, 8, PTX_T, TAG, 8, 9, 10, 11, 12, 13, 14)        \
+  X(32, 16, PTX_T, TAG, 16, 17, 18, 19, 20, 21, 22)     \
+  X(64, 32, PTX_T, TAG, 32, 33, 34, 35, 36, 37, 38)     \
+  X(96, 48, PTX_T, TAG, 48, 49, 50, 51, 52, 53, 54)     \
+  X(128, 64, PTX_T, TAG, 64, 65, 66, 67, 68, 69, 70)    \
+  X(192, 96, PTX_T, TAG, 96, 97, 98, 99, 100, 101, 102) \
   X(256, 128, PTX_T, TAG, 128, 129, 130, 131, 132, 133, 134)
 // The SS form uses the first five operand numbers after the accumulators.
 #define LATTN_WGMMA_SS_FROM7(N, NREG, PTX_T, TAG, I0, I1, I2, I3, I4, I5, I6) \
@@ -177,23 +178,23 @@ LATTN_WGMMA_SHAPES(LATTN_WGMMA_RS_FROM7, "f16", f16)
 // Typed entry points: T = __nv_bfloat16 or __half (16-bit operands, f32
 // accumulation), N one of the shapes above. kTransA/kTransB = 1 reads the
 // operand MN-major (see the descriptor notes).
-#define LATTN_WGMMA_DISPATCH_SS(N, NREG, PTX_T, TAG, I0, I1, I2, I3, I4, I5, I6)            \
-  if constexpr (kN == N) {                                                                  \
-    if constexpr (kBf16) {                                                                  \
-      wgmma_ss_bf16_n##N<kTransA, kTransB>(d, desc_a, desc_b, scale_d);                     \
-    } else {                                                                                \
-      wgmma_ss_f16_n##N<kTransA, kTransB>(d, desc_a, desc_b, scale_d);                      \
-    }                                                                                       \
-    return;                                                                                 \
+#define LATTN_WGMMA_DISPATCH_SS(N, NREG, PTX_T, TAG, I0, I1, I2, I3, I4, I5, I6) \
+  if constexpr (kN == N) {                                                       \
+    if constexpr (kBf16) {                                                       \
+      wgmma_ss_bf16_n##N<kTransA, kTransB>(d, desc_a, desc_b, scale_d);          \
+    } else {                                                                     \
+      wgmma_ss_f16_n##N<kTransA, kTransB>(d, desc_a, desc_b, scale_d);           \
+    }                                                                            \
+    return;                                                                      \
   }
-#define LATTN_WGMMA_DISPATCH_RS(N, NREG, PTX_T, TAG, I0, I1, I2, I3, I4, I5, I6)            \
-  if constexpr (kN == N) {                                                                  \
-    if constexpr (kBf16) {                                                                  \
-      wgmma_rs_bf16_n##N<kTransB>(d, a, desc_b, scale_d);                                   \
-    } else {                                                                                \
-      wgmma_rs_f16_n##N<kTransB>(d, a, desc_b, scale_d);                                    \
-    }                                                                                       \
-    return;                                                                                 \
+#define LATTN_WGMMA_DISPATCH_RS(N, NREG, PTX_T, TAG, I0, I1, I2, I3, I4, I5, I6) \
+  if constexpr (kN == N) {                                                       \
+    if constexpr (kBf16) {                                                       \
+      wgmma_rs_bf16_n##N<kTransB>(d, a, desc_b, scale_d);                        \
+    } else {                                                                     \
+      wgmma_rs_f16_n##N<kTransB>(d, a, desc_b, scale_d);                         \
+    }                                                                            \
+    return;                                                                      \
   }
 
 template <int kN, bool kBf16, int kTransA = 0, int kTransB = 0>

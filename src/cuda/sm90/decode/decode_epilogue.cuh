@@ -13,8 +13,7 @@ namespace lattn::cuda::sm90 {
 
 template <class K>
 __device__ __forceinline__ void write_o(const DecodeParams& p, const PieceView& pv, const SoftmaxState& st,
-                                        const float (&o)[K::kColsPerWarpgroup / 2], int slot, int g,
-                                        float* row_sum) {
+                                        const float (&o)[K::kColsPerWarpgroup / 2], int slot, int g, float* row_sum) {
   using T = typename K::T;
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
   const int r0 = 16 * w + lane / 4;
@@ -58,8 +57,7 @@ __device__ __forceinline__ void write_o(const DecodeParams& p, const PieceView& 
       float* out = p.plan.partial_o + (int64_t(slot) * p.plan.rows_capacity + gr) * K::kL + col0;
 #pragma unroll
       for (int n = 0; n < K::kColsPerWarpgroup / 8; ++n) {
-        *reinterpret_cast<float2*>(out + 8 * n) =
-            make_float2(o[4 * n + 2 * i] * inv[i], o[4 * n + 2 * i + 1] * inv[i]);
+        *reinterpret_cast<float2*>(out + 8 * n) = make_float2(o[4 * n + 2 * i] * inv[i], o[4 * n + 2 * i + 1] * inv[i]);
       }
       if (g == 0 && lane % 4 == 0) p.plan.partial_lse[int64_t(slot) * p.plan.rows_capacity + gr] = lse[i];
     }

@@ -76,9 +76,11 @@ uint64_t kv_cache_hint() {
 
 std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
                                            const void* cache, int64_t block_stride_elems) {
-  if (L != 512 || R != 64) return "latent dims (" + std::to_string(L) + ", " + std::to_string(R) + ") are not (512, 64)";
+  if (L != 512 || R != 64)
+    return "latent dims (" + std::to_string(L) + ", " + std::to_string(R) + ") are not (512, 64)";
   if (dtype != DType::bf16 && dtype != DType::f16) return std::string("activation dtype ") + dtype_name(dtype);
-  if (cache_dtype != dtype) return std::string("cache dtype ") + dtype_name(cache_dtype) + " differs from the activations";
+  if (cache_dtype != dtype)
+    return std::string("cache dtype ") + dtype_name(cache_dtype) + " differs from the activations";
   if (block_size % kDecodeBlockN != 0) return "block size " + std::to_string(block_size) + " is not a multiple of 64";
   if (cache && reinterpret_cast<uintptr_t>(cache) % 16 != 0) return "cache base is not 16-byte aligned";
   if ((block_stride_elems * 2) % 16 != 0) return "cache page stride is not a multiple of 16 bytes";
@@ -88,9 +90,11 @@ std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L
 std::string decode_sm90_fp8_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
                                                const void* cache, int64_t block_stride_elems) {
   if (cache_dtype != DType::fp8_e4m3) return std::string("cache dtype ") + dtype_name(cache_dtype) + " is not fp8_e4m3";
-  if (L != 512 || R != 64) return "latent dims (" + std::to_string(L) + ", " + std::to_string(R) + ") are not (512, 64)";
+  if (L != 512 || R != 64)
+    return "latent dims (" + std::to_string(L) + ", " + std::to_string(R) + ") are not (512, 64)";
   if (dtype != DType::bf16 && dtype != DType::f16) return std::string("activation dtype ") + dtype_name(dtype);
-  if (block_size % kDecodeFp8BlockN != 0) return "block size " + std::to_string(block_size) + " is not a multiple of 64";
+  if (block_size % kDecodeFp8BlockN != 0)
+    return "block size " + std::to_string(block_size) + " is not a multiple of 64";
   if (cache && reinterpret_cast<uintptr_t>(cache) % 16 != 0) return "cache base is not 16-byte aligned";
   if (block_stride_elems % 16 != 0) return "cache page stride is not a multiple of 16 bytes";
   return {};

@@ -52,8 +52,8 @@ __global__ void __launch_bounds__(K::kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < K::kStages; ++s) {
-      mbarrier_init(&full[s], 1);                        // the producer's arrive.expect_tx
-      mbarrier_init(&empty[s], K::kConsumerThreads);     // every consumer thread, after its wgmmas
+      mbarrier_init(&full[s], 1);                     // the producer's arrive.expect_tx
+      mbarrier_init(&empty[s], K::kConsumerThreads);  // every consumer thread, after its wgmmas
     }
     fence_barrier_init();
   }
@@ -117,8 +117,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       float sc[K::kKeysPerWarpgroup / 2];
       compute_qk<K>(q_smem, kv, g, sc);
       float alpha[2];
-      softmax_tile<K>(sc, st, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, g, row_max, p_smem,
-                      alpha);
+      softmax_tile<K>(sc, st, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, g, row_max, p_smem, alpha);
       if (sanitize) {
         sanitize_masked_keys<K>(kv, key0, max(key0, mask_from), min(key0 + K::kBlockN, pv.seq_len), &bad_key[it & 1]);
       }

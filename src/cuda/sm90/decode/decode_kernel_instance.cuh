@@ -35,8 +35,8 @@ void launch_decode_kernel(const DecodeParams& p, const CUtensorMap& cache_map, i
 }  // namespace detail
 
 template <class T>
-void DecodeKernelInstance<T>::launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles,
-                                     uint64_t kv_hint, cudaStream_t stream) {
+void DecodeKernelInstance<T>::launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
+                                     cudaStream_t stream) {
   using K = DecodeTraits<T>;
   detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
   LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_kernel");

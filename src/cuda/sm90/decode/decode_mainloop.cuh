@@ -25,11 +25,11 @@ enum DecodeBarrier : int { kBarRowMax = 1, kBarP = 2, kBarConsumers = 3 };
 // What the CTA knows about the (request, key range) piece it is working on.
 struct PieceView {
   int request;
-  int q0;        // first token row of the request
-  int s_q;       // query tokens
-  int seq_len;   // keys
-  int rows;      // s_q * num_heads
-  int row0;      // first packed row of this CTA's M tile
+  int q0;                // first token row of the request
+  int s_q;               // query tokens
+  int seq_len;           // keys
+  int rows;              // s_q * num_heads
+  int row0;              // first packed row of this CTA's M tile
   const int32_t* table;  // the request's block-table row
 };
 
@@ -86,10 +86,10 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const PieceView& p
     uint4 v = make_uint4(0, 0, 0, 0);
     if (gr < pv.rows) {
       const int j = gr / p.num_heads, h = gr % p.num_heads;
-      const T* src = col < K::kL ? static_cast<const T*>(p.q_nope) + (pv.q0 + j) * p.q_nope_stride_t +
-                                       h * p.q_nope_stride_h + col
-                                 : static_cast<const T*>(p.q_pe) + (pv.q0 + j) * p.q_pe_stride_t +
-                                       h * p.q_pe_stride_h + (col - K::kL);
+      const T* src =
+          col < K::kL
+              ? static_cast<const T*>(p.q_nope) + (pv.q0 + j) * p.q_nope_stride_t + h * p.q_nope_stride_h + col
+              : static_cast<const T*>(p.q_pe) + (pv.q0 + j) * p.q_pe_stride_t + h * p.q_pe_stride_h + (col - K::kL);
       if (p.q_vec) {
         v = *reinterpret_cast<const uint4*>(src);
       } else {
@@ -117,8 +117,7 @@ __device__ __forceinline__ void compute_qk(const uint8_t* q_smem, const uint8_t*
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       const uint64_t da = make_desc_kmajor_sw128(q_smem + c * K::kBoxBytes + kk * 32);
-      const uint64_t db =
-          make_desc_kmajor_sw128(kv + c * K::kBlockN * 128 + g * K::kKeysPerWarpgroup * 128 + kk * 32);
+      const uint64_t db = make_desc_kmajor_sw128(kv + c * K::kBlockN * 128 + g * K::kKeysPerWarpgroup * 128 + kk * 32);
       wgmma_ss<K::kKeysPerWarpgroup, kBf16>(s, da, db, (c | kk) != 0);
     }
   }
@@ -233,8 +232,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[K::kKeysPerWarpgroup / 2
     }
     const int key = g * K::kKeysPerWarpgroup + 8 * j + 2 * (lane % 4);
     *reinterpret_cast<uint32_t*>(p_smem + swizzle128_offset(r0, key)) = sm80::pack2<T>(s[4 * j], s[4 * j + 1]);
-    *reinterpret_cast<uint32_t*>(p_smem + swizzle128_offset(r0 + 8, key)) =
-        sm80::pack2<T>(s[4 * j + 2], s[4 * j + 3]);
+    *reinterpret_cast<uint32_t*>(p_smem + swizzle128_offset(r0 + 8, key)) = sm80::pack2<T>(s[4 * j + 2], s[4 * j + 3]);
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) st.l[i] = st.l[i] * alpha[i] + sum[i];

@@ -34,10 +34,10 @@ struct DecodeTraits {
   using T = T_;  // activations, cache and MMA operands: __nv_bfloat16 or __half
   static constexpr int kL = 512, kR = 64, kD = kL + kR;
   static constexpr int kBlockM = 64, kBlockN = 64;
-  static constexpr int kBoxCols = 64;                 // 128 bytes of 16-bit elements
-  static constexpr int kBoxes = kD / kBoxCols;        // 9 boxes per 576-wide row
-  static constexpr int kVBoxes = kL / kBoxCols;       // the first 8 are V
-  static constexpr int kStages = 2;                   // KV tiles in the TMA ring
+  static constexpr int kBoxCols = 64;            // 128 bytes of 16-bit elements
+  static constexpr int kBoxes = kD / kBoxCols;   // 9 boxes per 576-wide row
+  static constexpr int kVBoxes = kL / kBoxCols;  // the first 8 are V
+  static constexpr int kStages = 2;              // KV tiles in the TMA ring
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kProducerThreads = 128;
@@ -49,15 +49,15 @@ struct DecodeTraits {
   static constexpr int kColsPerWarpgroup = kL / kConsumerWarpgroups;       // PV N = 256
 
   // Shared memory, byte offsets from a 1024-byte aligned base.
-  static constexpr size_t kBoxBytes = size_t(kBlockM) * 128;                // one [64][64] box: 8 KB
-  static constexpr size_t kQBytes = kBoxes * kBoxBytes;                     // 72 KB
-  static constexpr size_t kKVTileBytes = kBoxes * size_t(kBlockN) * 128;    // 72 KB
+  static constexpr size_t kBoxBytes = size_t(kBlockM) * 128;              // one [64][64] box: 8 KB
+  static constexpr size_t kQBytes = kBoxes * kBoxBytes;                   // 72 KB
+  static constexpr size_t kKVTileBytes = kBoxes * size_t(kBlockN) * 128;  // 72 KB
   static constexpr size_t kQOffset = 0;
   static constexpr size_t kKVOffset = kQOffset + kQBytes;
-  static constexpr size_t kPOffset = kKVOffset + kStages * kKVTileBytes;    // P: one [64][64] box
-  static constexpr size_t kRowMaxOffset = kPOffset + kBoxBytes;             // [2][64] f32
-  static constexpr size_t kRowSumOffset = kRowMaxOffset + 2 * kBlockM * 4;  // [2][64] f32
-  static constexpr size_t kBarrierOffset = kRowSumOffset + 2 * kBlockM * 4; // full[kStages], empty[kStages]
+  static constexpr size_t kPOffset = kKVOffset + kStages * kKVTileBytes;     // P: one [64][64] box
+  static constexpr size_t kRowMaxOffset = kPOffset + kBoxBytes;              // [2][64] f32
+  static constexpr size_t kRowSumOffset = kRowMaxOffset + 2 * kBlockM * 4;   // [2][64] f32
+  static constexpr size_t kBarrierOffset = kRowSumOffset + 2 * kBlockM * 4;  // full[kStages], empty[kStages]
   static constexpr size_t kBadKeyOffset = kBarrierOffset + 2 * kStages * 8;  // int[2]: sanitize_masked_keys' flag
   static constexpr size_t kUsedBytes = kBadKeyOffset + 2 * 4;
   // + 1024: the dynamic window is only guaranteed 16-byte aligned; the kernel

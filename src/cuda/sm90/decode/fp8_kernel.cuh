@@ -24,8 +24,8 @@ namespace lattn::cuda::sm90 {
 // result (warpgroup 0 only; both warpgroups call it).
 template <class K>
 __device__ __forceinline__ void fp8_write_o(const DecodeParams& p, const Fp8PieceView& pv, const Fp8SoftmaxState& st,
-                                            float (&o)[K::kOBlocks][8], int slot, int g, float* row_sum,
-                                            float* stat, float* merge) {
+                                            float (&o)[K::kOBlocks][8], int slot, int g, float* row_sum, float* stat,
+                                            float* merge) {
   using T = typename K::T;
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32, gid = lane / 4, t = lane % 4;
   const int tid = threadIdx.x % 128;
@@ -101,7 +101,8 @@ __device__ __forceinline__ void fp8_write_o(const DecodeParams& p, const Fp8Piec
     } else {
       float* out = p.plan.partial_o + (int64_t(slot) * p.plan.rows_capacity + gr) * K::kL + col0;
 #pragma unroll
-      for (int c = 0; c < 16; c += 4) *reinterpret_cast<float4*>(out + c) = make_float4(v[c], v[c + 1], v[c + 2], v[c + 3]);
+      for (int c = 0; c < 16; c += 4)
+        *reinterpret_cast<float4*>(out + c) = make_float4(v[c], v[c + 1], v[c + 2], v[c + 3]);
       if (w == 0 && gid == 0) p.plan.partial_lse[int64_t(slot) * p.plan.rows_capacity + gr] = lse[i];
     }
   }
@@ -127,8 +128,8 @@ __global__ void __launch_bounds__(K::kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < K::kStages; ++s) {
-      mbarrier_init(&full[s], 1);    // the producer's arrive.expect_tx
-      mbarrier_init(&empty[s], 128); // every thread of the warpgroup that consumed the tile
+      mbarrier_init(&full[s], 1);     // the producer's arrive.expect_tx
+      mbarrier_init(&empty[s], 128);  // every thread of the warpgroup that consumed the tile
     }
     fence_barrier_init();
   }
@@ -197,8 +198,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       float alpha[4];
       fp8_softmax_tile<K>(sc, st, key0, fix, key_limit, rsc, g, row_max, p_box, alpha);
       named_barrier_sync(kFp8BarP + g, 128);  // the warpgroup's P written (and fenced)
-      fp8_compute_pv<K>(p_box, kv, o, alpha, key0, fix, mask_from, pv.seq_len,
-                        [&] { mbarrier_arrive(&empty[s]); });
+      fp8_compute_pv<K>(p_box, kv, o, alpha, key0, fix, mask_from, pv.seq_len, [&] { mbarrier_arrive(&empty[s]); });
     }
     fp8_write_o<K>(p, pv, st, o, slot, g, row_sum, stat, merge);
   });

@@ -87,8 +87,8 @@ __device__ __forceinline__ uint32_t e4m3x4_zero_nan(uint32_t x) {
 // and aimed at page -1 (zero fill), as in the 16-bit kernel.
 template <class K>
 __device__ __forceinline__ void fp8_producer_load_tile(const CUtensorMap* cache_map, const DecodeParams& p,
-                                                       const Fp8PieceView& pv, int tile, uint8_t* dst,
-                                                       uint64_t* full, CacheHint hint) {
+                                                       const Fp8PieceView& pv, int tile, uint8_t* dst, uint64_t* full,
+                                                       CacheHint hint) {
   const int key0 = tile * K::kBlockN;
   const int page =
       int(checked_block_id(pv.table, key0 / p.block_size, p.table_width, p.num_blocks, p.index_violations));
@@ -125,10 +125,10 @@ __device__ __forceinline__ void fp8_load_q(const DecodeParams& p, const Fp8Piece
     if (c8 < kChunks8 && gr < pv.rows) {
       const int col = c8 * 8;
       const int j = gr / p.num_heads, h = gr % p.num_heads;
-      const T* src = col < K::kL ? static_cast<const T*>(p.q_nope) + (pv.q0 + j) * p.q_nope_stride_t +
-                                       h * p.q_nope_stride_h + col
-                                 : static_cast<const T*>(p.q_pe) + (pv.q0 + j) * p.q_pe_stride_t +
-                                       h * p.q_pe_stride_h + (col - K::kL);
+      const T* src =
+          col < K::kL
+              ? static_cast<const T*>(p.q_nope) + (pv.q0 + j) * p.q_nope_stride_t + h * p.q_nope_stride_h + col
+              : static_cast<const T*>(p.q_pe) + (pv.q0 + j) * p.q_pe_stride_t + h * p.q_pe_stride_h + (col - K::kL);
       T e8[8];
       if (p.q_vec) {
         const uint4 v = *reinterpret_cast<const uint4*>(src);
@@ -287,8 +287,8 @@ __device__ __forceinline__ void fp8_softmax_tile(float (&s)[8], Fp8SoftmaxState&
 // stage's empty barrier) after the tile's last shared-memory read.
 template <class K, class Release>
 __device__ __forceinline__ void fp8_compute_pv(const uint8_t* p_box, const uint8_t* kv, float (&o)[K::kOBlocks][8],
-                                               const float (&alpha)[4], int key0, bool fix, int mask_from,
-                                               int seq_len, Release&& release) {
+                                               const float (&alpha)[4], int key0, bool fix, int mask_from, int seq_len,
+                                               Release&& release) {
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32, gid = lane / 4, t = lane % 4;
 #pragma unroll
   for (int mb = 0; mb < K::kOBlocks; ++mb) {

@@ -31,11 +31,11 @@ template <class T_>
 struct DecodeFp8Traits {
   using T = T_;  // activations (and output): __nv_bfloat16 or __half; the MMAs run in f16
   static constexpr int kL = 512, kR = 64, kD = kL + kR;
-  static constexpr int kRows = 16;                    // packed rows per CTA (the MMAs' N)
-  static constexpr int kBlockN = 64;                  // keys per tile (the MMAs' M)
-  static constexpr int kChunkCols = 64;               // fp8 columns per TMA box (64 bytes)
-  static constexpr int kChunks = kD / kChunkCols;     // 9 boxes per tile
-  static constexpr int kStages = 4;                   // fp8 tiles in the TMA ring
+  static constexpr int kRows = 16;                 // packed rows per CTA (the MMAs' N)
+  static constexpr int kBlockN = 64;               // keys per tile (the MMAs' M)
+  static constexpr int kChunkCols = 64;            // fp8 columns per TMA box (64 bytes)
+  static constexpr int kChunks = kD / kChunkCols;  // 9 boxes per tile
+  static constexpr int kStages = 4;                // fp8 tiles in the TMA ring
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kProducerThreads = 128;
@@ -43,22 +43,22 @@ struct DecodeFp8Traits {
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static_assert(kProducerRegs * kProducerThreads + kConsumerRegs * kConsumerThreads <= 168 * kThreads,
                 "setmaxnreg may only redistribute the registers allocated at launch (168 per thread)");
-  static constexpr int kOBlocks = kL / 64;            // O^T m64 blocks per warpgroup (8)
+  static constexpr int kOBlocks = kL / 64;  // O^T m64 blocks per warpgroup (8)
 
   // Shared memory, byte offsets from a 1024-byte aligned base.
   static constexpr size_t kChunkBytes = size_t(kBlockN) * kChunkCols;  // [64 keys][64 B]: 4 KB
   static constexpr size_t kTileBytes = kChunks * kChunkBytes;          // 36 KB
   static constexpr size_t kQBoxBytes = size_t(kRows) * 128;            // [16 rows][64] f16, 128-byte swizzle: 2 KB
   static constexpr size_t kKVOffset = 0;
-  static constexpr size_t kQOffset = kKVOffset + kStages * kTileBytes;            // 9 boxes: 18 KB
-  static constexpr size_t kPOffset = kQOffset + kChunks * kQBoxBytes;             // [2 wg] one box each
+  static constexpr size_t kQOffset = kKVOffset + kStages * kTileBytes;                 // 9 boxes: 18 KB
+  static constexpr size_t kPOffset = kQOffset + kChunks * kQBoxBytes;                  // [2 wg] one box each
   static constexpr size_t kMergeOffset = kPOffset + kConsumerWarpgroups * kQBoxBytes;  // O of warpgroup 1: 32 KB f32
   static constexpr size_t kMergeBytes = size_t(128) * kOBlocks * 8 * 4;
-  static constexpr size_t kRowMaxOffset = kMergeOffset + kMergeBytes;             // [2 wg][4 warps][16] f32
-  static constexpr size_t kRowSumOffset = kRowMaxOffset + 2 * 4 * kRows * 4;      // [2 wg][4 warps][16] f32
-  static constexpr size_t kStatOffset = kRowSumOffset + 2 * 4 * kRows * 4;        // [16] m of warpgroup 1
-  static constexpr size_t kRowScaleOffset = kStatOffset + kRows * 4;              // [16] score factor per row
-  static constexpr size_t kBarrierOffset = kRowScaleOffset + kRows * 4;           // full[kStages], empty[kStages]
+  static constexpr size_t kRowMaxOffset = kMergeOffset + kMergeBytes;         // [2 wg][4 warps][16] f32
+  static constexpr size_t kRowSumOffset = kRowMaxOffset + 2 * 4 * kRows * 4;  // [2 wg][4 warps][16] f32
+  static constexpr size_t kStatOffset = kRowSumOffset + 2 * 4 * kRows * 4;    // [16] m of warpgroup 1
+  static constexpr size_t kRowScaleOffset = kStatOffset + kRows * 4;          // [16] score factor per row
+  static constexpr size_t kBarrierOffset = kRowScaleOffset + kRows * 4;       // full[kStages], empty[kStages]
   static constexpr size_t kUsedBytes = kBarrierOffset + 2 * kStages * 8;
   static constexpr size_t kSmemBytes = kUsedBytes + 1024;  // the kernel rounds its base up to 1024
   static_assert(kSmemBytes <= 232448, "must fit the 227 KB a Hopper block may opt in to");

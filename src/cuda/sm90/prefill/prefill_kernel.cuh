@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (id.batch < 0) break;
       PrefillTile t;
       Scheduler::make_tile(params, id, t);
-      const int wg_row0 = t.row0 + cwg * Traits::kRowsPerWarpgroup;  // request-relative
+      const int wg_row0 = t.row0 + cwg * Traits::kRowsPerWarpgroup;              // request-relative
       const int wg_rows = min(Traits::kRowsPerWarpgroup, t.seqlen_q - wg_row0);  // may be <= 0
       Element* out_rows = static_cast<Element*>(params.out) + int64_t(t.q_start + wg_row0) * params.out_row_stride +
                           int64_t(t.head) * params.out_head_stride;

@@ -60,8 +60,8 @@ const auto kLaunchers = make_table(std::make_integer_sequence<int, kNumHopperPre
 
 // A [rows, heads, dim] 16-bit tensor read in [128 rows][64 columns] boxes of
 // one head, 128-byte swizzled (prefill_traits.cuh's layout).
-CUtensorMap head_major_map(const char* name, const void* base, PrefillElement element, int64_t rows, int heads,
-                           int dim, int64_t row_stride, int64_t head_stride, int box_rows) {
+CUtensorMap head_major_map(const char* name, const void* base, PrefillElement element, int64_t rows, int heads, int dim,
+                           int64_t row_stride, int64_t head_stride, int box_rows) {
   const cuuint64_t dims[3] = {cuuint64_t(dim), cuuint64_t(heads), cuuint64_t(rows)};
   const cuuint64_t strides[2] = {cuuint64_t(head_stride) * 2, cuuint64_t(row_stride) * 2};
   const cuuint32_t box[3] = {64, 1, cuuint32_t(box_rows)};
@@ -231,7 +231,8 @@ void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_
     throw ValueError("hopper prefill attention: batch, num_heads, max_seqlen_q and row counts must be >= 0");
   }
   if (!(std::isfinite(p.scale) && p.scale > 0.f)) {
-    throw ValueError("hopper prefill attention: scale must be a positive finite number, got " + std::to_string(p.scale));
+    throw ValueError("hopper prefill attention: scale must be a positive finite number, got " +
+                     std::to_string(p.scale));
   }
   if (p.batch == 0 || p.num_heads == 0 || p.max_seqlen_q == 0 || q_rows == 0) return;
   if (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr) {

@@ -136,8 +136,8 @@ __device__ __forceinline__ void gather_ds_mla(const SparseParams& p, uint32_t sl
     const bool valid = row < count;
     const uint32_t off16 = valid ? uint32_t(ld_shared_s32(slots + 4u * uint32_t(row))) : 0u;
     const uint8_t* src = p.cache + uint64_t(off16) * 16u + K::kDsRopeAt + chunk * 16;
-    const uint32_t dst = stage + uint32_t(K::kVBoxes * K::kBlockN * 128) + uint32_t(row) * 128u +
-                         uint32_t(chunk ^ (row % 8)) * 16u;
+    const uint32_t dst =
+        stage + uint32_t(K::kVBoxes * K::kBlockN * 128) + uint32_t(row) * 128u + uint32_t(chunk ^ (row % 8)) * 16u;
     sm80::cp_async_16(dst, valid ? src : p.cache, valid ? 16 : 0);
   }
   // Latents: lane's columns [16 lane, +16) are box lane / 4, pieces 2 (lane % 4) and +1.
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) sparse_mla_sm90_kernel(const _
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < K::kStages; ++s) {
-      mbarrier_init(&full[s], K::kProducerThreads);  // every producer thread, after its copies
+      mbarrier_init(&full[s], K::kProducerThreads);   // every producer thread, after its copies
       mbarrier_init(&empty[s], K::kConsumerThreads);  // every consumer thread, after its wgmmas
     }
     fence_barrier_init();

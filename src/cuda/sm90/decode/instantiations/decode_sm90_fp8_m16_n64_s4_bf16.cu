@@ -1,4 +1,5 @@
-// Instantiation: the key-major Hopper decode kernel for an fp8 e4m3 cache, 16 rows x 64 keys, 4 TMA stages, bf16 activations.
+// Instantiation: the key-major Hopper decode kernel for an fp8 e4m3 cache, 16 rows x 64 keys, 4 TMA stages, bf16
+// activations.
 #include <cuda_bf16.h>
 
 #include "cuda/sm90/decode/fp8_instance.cuh"

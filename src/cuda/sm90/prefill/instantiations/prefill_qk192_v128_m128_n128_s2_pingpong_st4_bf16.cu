@@ -1,4 +1,5 @@
-// Hopper prefill kernel instances for kHopperPrefillConfigs[3] (qk192_v128_m128_n128_s2_pingpong_st4), bf16, causal and not.
+// Hopper prefill kernel instances for kHopperPrefillConfigs[3] (qk192_v128_m128_n128_s2_pingpong_st4), bf16, causal and
+// not.
 #include <string_view>
 
 #include "cuda/sm90/prefill/prefill_launch_kernel.cuh"
