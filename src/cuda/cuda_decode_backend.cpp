@@ -220,11 +220,14 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
                                                params_.qk_rope_head_dim, md.block_size, nullptr, 0)
               .empty();
   // hopper with an fp8 cache: the key-major kernel (16 rows x 64 keys per
-  // tile, nothing padded at H16) where it can read the layout. Not in the
+  // tile, nothing padded at H16) where it can read the layout and a request
+  // has at most 16 rows: more rows take more 16-row tiles, each reading every
+  // key again, and at H128 B128 S4096 the sm80 kernel's 64-row tiles measured
+  // 5.7 % faster (docs/perf.md, "Hopper decode with an fp8 cache"). Not in the
   // batch-invariant mode: its two warpgroups split a piece's tiles by the
   // parity of the CTA's walk, so a row's summation order would follow the
   // batch; that mode keeps fp8 caches on the sm80 kernel.
-  sm90_fp8_ = hopper_ && allow_sm90 && !invariant && fp8 && hopper_fp8_enabled() &&
+  sm90_fp8_ = hopper_ && allow_sm90 && !invariant && fp8 && rows < kSm90MinRows && hopper_fp8_enabled() &&
               sm90::decode_sm90_fp8_unsupported_reason(params_.dtype, params_.kv_cache_dtype, params_.kv_lora_rank,
                                                        params_.qk_rope_head_dim, md.block_size, nullptr, 0)
                   .empty();

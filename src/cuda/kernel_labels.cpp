@@ -87,8 +87,8 @@ std::string CudaDecodeBackend::kernel_label() const {
             "between its two warpgroups follows the CTA's walk)";
       else if (fp8 && layout.empty())
         why =
-            "LATTN_HOPPER_FP8=0, or the fp8 kernel cannot address this cache: a page size not a multiple of 64, "
-            "or an unaligned view";
+            "LATTN_HOPPER_FP8=0, more than 16 rows per request, or the fp8 kernel cannot address this cache: a "
+            "page size not a multiple of 64, or an unaligned view";
       else if (p.context.batch_invariant && p.num_heads <= 16)
         why =
             "batch-invariant mode with at most 16 heads: 16-row tiles (the kernel follows the head count, not "

@@ -666,8 +666,9 @@ std::vector<BackendCase> all_forward_cases() {
   }
   {
     // An fp8 cache on 64-token pages (hostile): `hopper` runs its key-major
-    // fp8 kernel here (16 rows per tile; s_q = 2 gives two tiles).
-    BackendCase c = make("deepseek_heads_16_fp8_block_64", MlaDims::deepseek_v3(16), {{70, 1}, {3, 2}, {130, 1}},
+    // fp8 kernel here (16 heads x 1 token: one 16-row tile; more rows go to
+    // the sm80 kernel).
+    BackendCase c = make("deepseek_heads_16_fp8_block_64", MlaDims::deepseek_v3(16), {{70, 1}, {3, 1}, {130, 1}},
                          {{0, 6}, {66, 3}}, 39);
     c.block_size = 64;
     c.kv_cache_dtype = DType::fp8_e4m3;
