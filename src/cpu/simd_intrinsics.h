@@ -5,7 +5,9 @@
 #pragma once
 
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // clang has no -Wmaybe-uninitialized (the fuzz build)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop

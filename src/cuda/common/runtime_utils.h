@@ -23,8 +23,9 @@ class StreamHandle {
   void synchronize() const;
 
  private:
-  Stream stream_ = nullptr;
-  int device_ = 0;
+  // [[maybe_unused]]: a build without CUDA implements these classes as stubs.
+  [[maybe_unused]] Stream stream_ = nullptr;
+  [[maybe_unused]] int device_ = 0;
 };
 
 // Captures the work issued on a stream between begin() and end() into an
@@ -43,8 +44,8 @@ class CapturedGraph {
   int num_kernel_nodes() const { return kernel_nodes_; }
 
  private:
-  Stream stream_ = nullptr;
-  void* graph_ = nullptr;  // cudaGraph_t
+  [[maybe_unused]] Stream stream_ = nullptr;
+  [[maybe_unused]] void* graph_ = nullptr;  // cudaGraph_t
   void* exec_ = nullptr;   // cudaGraphExec_t
   int kernel_nodes_ = 0;
 };
@@ -62,8 +63,8 @@ class EventTimer {
   float elapsed_ms() const;
 
  private:
-  void* start_ = nullptr;  // cudaEvent_t
-  void* stop_ = nullptr;
+  [[maybe_unused]] void* start_ = nullptr;  // cudaEvent_t
+  [[maybe_unused]] void* stop_ = nullptr;
 };
 
 // Fills n elements of a device buffer of floating `dtype` with uniform values
