@@ -243,26 +243,58 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   m_tiles_ = (rows + config_.block_m - 1) / config_.block_m;
   // One wave: every SM busy with a CTA of each co-resident slot.
   int parts = std::clamp(ctx.sm_count * ctas_per_sm / m_tiles_, 1, 1024);
+  min_slots_ = 0;
+  int64_t invariant_splits = 0;
+  plan_.split_rule = kBatchInvariantDefaultSplitRule;
+  plan_.fold_splits = false;
   if (invariant) {
-    // Splits whose size follows each request's own length: one part per split
-    // of every request (from the host's seq_lens; a graph must be captured
-    // with its longest contexts).
-    int splits = 0;
+    // The sm80 kernel's 16-row tiles fold the splits of a piece themselves
+    // (sm80/decode/decode_split_fold.cuh): their plans keep one wave of parts
+    // for any batch, each taking W consecutive splits, and cut finer (rule 4),
+    // since only requests met by several parts write partials. Other kernels
+    // run one part per split and every split writes rows x L f32 partials: the
+    // more heads, the coarser they cut (rule 2 up to 16 heads, 1 up to 64, 0
+    // above), so that the partials stay small against the keys a split reads.
+    // All fixed by the tiles and the head count (LATTN_BATCH_INVARIANT_SPLIT_RULE
+    // overrides the rule, for measurements; LATTN_BATCH_INVARIANT_FOLD=0 turns
+    // folding off).
+    plan_.fold_splits = !sm90_ && !sm90_fp8_ && config_.block_m == 16 && env_int("LATTN_BATCH_INVARIANT_FOLD", 1) != 0;
+    int rule = plan_.fold_splits ? 4 : params_.num_heads <= 16 ? 2 : params_.num_heads <= 64 ? 1 : 0;
+    rule = std::clamp(env_int("LATTN_BATCH_INVARIANT_SPLIT_RULE", rule), kBatchInvariantMinSplitRule,
+                      kBatchInvariantMaxSplitRule);
+    plan_.split_rule = rule;
+    // Splits from the host's seq_lens (a graph must be captured with its
+    // longest contexts).
     const int32_t* lens = md.seq_lens_cpu.data_as<const int32_t>();
+    std::vector<int> cost(size_t(md.num_decodes) + 1, 0);
+    int64_t splits = 0;
     for (int r = 0; r < md.num_decodes; ++r) {
       const int tiles = (std::max(lens[r], 0) + config_.block_n - 1) / config_.block_n;
-      const int n = batch_invariant_num_splits(tiles);
-      if (n > kMaxDecodeSplitsPerRequest || splits + n > 65535) {
+      const int n = batch_invariant_num_splits(tiles, rule);
+      if (n > kMaxDecodeSplitsPerRequest || (!plan_.fold_splits && splits + n > 65535)) {
         throw NotImplementedError(
             std::string(plan_op(hopper_)) + ": batch-invariant decode cuts request " + std::to_string(r) +
             " (seq_len " + std::to_string(lens[r]) + ") into " + std::to_string(n) + " splits of " +
-            std::to_string(batch_invariant_split_tiles(tiles) * config_.block_n) + " keys, bringing the batch to " +
-            std::to_string(splits + n) + " splits, more than the kernels handle (" +
+            std::to_string(batch_invariant_split_tiles(tiles, rule) * config_.block_n) +
+            " keys, bringing the batch to " + std::to_string(splits + n) + " splits, more than the kernels handle (" +
             std::to_string(kMaxDecodeSplitsPerRequest) + " per request, 65535 in all)");
       }
+      cost[size_t(r)] = int(splits);
       splits += n;
     }
-    parts = std::max(parts, splits);
+    cost[size_t(md.num_decodes)] = int(splits);
+    invariant_splits = splits;
+    if (!plan_.fold_splits) {
+      parts = std::max<int64_t>(parts, splits);  // one part per split
+    } else {
+      // W splits per part (decode_plan_math.cuh); the slots the plan will
+      // give: one per split of every request met by two or more parts.
+      const int64_t w = std::max<int64_t>(1, (splits + parts - 1) / parts);
+      for (int r = 0; r < md.num_decodes; ++r) {
+        const int64_t c0 = cost[size_t(r)], c1 = cost[size_t(r) + 1];
+        if (c1 > c0 && (c1 - 1) / w - c0 / w + 1 >= 2) min_slots_ += int(c1 - c0);
+      }
+    }
   }
   if (!invariant && parts_override() > 0) parts = std::min(parts_override(), 1024);
   plan_.tile_keys = config_.block_n;
@@ -287,7 +319,9 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   // planning kernel would and merges them with the combine kernel's
   // arithmetic (decode_combine_row.cuh), so a request's bits are the same in
   // a small batch (this kernel) and a large one (three kernels).
+  // (It never folds: with folding, only plans of one split a part.)
   if (!sm90_ && !sm90_fp8_ && md.num_decodes <= fused_max_batch() &&
+      (!plan_.fold_splits || invariant_splits <= parts) &&
       decode_fused_supported(config_, params_.dtype, params_.kv_cache_dtype, ctx.capability_major) &&
       m_tiles_ * parts <= ctx.sm_count * fused_ctas_per_sm()) {
     plan_fused(md, parts);
@@ -311,7 +345,9 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
                           ", tiles " + config_.str() + ", rows " + std::to_string(m_tiles_ * config_.block_m) + ", L " +
                           std::to_string(params_.kv_lora_rank) + ", parts " + std::to_string(parts) + ", overhead " +
                           std::to_string(plan_.overhead_tiles) +
-                          (plan_.batch_invariant ? ", batch-invariant splits" : "") +
+                          (plan_.batch_invariant ? ", batch-invariant splits, rule " + std::to_string(plan_.split_rule) +
+                                                       (plan_.fold_splits ? ", folded" : "")
+                                                 : "") +
                           (whole_requests_ ? "" : ", always split");
   const auto slot = md.plans->get_or_make<SharedPlanSlot>(key, [] { return SharedPlanSlot{}; });
   SharedPlanState& shared = *slot->state;
@@ -337,10 +373,11 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
 
 void CudaDecodeBackend::launch_plan(const DecodeMetadata& md, int parts) {
   const int rows_capacity = m_tiles_ * config_.block_m;
-  const size_t bytes = decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank);
+  const size_t bytes =
+      decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, min_slots_, plan_.fold_splits);
   Workspace& ws = own_store_->workspace;
   ws.reserve(bytes, params_.context.stream, plan_op(hopper_));
-  carve_decode_plan(ws.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_);
+  carve_decode_plan(ws.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_, min_slots_);
   launch_decode_plan(md.seq_lens.data_as<const int32_t>(), md.num_decodes, plan_, whole_requests_,
                      reinterpret_cast<cudaStream_t>(params_.context.stream));
   plan_store_ = own_store_;
@@ -355,10 +392,11 @@ int CudaDecodeBackend::fused_ctas_per_sm() {
 
 void CudaDecodeBackend::plan_fused(const DecodeMetadata& md, int parts) {
   const int rows_capacity = m_tiles_ * config_.block_m;
-  const size_t bytes = decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank);
+  const size_t bytes =
+      decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, min_slots_, plan_.fold_splits);
   Workspace& ws = own_store_->workspace;
   ws.reserve(bytes, params_.context.stream, plan_op(hopper_));
-  carve_decode_plan(ws.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_);
+  carve_decode_plan(ws.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_, min_slots_);
   plan_store_ = own_store_;
   plan_generation_ = own_store_->generation.load();
   fused_ = true;

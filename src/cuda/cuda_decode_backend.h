@@ -102,6 +102,7 @@ class CudaDecodeBackend final : public DecodeBackend {
   int fused_ctas_per_sm_ = -1;
   sm80::DecodeTileConfig config_{};
   int m_tiles_ = 0;
+  int min_slots_ = 0;  // partial slots a batch-invariant plan with folding needs beyond 2 * parts
   int planned_batch_ = -1;
   DecodePlan plan_{};
   bool whole_requests_ = true;             // plans may keep requests whole (LATTN_DECODE_WHOLE=0: never)

@@ -104,6 +104,9 @@ std::string CudaDecodeBackend::kernel_label() const {
     s += ", tile " + config_.str() + " (" + str(config_.block_m) + " head rows x " + str(config_.block_n) + " keys, " +
          str(config_.warps) + " warps, " + str(config_.stages) + " stages), " + str(m_tiles_) + " row tile" +
          (m_tiles_ == 1 ? "" : "s") + " x " + str(plan_.num_parts) + " split-KV parts, " +
+         (plan_.batch_invariant ? std::string("batch-invariant splits (rule ") + str(plan_.split_rule) +
+                                      (plan_.fold_splits && !fused_ ? ", folded in the kernel), " : "), ")
+                                : std::string()) +
          (fused_ ? "planned and combined in the same launch" : "then the combine kernel");
   }
   return s + projections(p.context.batch_invariant);

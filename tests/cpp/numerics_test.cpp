@@ -212,13 +212,14 @@ std::vector<std::vector<uint8_t>> run_batch(const std::vector<Req>& reqs, const 
   return rows;
 }
 
-// A batch of 40 random requests (decodes of 1..3 tokens first, then
-// prefills) with `target` at index `at` of its kind.
-std::vector<Req> batch_with(const Req& target, bool target_is_decode, int at, uint64_t seed) {
+// A batch of 40 random requests (decodes of 1..3 tokens with
+// mate_keys..mate_keys + 1499 keys first, then prefills) with `target` at
+// index `at` of its kind.
+std::vector<Req> batch_with(const Req& target, bool target_is_decode, int at, uint64_t seed, int mate_keys = 0) {
   std::mt19937_64 rng(seed);
   std::vector<Req> decodes, prefills;
   for (int i = 0; i < 24; ++i) {
-    decodes.push_back({int(rng() % 1500), 1 + int(rng() % 3), rng()});
+    decodes.push_back({mate_keys + int(rng() % 1500), 1 + int(rng() % 3), rng()});
   }
   for (int i = 0; i < 15; ++i) prefills.push_back({int(rng() % 900), 4 + int(rng() % 30), rng()});
   std::vector<Req>& kind = target_is_decode ? decodes : prefills;
@@ -232,6 +233,8 @@ struct InvarianceCase {
   Req target;
   bool decode;
   int heads = kDims.num_heads, block = kBlock;
+  int mate_keys = 0;  // the decode batchmates' shortest length
+  int at_a = 3;       // the target's index among its kind in the first batch
 };
 
 TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPosition) {
@@ -246,9 +249,10 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
   if (!t.device.is_cpu()) {
     // The GPU decode's split size follows the request's length
     // (src/cuda/smxx/batch_invariant_split.h): lengths on both sides of the
-    // points where it changes (64-key tiles on an H100: 1-tile splits up to
-    // 15 tiles, 2-tile splits from 16, 4-tile splits from 64), among
-    // batchmates whose lengths fall on other sides of them.
+    // points where it changes (64-key tiles on an H100; 16 heads, rule 4:
+    // 1-tile splits up to 63 tiles, 2-tile splits from 64; rule 2, e.g. on
+    // A100-class parts without folding: 2-tile splits from 16 tiles, 4-tile
+    // from 64), among batchmates whose lengths fall on other sides of them.
     cases.push_back({"decode_1_token_960_keys", {959, 1, 14}, true});
     cases.push_back({"decode_1_token_961_keys", {960, 1, 15}, true});
     cases.push_back({"decode_3_tokens_4032_keys", {4029, 3, 16}, true});
@@ -258,13 +262,22 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
     // 64): one M tile alone, two in a batch with 3-token decodes.
     cases.push_back({"decode_1_token_h32", {1300, 1, 18}, true, 32, 64});
     cases.push_back({"decode_3_tokens_h32", {2500, 3, 19}, true, 32, 64});
+    // Among long batchmates (3000-4500 keys) the 16-row kernel's plan gives
+    // each part many consecutive splits (sm80/decode/decode_split_fold.cuh):
+    // first in its batch, a short request lies inside the first part, which
+    // folds its splits itself and writes the output (alone: one part per
+    // split, merged by the combine); a longer one is met by several parts
+    // (the first folds its splits into one slot, the others write a slot
+    // per split).
+    cases.push_back({"decode_1_token_300_keys_long_mates", {299, 1, 21}, true, kDims.num_heads, kBlock, 3000, 0});
+    cases.push_back({"decode_3_tokens_2500_keys_long_mates", {2497, 3, 22}, true, kDims.num_heads, kBlock, 3000, 0});
   }
   {
     for (const InvarianceCase& c : cases) {
       SCOPED_TRACE(t.prefill + "/" + t.decode + " " + c.name);
       const std::vector<std::vector<uint8_t>> alone = run_batch({c.target}, t, c.heads, c.block);
-      const std::vector<Req> batch_a = batch_with(c.target, c.decode, 3, 5);
-      const std::vector<Req> batch_b = batch_with(c.target, c.decode, c.decode ? 20 : 11, 6);
+      const std::vector<Req> batch_a = batch_with(c.target, c.decode, c.at_a, 5, c.mate_keys);
+      const std::vector<Req> batch_b = batch_with(c.target, c.decode, c.decode ? 20 : 11, 6, c.mate_keys);
       ASSERT_EQ(batch_a.size(), 40u);
       const auto index_of = [&](const std::vector<Req>& b) {
         for (size_t i = 0; i < b.size(); ++i) {
@@ -306,20 +319,46 @@ TEST(BatchInvariantSplit, SizeFollowsTheLengthOnlyAndTheSplitsCoverItExactly) {
   EXPECT_EQ(batch_invariant_num_splits(16), 8);
   EXPECT_EQ(batch_invariant_num_splits(63), 32);
   EXPECT_EQ(batch_invariant_num_splits(64), 16);
-  for (int tiles = 1; tiles <= (1 << 16); ++tiles) {
-    const int n = batch_invariant_num_splits(tiles);
-    int covered = 0;
-    for (int i = 0; i < n; ++i) {
+  // Other rules (2^rule s^2 <= tiles): 4 cuts finer, 0 and -2 coarser.
+  EXPECT_EQ(batch_invariant_split_tiles(63, 4), 1);
+  EXPECT_EQ(batch_invariant_split_tiles(64, 4), 2);
+  EXPECT_EQ(batch_invariant_split_tiles(255, 4), 2);
+  EXPECT_EQ(batch_invariant_split_tiles(256, 4), 4);
+  EXPECT_EQ(batch_invariant_split_tiles(3, 0), 1);
+  EXPECT_EQ(batch_invariant_split_tiles(4, 0), 2);
+  EXPECT_EQ(batch_invariant_split_tiles(64, 0), 8);
+  EXPECT_EQ(batch_invariant_split_tiles(64, -2), 16);
+  EXPECT_EQ(batch_invariant_split_tiles(2147483647, 6), 4096);
+  EXPECT_EQ(batch_invariant_split_tiles(2147483647, -2), 16384);
+  for (int rule = cuda::kBatchInvariantMinSplitRule; rule <= cuda::kBatchInvariantMaxSplitRule; ++rule) {
+    const int max_tiles = rule == cuda::kBatchInvariantDefaultSplitRule ? 1 << 16 : 1 << 13;
+    for (int tiles = 1; tiles <= max_tiles; ++tiles) {
+      const int n = batch_invariant_num_splits(tiles, rule);
+      int covered = 0;
+      for (int i = 0; i < n; ++i) {
+        int begin = 0, end = 0;
+        batch_invariant_split_range(tiles, i, begin, end, rule);
+        ASSERT_EQ(begin, covered) << "rule " << rule << " tiles " << tiles << " split " << i;
+        ASSERT_GT(end, begin) << "rule " << rule << " tiles " << tiles << " split " << i;
+        covered = end;
+      }
+      ASSERT_EQ(covered, tiles) << "rule " << rule;
+      // Several splits at once cover the same tiles.
       int begin = 0, end = 0;
-      batch_invariant_split_range(tiles, i, begin, end);
-      ASSERT_EQ(begin, covered) << "tiles " << tiles << " split " << i;
-      ASSERT_GT(end, begin) << "tiles " << tiles << " split " << i;
-      covered = end;
-    }
-    ASSERT_EQ(covered, tiles);
-    if (tiles >= 16) {
-      ASSERT_GE(double(n), 2.0 * std::sqrt(double(tiles)) - 1.0) << "tiles " << tiles;
-      ASSERT_LT(double(n), 4.0 * std::sqrt(double(tiles)) + 1.0) << "tiles " << tiles;
+      cuda::batch_invariant_splits_range(tiles, 1, n, rule, begin, end);
+      if (n >= 2) {
+        int b1 = 0, e1 = 0;
+        batch_invariant_split_range(tiles, 1, b1, e1, rule);
+        ASSERT_EQ(begin, b1);
+        ASSERT_EQ(end, tiles);
+      }
+      // Between sqrt(2^rule tiles) and 2 sqrt(2^rule tiles) parts where the
+      // split is neither at its floor (1 tile) nor at its cap (16384 tiles).
+      const double root = std::sqrt(std::ldexp(double(tiles), rule));
+      if (root >= 4.0 && std::ldexp(1.0, rule) <= double(tiles) && batch_invariant_split_tiles(tiles, rule) < 16384) {
+        ASSERT_GE(double(n), root - 1.0) << "rule " << rule << " tiles " << tiles;
+        ASSERT_LT(double(n), 2.0 * root + 1.0) << "rule " << rule << " tiles " << tiles;
+      }
     }
   }
 }

@@ -1,11 +1,13 @@
 // src/cuda/smxx/decode_combine_row.cuh — one warp merges (a slice of) one
 // row of one request's split-KV partials: decode_combine.cu's arithmetic.
-// The batch-invariant variant is shared by the combine kernel and the
-// one-launch kernel (decode_fused.cu) so that both give the same bits: in the
-// batch-invariant mode a request's row must not depend on which of the two
-// merged it (the one-launch kernel serves small batches, the combine kernel
-// large ones).
+// The batch-invariant variant (a left fold over the splits, decode_fold.cuh)
+// is shared by the combine kernel and the one-launch kernel (decode_fused.cu),
+// and its fold by the sm80 decode kernel, which folds the splits of a request
+// it walks itself: in the batch-invariant mode a request's row must not
+// depend on which of them merged it (the one-launch kernel serves small
+// batches, the combine kernel large ones, the decode kernel whole requests).
 //
+// Balanced plans:
 //   lse = log sum_s exp(lse_s),  out = sum_s exp(lse_s - lse) * out_s
 // over the normalized partials out_s = O_s / l_s. Parts whose rows saw no key
 // have lse_s = -inf and weight 0 (not read); a NaN lse_s makes the row NaN.
@@ -20,6 +22,7 @@
 
 #include "cuda/common/dtype_device.cuh"
 #include "cuda/common/fast_math.cuh"  // max_nan: a part that attended to a NaN makes the row NaN
+#include "cuda/smxx/decode_fold.cuh"
 #include "cuda/smxx/decode_params.h"
 
 namespace lattn::cuda {
@@ -147,15 +150,15 @@ __device__ __forceinline__ void combine_decode_row(const DecodeParams& p, int r,
   if (lse_out && lane == 0) *lse_out = final_lse;
 }
 
-// The batch-invariant plans' merge: the same arithmetic per output as
-// combine_decode_row (acc = 0, then acc += w_s * out_s for s = 0, 1, ... in
-// order, parts of weight 0 skipped, then acc / sum; m and sum reduced the same
-// way), but one warp takes one 128-column slice of the row (lane i: float4
-// column 32 * slice + i) with kDepth parts' loads in flight at once: those
-// plans split a short request into many parts (16-32 at 2048-8192 keys), and
-// a step of one or a few requests has too few rows to hide the partials' L2
-// latency one or two parts at a time. The slices of a row compute the same m
-// and sum; slice 0 writes the LSE.
+// The batch-invariant plans' merge: the left fold of decode_fold.cuh over the
+// request's n split slots in order (the sm80 decode kernel folds the splits
+// of a request it walks itself with the same functions, so a request's bits
+// do not depend on which did). One warp takes one 128-column slice of the row
+// (lane i: float4 column 32 * slice + i) with kDepth slots' loads in flight at
+// once: those plans split a short request into many parts, and a step of one
+// or a few requests has too few rows to hide the partials' L2 latency one
+// slot at a time. Every lane computes the same fold weights; slice 0 writes
+// the LSE.
 template <class T, class Load>
 __device__ __forceinline__ void combine_decode_row_slice(const DecodeParams& p, int r, int row, int n, int slot0,
                                                          int slice, Load ld) {
@@ -168,36 +171,31 @@ __device__ __forceinline__ void combine_decode_row_slice(const DecodeParams& p, 
   const int j = row / p.num_heads, h = row % p.num_heads;
   T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
   float* lse_out = p.lse && slice == 0 ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
-  if (n == 0) {  // no keys: output 0, LSE -inf
-    if (in) combine_store4(out + 4 * c4, make_float4(0.f, 0.f, 0.f, 0.f));
-    if (lse_out && lane == 0) *lse_out = -INFINITY;
-    return;
-  }
   const float* lse = plan.partial_lse + int64_t(slot0) * plan.rows_capacity + row;
-  const CombineWeights<Load> weight(lse, plan.rows_capacity, n, ld);
-  const float inv = weight.inv, final_lse = weight.lse_total;
-
-  const int64_t part_stride4 = int64_t(plan.rows_capacity) * (p.L / 4);  // float4s from one part to the next
+  const int64_t part_stride4 = int64_t(plan.rows_capacity) * (p.L / 4);  // float4s from one slot to the next
   const float4* part =
       reinterpret_cast<const float4*>(plan.partial_o + (int64_t(slot0) * plan.rows_capacity + row) * p.L) + c4;
+  // n == 0 (no keys): nothing folded, output 0 and LSE -inf.
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float acc_lse = -INFINITY;
   for (int s0 = 0; s0 < n; s0 += kDepth) {
-    float w[kDepth];
+    float l[kDepth];
     float4 v[kDepth];
 #pragma unroll
     for (int k = 0; k < kDepth; ++k) {
       const int s = s0 + k;
-      w[k] = s < n ? weight(s) : 0.f;
+      l[k] = s < n ? ld(lse + int64_t(s) * plan.rows_capacity) : -INFINITY;
       v[k] = in && s < n ? ld(part + s * part_stride4) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    // Parts with weight 0 (no key for this row) add nothing (their partials may be stale).
 #pragma unroll
     for (int k = 0; k < kDepth; ++k) {
-      if (w[k] != 0.f) combine_fma4(acc, w[k], v[k]);
+      const FoldWeights w = fold_weights(acc_lse, l[k]);  // -inf past n: keeps acc
+      acc_lse = w.lse;
+      acc = fold_elem4(acc, v[k], w);
     }
   }
-  if (in) combine_store4(out + 4 * c4, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-  if (lse_out && lane == 0) *lse_out = final_lse;
+  if (in) combine_store4(out + 4 * c4, acc);
+  if (lse_out && lane == 0) *lse_out = acc_lse;
 }
 
 }  // namespace lattn::cuda

@@ -46,11 +46,14 @@ __device__ __forceinline__ void plan_in_warp(const DecodeParams& p, SmallPlan& s
   const DecodePlan& plan = p.plan;
   const int ovh = plan.overhead_tiles;
   const int cost =
-      lane < p.batch ? decode_request_cost(p.seq_lens[lane], plan.tile_keys, ovh, plan.batch_invariant) : 0;
+      lane < p.batch ? decode_request_cost(p.seq_lens[lane], plan.tile_keys, ovh, plan.batch_invariant, plan.split_rule)
+                     : 0;
   const int incl = warp_inclusive_scan(cost);
   const int total = __shfl_sync(0xffffffffu, incl, 31);
-  const int w = decode_part_width(total, plan.num_parts, plan.batch_invariant);
-  const int n = lane < p.batch ? decode_request_splits(incl - cost, incl, ovh, w) : 0;
+  const int w = decode_part_width(total, plan.num_parts);
+  const int n = lane < p.batch ? decode_request_slots(decode_request_splits(incl - cost, incl, ovh, w), incl - cost,
+                                                      incl, plan.batch_invariant)
+                               : 0;
   const int slots = n >= 2 ? n : 0;
   const int slot_incl = warp_inclusive_scan(slots);
   if (lane < p.batch) {
@@ -273,16 +276,19 @@ __device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid
     const int first_tile_pos = c0 + ovh;
     int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
     int tile_end = min(end, c1) - first_tile_pos;
-    // A batch-invariant plan's cost unit is one split: its tiles (as decode_pieces.cuh).
+    int slot = sp.splits[r] >= 2 ? sp.slot0[r] + (part - first_tile_pos / w) : -1;
+    // A batch-invariant plan's cost unit is one split: splits [a, b) and
+    // their tiles, one slot per split (as decode_pieces.cuh).
     if (p.plan.batch_invariant) {
       const int tiles = (p.seq_lens[r] + K::kBlockN - 1) / K::kBlockN;
-      batch_invariant_split_range(tiles, tile_begin, tile_begin, tile_end);
+      const int a = tile_begin, b = tile_end;
+      batch_invariant_splits_range(tiles, a, b, p.plan.split_rule, tile_begin, tile_end);
+      slot = sp.splits[r] >= 2 ? sp.slot0[r] + a : -1;
     }
     if (tile_end <= tile_begin) continue;
     const sm80::RequestView rv = sm80::make_request_view<K>(p, r);
     if (rv.row0 >= rv.rows) continue;
-    const int slot = sp.splits[r] >= 2 ? sp.slot0[r] + (part - first_tile_pos / w) : -1;
-    sm80::attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);
+    sm80::attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);  // one split a part (no folding here)
   }
   // Every CTA (with or without pieces) joins the barrier and the combine.
   grid_barrier(grid_sync, gridDim.x * gridDim.y);

@@ -31,6 +31,7 @@ struct DecodePlan {
   int32_t* part_first_req = nullptr;  // [num_parts]: first request a part may touch
   float* partial_o = nullptr;         // [slot_capacity, rows_capacity, L] f32, normalized (O / l)
   float* partial_lse = nullptr;       // [slot_capacity, rows_capacity] f32 (natural log)
+  float* fold_o = nullptr;            // fold_splits: [num_parts, rows_capacity, L] f32, each part's fold scratch
   int num_parts = 0;
   int slot_capacity = 0;  // 2 * num_parts always suffices (see decode_scheduler.cu)
   int rows_capacity = 0;  // m_tiles * block_m >= num_heads * max query tokens
@@ -39,10 +40,23 @@ struct DecodePlan {
   // Batch-invariant plan (docs/mla.md, "Batch invariance"): every request is
   // cut into splits whose size depends on its own length only
   // (batch_invariant_split.h); the cost unit is one split instead of one tile
-  // (cost = the request's number of splits, W = 1, overhead_tiles = 0), so
-  // part p is exactly one split of one request, and the piece walk maps the
-  // split's index to its tiles (num_parts must cover all requests' splits).
+  // (cost = the request's number of splits, W = ceil(splits / parts),
+  // overhead_tiles = 0), so part p covers splits [p W, (p + 1) W) of the batch, and the piece walk maps
+  // them to their tiles.
   bool batch_invariant = false;
+  // Batch-invariant plans: the split rule (batch_invariant_split.h), fixed by
+  // the kernel's tiles; and whether the kernel folds the splits of one piece
+  // itself (decode_fold.cuh: the sm80 kernel's 16-row tiles). With folding,
+  // a part may take several consecutive splits (W > 1, one wave of parts for
+  // any batch): a request whose splits all lie in one part is folded and
+  // written there (num_splits 1); a request met by several parts gets one
+  // slot per split (num_splits = its split count), the part holding its
+  // first split writes the fold of its splits into the slot of the last one
+  // (LSE -inf in the slots before it), the other parts write each split, and
+  // the combine folds the slots in order: the same bits as one CTA folding
+  // every split. Without folding every part is one split (W = 1).
+  int split_rule = 2;
+  bool fold_splits = false;
 };
 
 struct DecodeParams {

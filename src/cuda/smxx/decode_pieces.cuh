@@ -13,7 +13,9 @@ namespace lattn::cuda {
 // Calls fn(request, tile_begin, tile_end, slot) for every request whose cost
 // range meets part `part`'s: tiles [tile_begin, tile_end) of `tile_keys` keys
 // each (never empty), slot = the partial-result slot when the request is
-// split, else -1 (the part writes the final output). Requests without keys
+// split, else -1 (the part writes the final output). In batch-invariant plans
+// a piece is one or more whole splits and slot is its first split's (the
+// next splits' slots follow it; decode_params.h). Requests without keys
 // are skipped (decode_combine writes their 0 / -inf).
 template <class Fn>
 __device__ __forceinline__ void for_each_decode_piece(const DecodeParams& p, int part, int tile_keys, Fn&& fn) {
@@ -31,10 +33,17 @@ __device__ __forceinline__ void for_each_decode_piece(const DecodeParams& p, int
     const int tiles = (p.seq_lens[r] + tile_keys - 1) / tile_keys;
     int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
     int tile_end = min(min(end, c1) - first_tile_pos, tiles);
-    // A batch-invariant plan's cost unit is one split: map the split's index to its tiles.
-    if (plan.batch_invariant) batch_invariant_split_range(tiles, tile_begin, tile_begin, tile_end);
+    // The part's slot; batch-invariant plans: the cost unit is one split,
+    // splits [a, b) of the request are mapped to their tiles, one slot per
+    // split (the piece's first split's is passed). One call of fn (the
+    // attention kernel, inlined: a second copy changes its registers).
+    int slot_index = part - first_tile_pos / w;
+    if (plan.batch_invariant) {
+      slot_index = tile_begin;
+      batch_invariant_splits_range(tiles, tile_begin, tile_end, plan.split_rule, tile_begin, tile_end);
+    }
     if (tile_end <= tile_begin) continue;
-    const int slot = plan.num_splits[r] >= 2 ? plan.split_offset[r] + (part - first_tile_pos / w) : -1;
+    const int slot = plan.num_splits[r] >= 2 ? plan.split_offset[r] + slot_index : -1;
     fn(r, tile_begin, tile_end, slot);
   }
 }

@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kThreads)
   int carry = 0;
   for (int base = 0; base < batch; base += kThreads) {
     const int r = base + tid;
-    const int cost = r < batch ? decode_request_cost(seq_lens[r], plan.tile_keys, ovh, invariant) : 0;
+    const int cost = r < batch ? decode_request_cost(seq_lens[r], plan.tile_keys, ovh, invariant, plan.split_rule) : 0;
     const int incl = block_inclusive_scan<kThreads>(cost, warp_sums);
     if (r < batch) {
       plan.cost_prefix[r] = carry + incl - cost;
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kThreads)
     carry += block_total<kThreads>(incl, &total_s);
   }
   const int total = carry;
-  const int w = decode_part_width(total, plan.num_parts, invariant);
+  const int w = decode_part_width(total, plan.num_parts);
   if (tid == 0) {
     plan.cost_prefix[batch] = total;
     plan.header[0] = w;
@@ -194,7 +194,8 @@ __global__ void __launch_bounds__(kThreads)
       if (whole) {
         n = prefix[r + 1] > prefix[r] ? 1 : 0;
       } else {
-        n = decode_request_splits(prefix[r], prefix[r + 1], ovh, w);
+        n = decode_request_slots(decode_request_splits(prefix[r], prefix[r + 1], ovh, w), prefix[r], prefix[r + 1],
+                                 invariant);
       }
       plan.num_splits[r] = n;
     }
@@ -266,14 +267,16 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-size_t decode_plan_bytes(int batch, int num_parts, int rows_capacity, int L) {
+size_t decode_plan_bytes(int batch, int num_parts, int rows_capacity, int L, int min_slots, bool fold_splits) {
   DecodePlan plan;
-  return carve_decode_plan(nullptr, batch, num_parts, rows_capacity, L, plan);
+  plan.fold_splits = fold_splits;
+  return carve_decode_plan(nullptr, batch, num_parts, rows_capacity, L, plan, min_slots);
 }
 
-size_t carve_decode_plan(void* workspace, int batch, int num_parts, int rows_capacity, int L, DecodePlan& plan) {
+size_t carve_decode_plan(void* workspace, int batch, int num_parts, int rows_capacity, int L, DecodePlan& plan,
+                         int min_slots) {
   plan.num_parts = num_parts;
-  plan.slot_capacity = 2 * num_parts;
+  plan.slot_capacity = std::max(2 * num_parts, min_slots);
   plan.rows_capacity = rows_capacity;
   WorkspaceCarver carver(workspace);
   // header[0..2] (decode_params.h; [2] = the number of requests the combine
@@ -285,6 +288,8 @@ size_t carve_decode_plan(void* workspace, int batch, int num_parts, int rows_cap
   plan.part_first_req = carver.take<int32_t>(size_t(num_parts));
   plan.partial_lse = carver.take<float>(size_t(plan.slot_capacity) * size_t(rows_capacity));
   plan.partial_o = carver.take<float>(size_t(plan.slot_capacity) * size_t(rows_capacity) * size_t(L));
+  // The folding kernel's scratch (sm80/decode/decode_split_fold.cuh), one row block a part.
+  plan.fold_o = plan.fold_splits ? carver.take<float>(size_t(num_parts) * size_t(rows_capacity) * size_t(L)) : nullptr;
   return carver.bytes_used();
 }
 

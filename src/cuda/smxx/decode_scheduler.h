@@ -10,12 +10,17 @@
 namespace lattn::cuda {
 
 // Bytes of workspace a plan needs for `batch` requests (see carve_decode_plan).
-size_t decode_plan_bytes(int batch, int num_parts, int rows_capacity, int L);
+// min_slots: partial slots needed beyond 2 * num_parts (batch-invariant plans
+// with W > 1: at most the batch's splits); fold_splits: with the folding
+// kernel's scratch (carve_decode_plan reads plan.fold_splits for it).
+size_t decode_plan_bytes(int batch, int num_parts, int rows_capacity, int L, int min_slots = 0,
+                         bool fold_splits = false);
 
 // Points plan's arrays into `workspace` (same layout every step for the same
 // sizes: pointer-stable). Sets num_parts, slot_capacity, rows_capacity.
 // Returns the bytes used (workspace may be nullptr to only measure).
-size_t carve_decode_plan(void* workspace, int batch, int num_parts, int rows_capacity, int L, DecodePlan& plan);
+size_t carve_decode_plan(void* workspace, int batch, int num_parts, int rows_capacity, int L, DecodePlan& plan,
+                         int min_slots = 0);
 
 // The requests the combine must visit (no keys: it writes 0 / -inf; or split
 // in two or more parts), plan.header[2] of them in increasing order. They

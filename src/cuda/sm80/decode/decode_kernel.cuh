@@ -8,17 +8,26 @@
 // buffering), S = Q K^T, online softmax, O += P V; finally the epilogue.
 #pragma once
 
+#include <type_traits>
+
 #include "cuda/sm80/decode/decode_epilogue.cuh"
 #include "cuda/sm80/decode/decode_mainloop.cuh"
+#include "cuda/sm80/decode/decode_split_fold.cuh"
 #include "cuda/smxx/decode_pieces.cuh"
 
 namespace lattn::cuda::sm80 {
 
 // Attends rows [rv.row0, +kBlockM) of one request to its KV tiles
 // [tile_begin, tile_end) and writes the result (slot < 0: final; else partial).
-template <class K>
+// kFold (batch-invariant plans whose kernel folds, 16-row tiles; a kernel of
+// its own, since the accumulators cost registers): the piece is one or more
+// whole splits of split_tiles tiles; each split is computed from scratch, and
+// at its end folded into registers when the piece starts at the request's
+// first split (decode_split_fold.cuh), else written to its own slot (slot,
+// slot + 1, ...).
+template <class K, bool kFold = false>
 __device__ __forceinline__ void attend_piece(const DecodeParams& p, const RequestView& rv, int tile_begin, int tile_end,
-                                             int slot, char* smem) {
+                                             int slot, char* smem, int split_tiles = 0) {
   using T = typename K::T;
   T* q_smem = reinterpret_cast<T*>(smem);
   T* k_smem = reinterpret_cast<T*>(smem + K::kQBytes);
@@ -70,8 +79,27 @@ __device__ __forceinline__ void attend_piece(const DecodeParams& p, const Reques
     load_q_fragments<K>(q_tile, qf);  // the loop's first barrier orders this before the buffer is reused
   }
 
+  // Several splits in this piece (only in plans whose kernel folds: 16-row tiles).
+  constexpr bool kCanFold = kFold && K::kMTiles == 1;
+  const bool multi = kCanFold && split_tiles > 0 && tile_end - tile_begin > split_tiles;
+  const bool fold = multi && tile_begin == 0;
+  using Fold = std::conditional_t<kCanFold, SplitFold<K>, int>;
+  [[maybe_unused]] Fold folded{};
+  if constexpr (kCanFold) folded = make_split_fold<K>(p, rv);
+
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int it = tile - tile_begin;
+    if constexpr (kCanFold) {
+      if (multi && it > 0 && tile % split_tiles == 0) {  // a split ends before this tile
+        if (fold) {
+          fold_split<K>(p, folded, st, o, reduce, row_vec, false);
+        } else {
+          write_o<K>(p, rv, st, o, slot + (tile - tile_begin) / split_tiles - 1, reduce, row_vec);
+          zero_o<K>(o);
+          st = SoftmaxState{{-INFINITY, -INFINITY}, {0.f, 0.f}};
+        }
+      }
+    }
     cp_async_wait<K::kStages - 2>();
     __syncthreads();  // tile `tile` is in shared memory; every warp is done with tile - 1
     const int next = tile + K::kStages - 1;
@@ -109,7 +137,20 @@ __device__ __forceinline__ void attend_piece(const DecodeParams& p, const Reques
     compute_pv<K>(p_smem, kv, row_vec, warp, o);
   }
   cp_async_wait<0>();  // only empty groups can be pending; the next piece starts from a clean state
-  write_o<K>(p, rv, st, o, slot, reduce, row_vec);
+  if constexpr (kCanFold) {
+    if (fold) {
+      fold_split<K>(p, folded, st, o, reduce, row_vec, true);  // the folded values, in o
+      // Final, or the fold of the piece's splits into its last split's slot.
+      const int last = (tile_end - 1) / split_tiles;
+      write_folded<K>(p, rv, folded, o, slot < 0 ? -1 : slot + last, last);
+    } else if (multi) {
+      write_o<K>(p, rv, st, o, slot + (tile_end - 1) / split_tiles - tile_begin / split_tiles, reduce, row_vec);
+    } else {
+      write_o<K>(p, rv, st, o, slot, reduce, row_vec);
+    }
+  } else {
+    write_o<K>(p, rv, st, o, slot, reduce, row_vec);
+  }
   __syncthreads();  // the next piece reuses shared memory
 }
 
@@ -136,12 +177,22 @@ __device__ __forceinline__ void kernel_body_if_fits(Body body) {
 #endif
 }
 
-template <class K>
+template <class K, bool kFold>
 __device__ __forceinline__ void decode_kernel_body(const DecodeParams& p);
 
-template <class K>
+// kFold: the batch-invariant plans' kernel that folds a piece's splits
+// (plan.fold_splits; 16-row tiles only).
+template <class K, bool kFold = false>
 __global__ void __launch_bounds__(K::kThreads, 1) mla_decode_kernel(const __grid_constant__ DecodeParams p) {
-  kernel_body_if_fits<K>([&](auto k) { decode_kernel_body<decltype(k)>(p); });
+  kernel_body_if_fits<K>([&](auto k) { decode_kernel_body<decltype(k), kFold>(p); });
+}
+
+// attend_piece's split_tiles: the split size of a request of seq_len keys in
+// batch-invariant plans whose kernel folds splits, else 0.
+template <class K>
+__device__ __forceinline__ int decode_fold_split_tiles(const DecodeParams& p, int seq_len) {
+  if (!p.plan.batch_invariant || !p.plan.fold_splits) return 0;
+  return batch_invariant_split_tiles((seq_len + K::kBlockN - 1) / K::kBlockN, p.plan.split_rule);
 }
 
 // Request r as this CTA (M tile blockIdx.x) sees it; rv.row0 >= rv.rows
@@ -159,14 +210,20 @@ __device__ __forceinline__ RequestView make_request_view(const DecodeParams& p, 
   return rv;
 }
 
-template <class K>
+template <class K, bool kFold>
 __device__ __forceinline__ void decode_kernel_body(const DecodeParams& p) {
   extern __shared__ __align__(128) char smem[];
   // The plan's pieces for this part (smxx/decode_pieces.cuh, shared with the
   // Hopper kernel and decode_combine), restricted to this CTA's M tile.
   for_each_decode_piece(p, blockIdx.y, K::kBlockN, [&](int r, int tile_begin, int tile_end, int slot) {
     const RequestView rv = make_request_view<K>(p, r);
-    if (rv.row0 < rv.rows) attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);
+    if (rv.row0 < rv.rows) {
+      if constexpr (kFold) {
+        attend_piece<K, true>(p, rv, tile_begin, tile_end, slot, smem, decode_fold_split_tiles<K>(p, rv.seq_len));
+      } else {
+        attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);
+      }
+    }
   });
 }
 

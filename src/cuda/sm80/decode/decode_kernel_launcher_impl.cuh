@@ -17,15 +17,15 @@ namespace lattn::cuda::sm80 {
 // Raises the kernel's dynamic shared-memory limit on the current device, once
 // per device (before the first launch, which is never inside a graph capture:
 // prepare_metadata queries the occupancy first).
-template <class K>
+template <class K, bool kFold = false>
 void set_decode_kernel_attributes() {
   constexpr int kMaxDevices = 64;
   static std::once_flag once[kMaxDevices];
   int device = 0;
   LATTN_CUDA_CHECK(cudaGetDevice(&device));
   std::call_once(once[device % kMaxDevices], [] {
-    LATTN_CUDA_CHECK(
-        cudaFuncSetAttribute(mla_decode_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(K::kSmemBytes)));
+    LATTN_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<K, kFold>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(K::kSmemBytes)));
   });
 }
 
@@ -40,8 +40,18 @@ int DecodeKernelLauncher<K>::ctas_per_sm() {
 
 template <class K>
 void DecodeKernelLauncher<K>::launch(const DecodeParams& p, int m_tiles, cudaStream_t stream) {
-  set_decode_kernel_attributes<K>();
   const dim3 grid(unsigned(m_tiles), unsigned(p.plan.num_parts));
+  // Batch-invariant plans with folding (16-row tiles only: the planner sets
+  // fold_splits for no other tiles).
+  if constexpr (K::kMTiles == 1) {
+    if (p.plan.batch_invariant && p.plan.fold_splits) {
+      set_decode_kernel_attributes<K, true>();
+      mla_decode_kernel<K, true><<<grid, K::kThreads, K::kSmemBytes, stream>>>(p);
+      LATTN_CUDA_CHECK_LAUNCH("mla_decode_kernel (folding)");
+      return;
+    }
+  }
+  set_decode_kernel_attributes<K>();
   mla_decode_kernel<K><<<grid, K::kThreads, K::kSmemBytes, stream>>>(p);
   LATTN_CUDA_CHECK_LAUNCH("mla_decode_kernel");
 }
