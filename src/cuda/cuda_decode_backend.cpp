@@ -248,17 +248,21 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   plan_.split_rule = kBatchInvariantDefaultSplitRule;
   plan_.fold_splits = false;
   if (invariant) {
-    // The sm80 kernel's 16-row tiles fold the splits of a piece themselves
-    // (sm80/decode/decode_split_fold.cuh): their plans keep one wave of parts
-    // for any batch, each taking W consecutive splits, and cut finer (rule 4),
-    // since only requests met by several parts write partials. Other kernels
-    // run one part per split and every split writes rows x L f32 partials: the
-    // more heads, the coarser they cut (rule 2 up to 16 heads, 1 up to 64, 0
-    // above), so that the partials stay small against the keys a split reads.
-    // All fixed by the tiles and the head count (LATTN_BATCH_INVARIANT_SPLIT_RULE
-    // overrides the rule, for measurements; LATTN_BATCH_INVARIANT_FOLD=0 turns
-    // folding off).
-    plan_.fold_splits = !sm90_ && !sm90_fp8_ && config_.block_m == 16 && env_int("LATTN_BATCH_INVARIANT_FOLD", 1) != 0;
+    // The sm80 kernel's 16-row tiles can fold the splits of a piece
+    // themselves (sm80/decode/decode_split_fold.cuh): such plans keep one
+    // wave of parts for any batch, each taking W consecutive splits, and cut
+    // finer (rule 4), since only requests met by several parts write
+    // partials. Measured on an H100 (docs/perf.md, "Batch-invariant mode",
+    // 7th session) it costs more than it saves (the fold's chain of weights
+    // per split), so it is off unless LATTN_BATCH_INVARIANT_FOLD=1. Without
+    // it every part is one split and every split writes rows x L f32
+    // partials: the more heads, the coarser the rule (2 up to 16 heads, 1 up
+    // to 64, 0 above), so that the partials stay small against the keys a
+    // split reads (at 128 heads rule 0 took B64/B128 x 4096 keys from 2.9x to
+    // 2.1x the default mode). All fixed by the tiles and the head count;
+    // LATTN_BATCH_INVARIANT_SPLIT_RULE overrides the rule, for measurements.
+    plan_.fold_splits =
+        !sm90_ && !sm90_fp8_ && config_.block_m == 16 && env_int("LATTN_BATCH_INVARIANT_FOLD", 0) != 0;
     int rule = plan_.fold_splits ? 4 : params_.num_heads <= 16 ? 2 : params_.num_heads <= 64 ? 1 : 0;
     rule = std::clamp(env_int("LATTN_BATCH_INVARIANT_SPLIT_RULE", rule), kBatchInvariantMinSplitRule,
                       kBatchInvariantMaxSplitRule);

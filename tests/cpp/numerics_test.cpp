@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <numeric>
@@ -235,6 +236,7 @@ struct InvarianceCase {
   int heads = kDims.num_heads, block = kBlock;
   int mate_keys = 0;  // the decode batchmates' shortest length
   int at_a = 3;       // the target's index among its kind in the first batch
+  bool fold = false;  // LATTN_BATCH_INVARIANT_FOLD=1: the 16-row kernel folds splits itself
 };
 
 TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPosition) {
@@ -262,19 +264,34 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
     // 64): one M tile alone, two in a batch with 3-token decodes.
     cases.push_back({"decode_1_token_h32", {1300, 1, 18}, true, 32, 64});
     cases.push_back({"decode_3_tokens_h32", {2500, 3, 19}, true, 32, 64});
-    // Among long batchmates (3000-4500 keys) the 16-row kernel's plan gives
-    // each part many consecutive splits (sm80/decode/decode_split_fold.cuh):
-    // first in its batch, a short request lies inside the first part, which
-    // folds its splits itself and writes the output (alone: one part per
-    // split, merged by the combine); a longer one is met by several parts
-    // (the first folds its splits into one slot, the others write a slot
-    // per split).
-    cases.push_back({"decode_1_token_300_keys_long_mates", {299, 1, 21}, true, kDims.num_heads, kBlock, 3000, 0});
-    cases.push_back({"decode_3_tokens_2500_keys_long_mates", {2497, 3, 22}, true, kDims.num_heads, kBlock, 3000, 0});
+    // Among long batchmates (3000-4500 keys); with LATTN_BATCH_INVARIANT_FOLD=1
+    // the 16-row kernel's plan gives each part many consecutive splits
+    // (sm80/decode/decode_split_fold.cuh): first in its batch, a short
+    // request lies inside the first part, which folds its splits itself and
+    // writes the output (alone: one part per split, folded by the merge); a
+    // longer one is met by several parts (the first folds its splits into
+    // one slot, the others write a slot per split, the combine folds them).
+    for (const bool fold : {false, true}) {
+      cases.push_back({fold ? "decode_1_token_300_keys_long_mates_folded" : "decode_1_token_300_keys_long_mates",
+                       {299, 1, 21}, true, kDims.num_heads, kBlock, 3000, 0, fold});
+      cases.push_back({fold ? "decode_3_tokens_2500_keys_long_mates_folded" : "decode_3_tokens_2500_keys_long_mates",
+                       {2497, 3, 22}, true, kDims.num_heads, kBlock, 3000, 0, fold});
+    }
+    cases.push_back({"decode_1_token_1300_keys_folded", {1300, 1, 11}, true, kDims.num_heads, kBlock, 0, 3, true});
+    cases.push_back({"decode_3_tokens_4033_keys_folded", {4030, 3, 17}, true, kDims.num_heads, kBlock, 0, 3, true});
   }
   {
     for (const InvarianceCase& c : cases) {
       SCOPED_TRACE(t.prefill + "/" + t.decode + " " + c.name);
+      struct FoldEnv {  // read at each plan; restored after the case
+        explicit FoldEnv(bool on) : on_(on) {
+          if (on_) setenv("LATTN_BATCH_INVARIANT_FOLD", "1", 1);
+        }
+        ~FoldEnv() {
+          if (on_) unsetenv("LATTN_BATCH_INVARIANT_FOLD");
+        }
+        bool on_;
+      } fold_env(c.fold);
       const std::vector<std::vector<uint8_t>> alone = run_batch({c.target}, t, c.heads, c.block);
       const std::vector<Req> batch_a = batch_with(c.target, c.decode, c.at_a, 5, c.mate_keys);
       const std::vector<Req> batch_b = batch_with(c.target, c.decode, c.decode ? 20 : 11, 6, c.mate_keys);

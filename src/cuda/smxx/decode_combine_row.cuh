@@ -22,6 +22,7 @@
 
 #include "cuda/common/dtype_device.cuh"
 #include "cuda/common/fast_math.cuh"  // max_nan: a part that attended to a NaN makes the row NaN
+#include "cuda/smxx/batch_invariant_split.h"
 #include "cuda/smxx/decode_fold.cuh"
 #include "cuda/smxx/decode_params.h"
 
@@ -150,7 +151,61 @@ __device__ __forceinline__ void combine_decode_row(const DecodeParams& p, int r,
   if (lse_out && lane == 0) *lse_out = final_lse;
 }
 
-// The batch-invariant plans' merge: the left fold of decode_fold.cuh over the
+// The batch-invariant plans' original merge (rule 2 without folding; see
+// combine_decode_row_slice below): the same arithmetic per output as
+// combine_decode_row (acc = 0, then acc += w_s * out_s for s = 0, 1, ... in
+// order, parts of weight 0 skipped, then acc / sum; m and sum reduced the same
+// way), but one warp takes one 128-column slice of the row (lane i: float4
+// column 32 * slice + i) with kDepth parts' loads in flight at once: those
+// plans split a short request into many parts (16-32 at 2048-8192 keys), and
+// a step of one or a few requests has too few rows to hide the partials' L2
+// latency one or two parts at a time. The slices of a row compute the same m
+// and sum; slice 0 writes the LSE.
+template <class T, class Load>
+__device__ __forceinline__ void combine_decode_row_slice_sum(const DecodeParams& p, int r, int row, int n, int slot0,
+                                                         int slice, Load ld) {
+  constexpr int kDepth = 8;
+  const DecodePlan& plan = p.plan;
+  const int lane = threadIdx.x % 32;
+  const int c4 = slice * 32 + lane;
+  const bool in = c4 < p.L / 4;
+  const int q0 = p.query_start_loc[r];
+  const int j = row / p.num_heads, h = row % p.num_heads;
+  T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
+  float* lse_out = p.lse && slice == 0 ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
+  if (n == 0) {  // no keys: output 0, LSE -inf
+    if (in) combine_store4(out + 4 * c4, make_float4(0.f, 0.f, 0.f, 0.f));
+    if (lse_out && lane == 0) *lse_out = -INFINITY;
+    return;
+  }
+  const float* lse = plan.partial_lse + int64_t(slot0) * plan.rows_capacity + row;
+  const CombineWeights<Load> weight(lse, plan.rows_capacity, n, ld);
+  const float inv = weight.inv, final_lse = weight.lse_total;
+
+  const int64_t part_stride4 = int64_t(plan.rows_capacity) * (p.L / 4);  // float4s from one part to the next
+  const float4* part =
+      reinterpret_cast<const float4*>(plan.partial_o + (int64_t(slot0) * plan.rows_capacity + row) * p.L) + c4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = 0; s0 < n; s0 += kDepth) {
+    float w[kDepth];
+    float4 v[kDepth];
+#pragma unroll
+    for (int k = 0; k < kDepth; ++k) {
+      const int s = s0 + k;
+      w[k] = s < n ? weight(s) : 0.f;
+      v[k] = in && s < n ? ld(part + s * part_stride4) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    // Parts with weight 0 (no key for this row) add nothing (their partials may be stale).
+#pragma unroll
+    for (int k = 0; k < kDepth; ++k) {
+      if (w[k] != 0.f) combine_fma4(acc, w[k], v[k]);
+    }
+  }
+  if (in) combine_store4(out + 4 * c4, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+  if (lse_out && lane == 0) *lse_out = final_lse;
+}
+
+// The batch-invariant plans' left fold (decode_fold.cuh) over the
 // request's n split slots in order (the sm80 decode kernel folds the splits
 // of a request it walks itself with the same functions, so a request's bits
 // do not depend on which did). One warp takes one 128-column slice of the row
@@ -160,8 +215,8 @@ __device__ __forceinline__ void combine_decode_row(const DecodeParams& p, int r,
 // slot at a time. Every lane computes the same fold weights; slice 0 writes
 // the LSE.
 template <class T, class Load>
-__device__ __forceinline__ void combine_decode_row_slice(const DecodeParams& p, int r, int row, int n, int slot0,
-                                                         int slice, Load ld) {
+__device__ __forceinline__ void combine_decode_row_slice_fold(const DecodeParams& p, int r, int row, int n, int slot0,
+                                                              int slice, Load ld) {
   constexpr int kDepth = 8;
   const DecodePlan& plan = p.plan;
   const int lane = threadIdx.x % 32;
@@ -196,6 +251,29 @@ __device__ __forceinline__ void combine_decode_row_slice(const DecodeParams& p, 
   }
   if (in) combine_store4(out + 4 * c4, acc);
   if (lse_out && lane == 0) *lse_out = acc_lse;
+}
+
+// Which merge a batch-invariant plan's requests get — fixed by the kernel's
+// tiles and the head count, like the split rule, so never by the batch: the
+// left fold where the kernel folds splits itself (it must give the same bits)
+// and under split rules other than 2 (the 64-row tiles and hopper's wgmma
+// kernel: more than 16 heads); the original merge (the weights from the row's
+// largest LSE, computed in parallel, then summed in split order) under rule 2
+// without folding, the 16-row tiles' default, where the fold's sequential
+// chain of weights measured slower on an H100 (docs/perf.md, "Batch-invariant
+// mode", 7th session).
+__host__ __device__ __forceinline__ bool batch_invariant_left_fold(const DecodePlan& plan) {
+  return plan.fold_splits || plan.split_rule != kBatchInvariantDefaultSplitRule;
+}
+
+template <class T, class Load>
+__device__ __forceinline__ void combine_decode_row_slice(const DecodeParams& p, int r, int row, int n, int slot0,
+                                                         int slice, Load ld) {
+  if (batch_invariant_left_fold(p.plan)) {
+    combine_decode_row_slice_fold<T>(p, r, row, n, slot0, slice, ld);
+  } else {
+    combine_decode_row_slice_sum<T>(p, r, row, n, slot0, slice, ld);
+  }
 }
 
 }  // namespace lattn::cuda
