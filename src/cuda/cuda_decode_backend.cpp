@@ -261,8 +261,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
     // split reads (at 128 heads rule 0 took B64/B128 x 4096 keys from 2.9x to
     // 2.1x the default mode). All fixed by the tiles and the head count;
     // LATTN_BATCH_INVARIANT_SPLIT_RULE overrides the rule, for measurements.
-    plan_.fold_splits =
-        !sm90_ && !sm90_fp8_ && config_.block_m == 16 && env_int("LATTN_BATCH_INVARIANT_FOLD", 0) != 0;
+    plan_.fold_splits = !sm90_ && !sm90_fp8_ && config_.block_m == 16 && env_int("LATTN_BATCH_INVARIANT_FOLD", 0) != 0;
     int rule = plan_.fold_splits ? 4 : params_.num_heads <= 16 ? 2 : params_.num_heads <= 64 ? 1 : 0;
     rule = std::clamp(env_int("LATTN_BATCH_INVARIANT_SPLIT_RULE", rule), kBatchInvariantMinSplitRule,
                       kBatchInvariantMaxSplitRule);
@@ -341,18 +340,19 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
     planned_batch_ = md.num_decodes;
     return;
   }
-  const std::string key = std::string("cuda decode plan: device ") + std::to_string(params_.context.device.index) +
-                          ", stream " + std::to_string(reinterpret_cast<uintptr_t>(params_.context.stream)) +
-                          (sm90_       ? ", sm90"
-                           : sm90_fp8_ ? ", sm90 fp8"
-                                       : ", sm80") +
-                          ", tiles " + config_.str() + ", rows " + std::to_string(m_tiles_ * config_.block_m) + ", L " +
-                          std::to_string(params_.kv_lora_rank) + ", parts " + std::to_string(parts) + ", overhead " +
-                          std::to_string(plan_.overhead_tiles) +
-                          (plan_.batch_invariant ? ", batch-invariant splits, rule " + std::to_string(plan_.split_rule) +
-                                                       (plan_.fold_splits ? ", folded" : "")
-                                                 : "") +
-                          (whole_requests_ ? "" : ", always split");
+  const std::string key =
+      std::string("cuda decode plan: device ") + std::to_string(params_.context.device.index) + ", stream " +
+      std::to_string(reinterpret_cast<uintptr_t>(params_.context.stream)) +
+      (sm90_       ? ", sm90"
+       : sm90_fp8_ ? ", sm90 fp8"
+                   : ", sm80") +
+      ", tiles " + config_.str() + ", rows " + std::to_string(m_tiles_ * config_.block_m) + ", L " +
+      std::to_string(params_.kv_lora_rank) + ", parts " + std::to_string(parts) + ", overhead " +
+      std::to_string(plan_.overhead_tiles) +
+      (plan_.batch_invariant ? ", batch-invariant splits, rule " + std::to_string(plan_.split_rule) +
+                                   (plan_.fold_splits ? ", folded" : "")
+                             : "") +
+      (whole_requests_ ? "" : ", always split");
   const auto slot = md.plans->get_or_make<SharedPlanSlot>(key, [] { return SharedPlanSlot{}; });
   SharedPlanState& shared = *slot->state;
   std::lock_guard lock(shared.mutex);

@@ -273,9 +273,21 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
     // one slot, the others write a slot per split, the combine folds them).
     for (const bool fold : {false, true}) {
       cases.push_back({fold ? "decode_1_token_300_keys_long_mates_folded" : "decode_1_token_300_keys_long_mates",
-                       {299, 1, 21}, true, kDims.num_heads, kBlock, 3000, 0, fold});
+                       {299, 1, 21},
+                       true,
+                       kDims.num_heads,
+                       kBlock,
+                       3000,
+                       0,
+                       fold});
       cases.push_back({fold ? "decode_3_tokens_2500_keys_long_mates_folded" : "decode_3_tokens_2500_keys_long_mates",
-                       {2497, 3, 22}, true, kDims.num_heads, kBlock, 3000, 0, fold});
+                       {2497, 3, 22},
+                       true,
+                       kDims.num_heads,
+                       kBlock,
+                       3000,
+                       0,
+                       fold});
     }
     cases.push_back({"decode_1_token_1300_keys_folded", {1300, 1, 11}, true, kDims.num_heads, kBlock, 0, 3, true});
     cases.push_back({"decode_3_tokens_4033_keys_folded", {4030, 3, 17}, true, kDims.num_heads, kBlock, 0, 3, true});

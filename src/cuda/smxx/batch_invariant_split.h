@@ -63,7 +63,7 @@ LATTN_HOST_DEVICE constexpr int batch_invariant_num_splits(int tiles, int rule =
 // The key tiles [begin, end) of splits [first, last) of a request of `tiles`
 // tiles (one split: last = first + 1).
 LATTN_HOST_DEVICE constexpr void batch_invariant_splits_range(int tiles, int first, int last, int rule, int& begin,
-                                                               int& end) {
+                                                              int& end) {
   const int s = batch_invariant_split_tiles(tiles, rule);
   begin = first * s;
   end = last * s < tiles ? last * s : tiles;
@@ -71,7 +71,7 @@ LATTN_HOST_DEVICE constexpr void batch_invariant_splits_range(int tiles, int fir
 
 // The key tiles [begin, end) of split `index` of a request of `tiles` tiles.
 LATTN_HOST_DEVICE constexpr void batch_invariant_split_range(int tiles, int index, int& begin, int& end,
-                                                              int rule = kBatchInvariantDefaultSplitRule) {
+                                                             int rule = kBatchInvariantDefaultSplitRule) {
   batch_invariant_splits_range(tiles, index, index + 1, rule, begin, end);
 }
 

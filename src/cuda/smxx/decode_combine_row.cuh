@@ -163,7 +163,7 @@ __device__ __forceinline__ void combine_decode_row(const DecodeParams& p, int r,
 // and sum; slice 0 writes the LSE.
 template <class T, class Load>
 __device__ __forceinline__ void combine_decode_row_slice_sum(const DecodeParams& p, int r, int row, int n, int slot0,
-                                                         int slice, Load ld) {
+                                                             int slice, Load ld) {
   constexpr int kDepth = 8;
   const DecodePlan& plan = p.plan;
   const int lane = threadIdx.x % 32;

@@ -132,8 +132,7 @@ __device__ __forceinline__ void write_folded(const DecodeParams& p, const Reques
         T* out = static_cast<T*>(p.out) + (rv.q0 + j) * p.out_stride_t + h * p.out_stride_h + col0;
 #pragma unroll
         for (int ni = 0; ni < K::kNTilesO; ++ni) {
-          *reinterpret_cast<uint32_t*>(out + ni * 8) =
-              pack2<T>(acc[mi][ni][2 * half], acc[mi][ni][2 * half + 1]);
+          *reinterpret_cast<uint32_t*>(out + ni * 8) = pack2<T>(acc[mi][ni][2 * half], acc[mi][ni][2 * half + 1]);
         }
       } else {
         float* out = p.plan.partial_o + (int64_t(slot) * p.plan.rows_capacity + gr) * K::kL + col0;
@@ -156,7 +155,8 @@ __device__ __forceinline__ void write_folded(const DecodeParams& p, const Reques
           p.lse[h * p.lse_stride_h + int64_t(rv.q0 + j) * p.lse_stride_t] = f.lse[i];
         }
       } else {
-        for (int s = slot - empty; s < slot; ++s) p.plan.partial_lse[int64_t(s) * p.plan.rows_capacity + gr] = -INFINITY;
+        for (int s = slot - empty; s < slot; ++s)
+          p.plan.partial_lse[int64_t(s) * p.plan.rows_capacity + gr] = -INFINITY;
         p.plan.partial_lse[int64_t(slot) * p.plan.rows_capacity + gr] = f.lse[i];
       }
     }
