@@ -33,7 +33,7 @@ struct DecodePlan {
   float* partial_lse = nullptr;       // [slot_capacity, rows_capacity] f32 (natural log)
   float* fold_o = nullptr;            // fold_splits: [num_parts, rows_capacity, L] f32, each part's fold scratch
   int num_parts = 0;
-  int slot_capacity = 0;  // 2 * num_parts always suffices (see decode_scheduler.cu)
+  int slot_capacity = 0;  // 2 * num_parts suffices (decode_scheduler.cu); folding plans may need more
   int rows_capacity = 0;  // m_tiles * block_m >= num_heads * max query tokens
   int tile_keys = 64;     // keys per tile of the attention kernel
   int overhead_tiles = 4;
@@ -41,8 +41,8 @@ struct DecodePlan {
   // cut into splits whose size depends on its own length only
   // (batch_invariant_split.h); the cost unit is one split instead of one tile
   // (cost = the request's number of splits, W = ceil(splits / parts),
-  // overhead_tiles = 0), so part p covers splits [p W, (p + 1) W) of the batch, and the piece walk maps
-  // them to their tiles.
+  // overhead_tiles = 0): part p covers splits [p W, (p + 1) W) of the batch,
+  // which the piece walk maps to their tiles.
   bool batch_invariant = false;
   // Batch-invariant plans: the split rule (batch_invariant_split.h), fixed by
   // the kernel's tiles; and whether the kernel folds the splits of one piece
