@@ -809,6 +809,18 @@ TEST(HopperPrefillSchedule, BalancedTailCoversEveryTileOnceAndBalances) {
   }
 }
 
+// Where the default static walk deals its tail: causal launches over about
+// as many keys as queries (new tokens), not the context chunks (non-causal)
+// nor a causal launch over far more keys than queries.
+TEST(HopperPrefillSchedule, BalancedTailByDefaultOnlyWhereItHelps) {
+  EXPECT_TRUE(sm90::prefill_balanced_tail_helps(true, 8192, 8192));
+  EXPECT_TRUE(sm90::prefill_balanced_tail_helps(true, 2048, 4096));
+  EXPECT_FALSE(sm90::prefill_balanced_tail_helps(true, 2048, 4097));
+  EXPECT_FALSE(sm90::prefill_balanced_tail_helps(true, 2048, 34816));
+  EXPECT_FALSE(sm90::prefill_balanced_tail_helps(false, 2048, 2048));
+  EXPECT_FALSE(sm90::prefill_balanced_tail_helps(false, 2048, 32768));
+}
+
 // The dynamic walk's order inside one request (prefill_schedule.h), on the
 // host: every (head, query block) exactly once, query blocks non-increasing
 // inside each section, the last section last and, in the walk's last

@@ -124,8 +124,9 @@ DeviceCounters* device_counters(int device, bool may_allocate) {
 }
 
 // LATTN_HOPPER_PREFILL_SCHEDULE ("static", "pairs" or "dynamic"; read
-// once), else static: the pairs with the balanced tail (docs/hopper.md,
-// "Scheduler"; the measurements that chose it are in docs/perf.md).
+// once), else static: the pairs, with the balanced tail where
+// prefill_balanced_tail_helps (docs/hopper.md, "Scheduler"; the measurements that
+// chose it are in docs/perf.md).
 HopperPrefillSchedule resolve(HopperPrefillSchedule schedule) {
   if (schedule != HopperPrefillSchedule::automatic) return schedule;
   static const HopperPrefillSchedule from_env = [] {
@@ -159,11 +160,15 @@ int64_t section_bytes() {
   return from_env;
 }
 
-// The kernel argument for this launch.
-PrefillSchedule make_schedule(const PrefillParams& p, HopperPrefillSchedule kind, int device, cudaStream_t stream) {
+// The kernel argument for this launch. An explicit static_balanced always
+// deals the tail (tests, benchmarks); the default static walk where
+// prefill_balanced_tail_helps.
+PrefillSchedule make_schedule(const PrefillParams& p, int64_t q_rows, int64_t kv_rows, HopperPrefillSchedule kind,
+                              int device, cudaStream_t stream) {
   PrefillSchedule s;
   const HopperPrefillSchedule resolved = resolve(kind);
-  s.balanced_tail = resolved == HopperPrefillSchedule::static_balanced;
+  s.balanced_tail = resolved == HopperPrefillSchedule::static_balanced &&
+                    (kind == HopperPrefillSchedule::static_balanced || prefill_balanced_tail_helps(p.causal, q_rows, kv_rows));
   if (resolved != HopperPrefillSchedule::dynamic) return s;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
@@ -173,7 +178,7 @@ PrefillSchedule make_schedule(const PrefillParams& p, HopperPrefillSchedule kind
   }
   DeviceCounters* c = device_counters(device, capture == cudaStreamCaptureStatusNone);
   if (c == nullptr) {  // capturing, no counters yet: the static walk
-    s.balanced_tail = true;
+    s.balanced_tail = prefill_balanced_tail_helps(p.causal, q_rows, kv_rows);
     return s;
   }
   s.counter = c->base + c->next.fetch_add(1, std::memory_order_relaxed) % kCounterSlots;
@@ -280,7 +285,7 @@ void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_
     throw ValueError(std::string("hopper prefill attention: candidate config ") + cfg.name +
                      " is compiled for bf16 only");
   }
-  PrefillSchedule sched = make_schedule(p, schedule, device, stream);
+  PrefillSchedule sched = make_schedule(p, q_rows, kv_rows, schedule, device, stream);
   sched.max_ctas = max_ctas;
   fn(p, sched, tq, tk, tv, stream);
 }

@@ -98,6 +98,19 @@ LATTN_HOST_DEVICE constexpr void prefill_tail_tile(int rank, int m_blocks, int n
   }
 }
 
+// Whether the default static walk deals its tail so (an explicit
+// static_balanced always does): only for causal launches whose key rows are
+// at most twice their query rows, where a request's tiles range from one key
+// block to M and the snake evens them out. Measured (docs/perf.md,
+// "balanced tail"): 1-5 % faster than the plain pairs at 1 x 8192; with
+// near-equal tiles — a non-causal context chunk, a causal launch over far
+// more keys than queries (2048 x 34816) — it gains no round and was 1-4 %
+// slower (fewer CTAs share a head's K/V at a time). The factor 2 is not
+// tuned: those two ends are what was measured.
+LATTN_HOST_DEVICE constexpr bool prefill_balanced_tail_helps(bool causal, long long q_rows, long long kv_rows) {
+  return causal && kv_rows <= 2 * q_rows;
+}
+
 // The tail rank CTA `cta` takes in its `round`-th tail step (the snake).
 LATTN_HOST_DEVICE constexpr int prefill_snake_rank(int cta, int round, int grid) {
   return round * grid + (round % 2 == 0 ? cta : grid - 1 - cta);
