@@ -9,7 +9,10 @@
 // tokens) against the same attention done in one bottom-right causal launch,
 // with either backend's kernel. Each row: median µs of many event-timed
 // launches after warm-up, TFLOP/s by the count of docs/bench-method.md, and
-// the fraction of the GEMM rate. A summary table is printed last.
+// the fraction of the GEMM rate. The default hopper kernel's rows run each
+// tile walk by name ("walk=pairs|static|dynamic", back to back per shape;
+// LATTN_PREFILL_BENCH_ROTATE=k rotates their order). A summary table is
+// printed last.
 //
 // This benchmark reaches the internal launchers (src/cuda/sm80/prefill/prefill_launch.h,
 // src/cuda/sm90/prefill/prefill_launch.h)

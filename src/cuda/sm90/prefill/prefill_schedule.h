@@ -15,9 +15,10 @@
 namespace lattn::cuda::sm90 {
 
 enum class HopperPrefillSchedule {
-  automatic,        // LATTN_HOPPER_PREFILL_SCHEDULE (read once: "static", "pairs" or "dynamic"), else static
+  automatic,        // LATTN_HOPPER_PREFILL_SCHEDULE (read once: "static", "pairs" or "dynamic"), else static:
+                    // static_balanced where prefill_balanced_tail_helps, else static_pairs
   static_pairs,     // the static round robin over paired query blocks, to the end ("pairs")
-  static_balanced,  // the same, its last rounds dealt as single tiles heaviest first ("static")
+  static_balanced,  // the same, its last rounds dealt as single tiles heaviest first (always, when named)
   dynamic,          // heaviest first from an atomic tile counter
 };
 

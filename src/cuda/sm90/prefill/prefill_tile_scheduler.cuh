@@ -29,7 +29,9 @@
 // units is left idle by the rest of the CTAs (for 1 x 8192 at H128, 4096
 // units of 65 blocks over 132 CTAs: 32 rounds for 31.03 of work).
 //
-// Static, balanced tail (the default): the static pairs, except that the
+// Static, balanced tail (the default for causal launches over at most twice
+// as many keys as queries, prefill_balanced_tail_helps; the plain pairs
+// otherwise): the static pairs, except that the
 // last full round and the partial one are dealt as single tiles, heaviest
 // first, in a snake over the CTAs (prefill_schedule.h, tail_plan), when
 // they lie in the walk's last request; the makespan comes within about a
