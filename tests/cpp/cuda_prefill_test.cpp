@@ -641,8 +641,8 @@ TEST(HopperPrefillKernel, StaticAndDynamicWalks) {
   std::vector<int32_t> many = {0};
   for (int b = 0; b < 300; ++b) many.push_back(many.back() + (b * 37) % 7 * (b % 11 == 0 ? 29 : 1));
   int seed = 800;
-  for (HopperPrefillSchedule schedule : {HopperPrefillSchedule::static_pairs, HopperPrefillSchedule::static_balanced,
-                                         HopperPrefillSchedule::dynamic}) {
+  for (HopperPrefillSchedule schedule :
+       {HopperPrefillSchedule::static_pairs, HopperPrefillSchedule::static_balanced, HopperPrefillSchedule::dynamic}) {
     SCOPED_TRACE(schedule_name(schedule));
     for (bool causal : {true, false}) {
       run_kernel_case({0, DType::bf16, causal, varlen, varlen, 8, true, schedule}, seed++);
@@ -681,8 +681,8 @@ TEST(HopperPrefillKernel, BalancedTailOnSmallGrids) {
     int heads;
   };
   const std::vector<Shape> shapes = {
-      {{0, 1000}, {0, 1000}, 3},                 // M 8: 12 units
-      {{0, 1100}, {0, 1100}, 2},                 // M 9: 10 units, the middle one a single tile
+      {{0, 1000}, {0, 1000}, 3},                        // M 8: 12 units
+      {{0, 1100}, {0, 1100}, 2},                        // M 9: 10 units, the middle one a single tile
       {{0, 300, 1200, 1800}, {0, 300, 1200, 1800}, 3},  // walked 900, 600, 300: a tail on grid 2, else too long
       {{0, 300, 900}, {0, 100, 1400}, 2},  // walked 600 (more keys), then 300 (fewer keys): the tail on grid 3
   };
@@ -780,8 +780,8 @@ TEST(HopperPrefillSchedule, BalancedTailCoversEveryTileOnceAndBalances) {
     for (int heads : {1, 3, 16, 128}) {
       for (int batch : {1, 4}) {
         for (int grid : {1, 5, 7, 132}) {
-          SCOPED_TRACE("M " + std::to_string(m_blocks) + " H " + std::to_string(heads) + " B " +
-                       std::to_string(batch) + " grid " + std::to_string(grid));
+          SCOPED_TRACE("M " + std::to_string(m_blocks) + " H " + std::to_string(heads) + " B " + std::to_string(batch) +
+                       " grid " + std::to_string(grid));
           const Walk w = walk(m_blocks, heads, batch, grid);
           if (m_blocks % 2 == 0) {
             // Equal units: every CTA's front costs the same, and the tail
@@ -800,8 +800,8 @@ TEST(HopperPrefillSchedule, BalancedTailCoversEveryTileOnceAndBalances) {
   }
   // The benchmark shapes on an H100's 132 SMs (docs/perf.md): the pairs'
   // partial round costs 1.4-3 %, the balanced tail at most 0.2 %.
-  for (auto [m_blocks, heads, batch] : {std::tuple{64, 128, 1}, std::tuple{32, 128, 4}, std::tuple{8, 128, 16},
-                                         std::tuple{64, 16, 8}}) {
+  for (auto [m_blocks, heads, batch] :
+       {std::tuple{64, 128, 1}, std::tuple{32, 128, 4}, std::tuple{8, 128, 16}, std::tuple{64, 16, 8}}) {
     SCOPED_TRACE("M " + std::to_string(m_blocks) + " H " + std::to_string(heads) + " B " + std::to_string(batch));
     const Walk w = walk(m_blocks, heads, batch, 132);
     EXPECT_GE(w.makespan_pairs, 1.013 * w.average);
@@ -880,8 +880,8 @@ TEST(HopperPrefillKernel, SanitizerCase) {
     }
     // The balanced tail on a grid of 3: 10 units (5 heads x 2 requests of
     // one unit), the last 4 (in the last request) dealt as single tiles.
-    KernelCase tail{config, DType::bf16, true, {0, 70, 70, 200}, {0, 90, 95, 225}, 5, true,
-                    sm90::HopperPrefillSchedule::static_balanced};
+    KernelCase tail{config,           DType::bf16, true, {0, 70, 70, 200},
+                    {0, 90, 95, 225}, 5,           true, sm90::HopperPrefillSchedule::static_balanced};
     tail.max_ctas = 3;
     run_kernel_case(tail, 602);
   }

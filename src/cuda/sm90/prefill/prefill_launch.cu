@@ -167,8 +167,9 @@ PrefillSchedule make_schedule(const PrefillParams& p, int64_t q_rows, int64_t kv
                               int device, cudaStream_t stream) {
   PrefillSchedule s;
   const HopperPrefillSchedule resolved = resolve(kind);
-  s.balanced_tail = resolved == HopperPrefillSchedule::static_balanced &&
-                    (kind == HopperPrefillSchedule::static_balanced || prefill_balanced_tail_helps(p.causal, q_rows, kv_rows));
+  s.balanced_tail =
+      resolved == HopperPrefillSchedule::static_balanced &&
+      (kind == HopperPrefillSchedule::static_balanced || prefill_balanced_tail_helps(p.causal, q_rows, kv_rows));
   if (resolved != HopperPrefillSchedule::dynamic) return s;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
