@@ -1,4 +1,4 @@
-// src/cuda/sm90/decode/decode_launch.cuh — the launch both Hopper decode
+// src/cuda/sm90/decode/smem_opt_in_launch.cuh — the launch both Hopper decode
 // kernels share (decode_kernel_instance.cuh, fp8_instance.cuh).
 #pragma once
 
