@@ -10,6 +10,7 @@
 // exchange buffers; what else it has it reads with at<U>(K::kSomeOffset).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/sm90/common/mbarrier.cuh"
