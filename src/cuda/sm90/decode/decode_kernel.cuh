@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   uint8_t *const q_smem = smem.q, *const kv_smem = smem.kv, *const p_smem = smem.p;
   float *const row_max = smem.row_max, *const row_sum = smem.row_sum;
   uint64_t *const full = smem.full, *const empty = smem.empty;
-  int* bad_key = smem.at<int>(K::kBadKeyOffset);  // [2], by tile parity
+  int* bad_key = smem.template at<int>(K::kBadKeyOffset);  // [2], by tile parity
   const int part = blockIdx.y;
   // full: the producer's arrive.expect_tx; empty: every consumer thread, after its wgmmas.
   smem.init_ring(1, K::kConsumerThreads);

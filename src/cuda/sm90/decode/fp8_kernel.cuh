@@ -119,9 +119,9 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   uint8_t *const q_smem = smem.q, *const kv_smem = smem.kv;
   float *const row_max = smem.row_max, *const row_sum = smem.row_sum;
   uint64_t *const full = smem.full, *const empty = smem.empty;
-  float* merge = smem.at<float>(K::kMergeOffset);
-  float* stat = smem.at<float>(K::kStatOffset);
-  float* row_scale = smem.at<float>(K::kRowScaleOffset);
+  float* merge = smem.template at<float>(K::kMergeOffset);
+  float* stat = smem.template at<float>(K::kStatOffset);
+  float* row_scale = smem.template at<float>(K::kRowScaleOffset);
   const int part = blockIdx.y;
   // full: the producer's arrive.expect_tx; empty: every thread of the warpgroup that consumed the tile.
   smem.init_ring(1, 128);
