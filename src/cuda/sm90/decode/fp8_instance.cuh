@@ -5,8 +5,8 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/sm90/decode/decode_kernel_instance.h"
-#include "cuda/sm90/decode/smem_opt_in_launch.cuh"
 #include "cuda/sm90/decode/fp8_kernel.cuh"
+#include "cuda/sm90/decode/smem_opt_in_launch.cuh"
 
 namespace lattn::cuda::sm90 {
 
