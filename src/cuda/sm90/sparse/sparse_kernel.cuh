@@ -19,9 +19,6 @@
 //   3. waits for its copies, fences them for the async proxy (wgmma reads
 //      shared memory through it) and arrives on the stage's `full` barrier
 //      (one arrival per producer thread).
-// Its warp 0 also reads the next tile's indices a tile early and asks L2 for
-// those rows (bulk prefetch) before the current tile waits for its stage, so
-// step 2's loads hit L2.
 // The consumers release a stage on its `empty` barrier after P V has read it.
 // The epilogue writes out = O / l (times 1 / (1 + exp(sink - lse)) with a
 // sink) and lse = ln sum exp(s): -inf and 0 for a head without keys, NaN
@@ -55,25 +52,6 @@ __device__ __forceinline__ void sparse_fetch_indices(const SparseParams& p, cons
   for (int i = 0; i < 2; ++i) {
     const int j = tile * 64 + 32 * i + lane;
     raw[i] = j < p.topk ? __ldg(idx + j) : -1;
-  }
-}
-
-// Producer warp 0: asks L2 for the whole rows of the valid slots in `raw`
-// (one bulk prefetch per row, no registers or barriers involved), so that the
-// gather of this tile, one tile later, reads L2 instead of waiting on HBM.
-template <class K>
-__device__ __forceinline__ void sparse_prefetch_rows(const SparseParams& p, const int32_t (&raw)[2]) {
-  constexpr uint32_t kRowBytes = K::kDsMla ? uint32_t(K::kDsRowBytes) : uint32_t(K::kD * 2);  // 656 or 1152
-  static_assert(kRowBytes % 16 == 0, "bulk prefetch sizes are multiples of 16 bytes");
-  const int block_size = int(p.block_size);
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int32_t s = raw[i];
-    if (s >= 0 && s < p.num_slots) {
-      const uint8_t* row = p.cache + uint64_t(s / block_size) * uint64_t(p.block_stride_bytes) +
-                           uint64_t(s % block_size) * uint64_t(p.entry_stride_bytes);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "n"(kRowBytes) : "memory");
-    }
   }
 }
 
@@ -137,13 +115,20 @@ __device__ __forceinline__ void dequant16(uint4 raw, float scale, uint4& lo, uin
 // tile, rows past count zero. Warp pw takes rows pw, pw + 4, ...; lane l the
 // 16 latents [16 l, 16 l + 16) of each (one 512-byte row per warp load) and
 // their tile's scale; the rope (64 bf16 = 8 pieces per row) goes by cp.async.
-// The rows were asked of L2 one tile earlier (sparse_prefetch_rows), so the
-// loads, kFp8Batch rows at a time, mostly hit L2.
+// The warp first asks L2 for its 16 whole rows (one bulk prefetch per row),
+// so that the loads, kFp8Batch rows at a time, mostly hit L2.
 template <class K>
 __device__ __forceinline__ void gather_ds_mla(const SparseParams& p, uint32_t slots, int count, uint32_t stage) {
   constexpr int kRowsPerWarp = K::kBlockN / 4, kBatch = K::kFp8Batch;
   const int pt = threadIdx.x - K::kConsumerThreads;
   const int pw = pt / 32, lane = pt % 32;
+  if (lane < kRowsPerWarp) {
+    const int row = pw + 4 * lane;
+    if (row < count) {
+      const uint8_t* src = p.cache + uint64_t(uint32_t(ld_shared_s32(slots + 4u * uint32_t(row)))) * 16u;
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "n"(K::kDsRowBytes) : "memory");
+    }
+  }
   // Rope: rows' bytes [528, 656) -> box 8.
 #pragma unroll
   for (int c = pt; c < K::kBlockN * 8; c += K::kProducerThreads) {
@@ -295,28 +280,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) sparse_mla_sm90_kernel(const _
     setmaxnreg_dec<K::kProducerRegs>();
     const bool lister = threadIdx.x < K::kConsumerThreads + 32;  // its warp 0
     const uint32_t stage0 = smem_u32(kv_smem);
-    // The lister runs ahead of the gather: it holds the indices of tile it
-    // (cur) and it + 1 (next), and asks L2 for tile it + 1's rows before tile
-    // it waits for its stage, so that gather's loads (a chain of round trips
-    // per warp) meet L2 latency, not HBM's. Tile 0's rows go out first.
-    int32_t cur[2] = {-1, -1}, next[2] = {-1, -1};
-    if (lister) {
-      sparse_fetch_indices(p, idx, 0, cur);
-      sparse_prefetch_rows<K>(p, cur);
-      if (n_tiles > 1) sparse_fetch_indices(p, idx, 1, next);
-    }
     for (int it = 0; it < n_tiles; ++it) {
       const int s = it % K::kStages, round = it / K::kStages;
       const uint32_t slots = slots_u32 + uint32_t(s) * (K::kBlockN * 4), count_addr = counts_u32 + 4u * uint32_t(s);
-      if (lister) sparse_prefetch_rows<K>(p, next);  // tile it + 1 (next holds -1 past the last tile)
+      int32_t raw[2];
+      if (lister) sparse_fetch_indices(p, idx, it, raw);  // its latency overlaps the wait
       if (round > 0) mbarrier_wait(&empty[s], (round - 1) & 1);
       // The list of stage s was last read in tile it - 2, before the previous barrier.
-      if (lister) {
-        sparse_compact(p, cur, slots, count_addr);
-        cur[0] = next[0], cur[1] = next[1];
-        next[0] = next[1] = -1;
-        if (it + 2 < n_tiles) sparse_fetch_indices(p, idx, it + 2, next);  // its latency overlaps a whole tile
-      }
+      if (lister) sparse_compact(p, raw, slots, count_addr);
       named_barrier_sync(kBarProducer, K::kProducerThreads);
       const int count = ld_shared_s32(count_addr);
       const uint32_t stage = stage0 + uint32_t(s) * uint32_t(K::kKVTileBytes);

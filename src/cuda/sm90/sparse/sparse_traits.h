@@ -26,14 +26,13 @@ struct SparseTraits : DecodeTraits<__nv_bfloat16> {
   // fp8_ds_mla rows: 512 fp8 latents, 4 f32 tile scales, 64 bf16 rope values.
   static constexpr int kDsRowBytes = 656, kDsScalesAt = 512, kDsRopeAt = 528;
 
-  // The producer warpgroup gathers rows (bf16: cp.async and the next tile's
-  // indices and prefetch addresses, 24 registers spilled, 40 do not;
+  // The producer warpgroup gathers rows (bf16: cp.async, a few registers;
   // fp8_ds_mla: loads, dequantization and stores in registers, so it gets more
   // and the consumers keep what O (128 f32) and S need: ptxas spills nothing
   // at 64 / 216 with batches of 4 and at 80 / 208 with batches of 8). The sum
   // must not exceed the 168 x 384 registers allocated at launch.
-  static constexpr int kProducerRegs = !kDsMla ? 40 : kFp8Batch == 4 ? 64 : 80;
-  static constexpr int kConsumerRegs = !kDsMla ? 224 : kFp8Batch == 4 ? 216 : 208;
+  static constexpr int kProducerRegs = !kDsMla ? 24 : kFp8Batch == 4 ? 64 : 80;
+  static constexpr int kConsumerRegs = !kDsMla ? 240 : kFp8Batch == 4 ? 216 : 208;
   static_assert(kProducerRegs * kProducerThreads + kConsumerRegs * kConsumerThreads <= 168 * kThreads,
                 "setmaxnreg may only redistribute the registers allocated at launch (168 per thread)");
 
