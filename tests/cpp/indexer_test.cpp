@@ -352,46 +352,46 @@ TEST(IndexerCuda, LogitsMatchTheFp64Reference) {
 TEST(IndexerCuda, TopkEqualsABruteForceSortOfItsLogits) {
   LATTN_REQUIRE_GPU();
   for (bool long_rows : {false, true})
-  for (bool device_arrays : {false, true}) {
-    for (int k : {1, 7, 64, 2048, 4096}) {
-      Case c;
-      c.seed = uint64_t(k) + 3 + (long_rows ? 100 : 0);
-      // One request longer than k, one shorter (-1 padding).
-      c.seq_lens = long_rows ? std::vector<int>{9000, 37, 4100} : std::vector<int>{37, 3000, 1};
-      c.q_lens = long_rows ? std::vector<int>{2, 1, 3} : std::vector<int>{1, 5, 1};
-      c.num_blocks = long_rows ? 900 : 200;
-      const int width = long_rows ? 9000 : 3000;
-      const Data d = make(c);
-      const DeviceData g = to_gpu(d, device_arrays);
-      OwnedTensor dl = OwnedTensor::empty({d.T, width}, DType::f32, Device::cuda(0));
-      indexer_logits(g.args, g.cache, dl, "cuda");
-      const OwnedTensor logits = test::to_host_f32(dl);
-      OwnedTensor dev = OwnedTensor::empty({d.T, k}, DType::i32, Device::cuda(0));
-      test::poison(dev);
-      indexer_topk(g.args, g.cache, dev, "");
-      OwnedTensor out = OwnedTensor::empty({d.T, k}, DType::i32);
-      copy_tensor(dev, out);
-      int t = 0;
-      for (size_t r = 0; r < c.q_lens.size(); ++r) {
-        for (int j = 0; j < c.q_lens[r]; ++j, ++t) {
-          const int visible = c.seq_lens[r] - c.q_lens[r] + j + 1;
-          const std::vector<int32_t> want = brute_topk(logits.data_as<float>() + int64_t(t) * width, visible, k);
-          for (int i = 0; i < k; ++i) {
-            int32_t slot = -1;
-            if (want[size_t(i)] >= 0) {
-              const int32_t blk =
-                  d.block_table
-                      .data_as<int32_t>()[r * d.block_table.tensor().stride(0) + want[size_t(i)] / c.block_size];
-              slot = blk * c.block_size + want[size_t(i)] % c.block_size;
+    for (bool device_arrays : {false, true}) {
+      for (int k : {1, 7, 64, 2048, 4096}) {
+        Case c;
+        c.seed = uint64_t(k) + 3 + (long_rows ? 100 : 0);
+        // One request longer than k, one shorter (-1 padding).
+        c.seq_lens = long_rows ? std::vector<int>{9000, 37, 4100} : std::vector<int>{37, 3000, 1};
+        c.q_lens = long_rows ? std::vector<int>{2, 1, 3} : std::vector<int>{1, 5, 1};
+        c.num_blocks = long_rows ? 900 : 200;
+        const int width = long_rows ? 9000 : 3000;
+        const Data d = make(c);
+        const DeviceData g = to_gpu(d, device_arrays);
+        OwnedTensor dl = OwnedTensor::empty({d.T, width}, DType::f32, Device::cuda(0));
+        indexer_logits(g.args, g.cache, dl, "cuda");
+        const OwnedTensor logits = test::to_host_f32(dl);
+        OwnedTensor dev = OwnedTensor::empty({d.T, k}, DType::i32, Device::cuda(0));
+        test::poison(dev);
+        indexer_topk(g.args, g.cache, dev, "");
+        OwnedTensor out = OwnedTensor::empty({d.T, k}, DType::i32);
+        copy_tensor(dev, out);
+        int t = 0;
+        for (size_t r = 0; r < c.q_lens.size(); ++r) {
+          for (int j = 0; j < c.q_lens[r]; ++j, ++t) {
+            const int visible = c.seq_lens[r] - c.q_lens[r] + j + 1;
+            const std::vector<int32_t> want = brute_topk(logits.data_as<float>() + int64_t(t) * width, visible, k);
+            for (int i = 0; i < k; ++i) {
+              int32_t slot = -1;
+              if (want[size_t(i)] >= 0) {
+                const int32_t blk =
+                    d.block_table
+                        .data_as<int32_t>()[r * d.block_table.tensor().stride(0) + want[size_t(i)] / c.block_size];
+                slot = blk * c.block_size + want[size_t(i)] % c.block_size;
+              }
+              ASSERT_EQ(out.data_as<int32_t>()[t * k + i], slot)
+                  << "long rows " << long_rows << " device arrays " << device_arrays << " k " << k << " token " << t
+                  << " rank " << i;
             }
-            ASSERT_EQ(out.data_as<int32_t>()[t * k + i], slot) << "long rows " << long_rows << " device arrays "
-                                                               << device_arrays << " k " << k << " token " << t
-                                                               << " rank " << i;
           }
         }
       }
     }
-  }
 }
 
 TEST(IndexerCuda, TopkPositionsEqualTheHostOnTiesOver128kPositions) {

@@ -230,7 +230,7 @@ struct TopkParams {
 // (candidates above τ so far), eq [chunks] (keys == τ per chunk); cand [k]
 // the candidates above τ. ints == nullptr: no split (one CTA per row).
 struct SplitWork {
-  int* ints;  // [rows][row_ints]
+  int* ints;                 // [rows][row_ints]
   unsigned long long* cand;  // [rows][k]
   int chunks, row_ints;
   static constexpr int kGt = 4 * 256, kEq = kGt + 1;
