@@ -142,8 +142,12 @@ Row indexer_case(Stream stream, int T, int S, int topk, Row* topk_only) {
 }  // namespace
 }  // namespace lattn
 
-int main() {
+// Arguments: none (every row), `target` (the ceilings and the H128
+// case with the default kernel only: the rows an A/B of two builds repeats),
+// or `topk` (the ceilings and the indexer rows).
+int main(int argc, char** argv) {
   using namespace lattn;
+  const std::string only = argc > 1 ? argv[1] : "";
   cuda::StreamHandle stream(0);
   const double gemm = gemm_ceiling_tflops(stream.get()), copy = copy_ceiling_gbps(stream.get());
   std::printf("ceilings: cuBLAS bf16 8192^3 %.1f TFLOP/s, device copy %.0f GB/s\n", gemm, copy);
@@ -157,25 +161,39 @@ int main() {
     const char* fp8_batch;
     bool bf16;
   };
-  for (const Variant& v : {Variant{"default", "", "8", true}, Variant{"mma", "mma", "8", true},
-                           Variant{"wgmma batch4", "wgmma", "4", false}}) {
-    setenv("LATTN_SPARSE_KERNEL", v.kernel, 1);
-    setenv("LATTN_SPARSE_FP8_BATCH", v.fp8_batch, 1);
-    for (DType cache_dtype : {DType::bf16, kFp8DsMla}) {
-      if (cache_dtype == DType::bf16 && !v.bf16) continue;
-      Row r = sparse_case(stream.get(), cache_dtype, 128, 256, 2048);
-      r.name += std::string(" [") + v.label + "]";
-      rows.push_back(r);
+  if (only.empty() || only == "target") {
+    for (const Variant& v : {Variant{"default", "", "8", true}, Variant{"mma", "mma", "8", true},
+                             Variant{"wgmma batch4", "wgmma", "4", false}}) {
+      if (only == "target" && std::string(v.label) != "default") continue;
+      setenv("LATTN_SPARSE_KERNEL", v.kernel, 1);
+      setenv("LATTN_SPARSE_FP8_BATCH", v.fp8_batch, 1);
+      for (DType cache_dtype : {kFp8DsMla, DType::bf16}) {
+        if (cache_dtype == DType::bf16 && !v.bf16) continue;
+        Row r = sparse_case(stream.get(), cache_dtype, 128, 256, 2048);
+        r.name += std::string(" [") + v.label + "]";
+        rows.push_back(r);
+      }
     }
+    unsetenv("LATTN_SPARSE_KERNEL");
+    unsetenv("LATTN_SPARSE_FP8_BATCH");
   }
-  unsetenv("LATTN_SPARSE_KERNEL");
-  unsetenv("LATTN_SPARSE_FP8_BATCH");
-  rows.push_back(sparse_case(stream.get(), kFp8DsMla, 16, 8, 2048));
-  Row topk1, topk128;
-  rows.push_back(indexer_case(stream.get(), 1, 131072, 2048, &topk1));
-  rows.push_back(topk1);
-  rows.push_back(indexer_case(stream.get(), 128, 131072, 2048, &topk128));
-  rows.push_back(topk128);
+  if (only.empty()) rows.push_back(sparse_case(stream.get(), kFp8DsMla, 16, 8, 2048));
+  if (only.empty() || only == "topk") {
+    // The top-k split across CTAs (the default for rows longer than 4096)
+    // against one CTA per row (LATTN_TOPK_SPLIT=0), at 1, 8 and 128 tokens.
+    for (const char* split : {"", "0"}) {
+      setenv("LATTN_TOPK_SPLIT", split, 1);
+      const std::string label = *split ? " [one CTA per row]" : " [split]";
+      for (int T : {1, 8, 128}) {
+        Row topk_row;
+        Row r = indexer_case(stream.get(), T, 131072, 2048, &topk_row);
+        r.name += label, topk_row.name += label;
+        rows.push_back(r);
+        rows.push_back(topk_row);
+      }
+    }
+    unsetenv("LATTN_TOPK_SPLIT");
+  }
   std::printf("%-62s %12s %10s %8s %10s %8s\n", "case", "us", "TFLOP/s", "frac_gemm", "GB/s", "frac_copy");
   for (const Row& r : rows) {
     std::printf("%-62s %12.1f %10.2f %8.3f %10.0f %8.3f\n", r.name.c_str(), r.us, r.tflops, r.tflops / gemm, r.gbps,

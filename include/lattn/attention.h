@@ -62,8 +62,15 @@ struct MlaAttentionConfig {
 
   // The caches this layer is configured for, as one value: {dims.kv_lora_rank,
   // dims.qk_rope_head_dim, kv_cache_dtype, block_size}; the fp8 scale is the
-  // cache's own (LatentCache::scale).
+  // cache's own (LatentCache::scale). set_kv_cache_spec sets those four
+  // fields from one (docs/metadata.md, "One KvCacheSpec").
   KvCacheSpec kv_cache_spec() const { return {dims.kv_lora_rank, dims.qk_rope_head_dim, kv_cache_dtype, block_size}; }
+  void set_kv_cache_spec(const KvCacheSpec& spec) {
+    dims.kv_lora_rank = spec.kv_lora_rank;
+    dims.qk_rope_head_dim = spec.qk_rope_head_dim;
+    kv_cache_dtype = spec.dtype;
+    block_size = spec.block_size;
+  }
 };
 
 // The lightning indexer's inputs of one step, computed by the model (its

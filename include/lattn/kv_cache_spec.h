@@ -3,10 +3,13 @@
 // its dtype, the block size and the fp8 scale.
 //
 // The configuration structs that name these facts field by field
-// (MlaAttentionConfig, SelectorConfig, the metadata builder's config) keep
-// their fields, and say them as a KvCacheSpec through kv_cache_spec(); a
-// cache says its own through LatentCache::spec(). Code that compares a cache
-// with what was configured compares the two specs (lattn/cache.h).
+// (MlaAttentionConfig, SelectorConfig, MetadataBuilderConfig,
+// MlaCommonStateConfig) keep their fields, take them from one KvCacheSpec
+// through set_kv_cache_spec() and, where they hold all of them, say them as
+// one through kv_cache_spec(); a cache says its own through
+// LatentCache::spec(). Code that compares a cache with what was configured
+// compares the two specs (lattn/cache.h). docs/metadata.md, "One
+// KvCacheSpec", says who holds what.
 #pragma once
 
 #include <string>

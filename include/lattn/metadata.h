@@ -31,6 +31,7 @@
 #include "lattn/batch_reorder.h"
 #include "lattn/common_metadata.h"
 #include "lattn/device.h"
+#include "lattn/kv_cache_spec.h"
 #include "lattn/step_plans.h"
 #include "lattn/stream.h"
 #include "lattn/tensor.h"
@@ -220,6 +221,12 @@ struct MetadataBuilderConfig {
   // the workspace. Also switched on by LATTN_BATCH_INVARIANT=1.
   bool batch_invariant = false;
   int64_t batch_invariant_context_chunk = 0;
+
+  // Sets block_size from the one value an engine holds per cache
+  // (docs/metadata.md, "One KvCacheSpec"). The builder needs nothing else of
+  // it; head_dim stays the opt-in check of vLLM's supported head sizes, which
+  // a non-DeepSeek spec would fail.
+  void set_kv_cache_spec(const KvCacheSpec& spec) { block_size = spec.block_size; }
 };
 
 // Per-build options.

@@ -22,6 +22,7 @@
 
 #include "lattn/device.h"
 #include "lattn/dtype.h"
+#include "lattn/kv_cache_spec.h"
 #include "lattn/metadata.h"
 #include "lattn/stream.h"
 #include "lattn/tensor.h"
@@ -39,6 +40,13 @@ struct MlaCommonStateConfig {
   int max_seq_len_to_capture = 0;       // runner.max_seq_len_to_capture (tokens), > 0
   int max_graph_batch_size = 0;         // rows of runner.graph_block_tables, > 0
   int max_blocks_per_seq = 0;           // its width; 0 = cdiv(max_seq_len_to_capture, block_size)
+
+  // Sets block_size and head_size (the entry's L + R) from the cache's one
+  // value (docs/metadata.md, "One KvCacheSpec").
+  void set_kv_cache_spec(const KvCacheSpec& spec) {
+    block_size = spec.block_size;
+    head_size = spec.entry_dim();
+  }
 };
 
 // Views of the captured step's input buffers (seed: the dict of

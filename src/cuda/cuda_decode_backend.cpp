@@ -375,13 +375,17 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   planned_batch_ = md.num_decodes;
 }
 
-void CudaDecodeBackend::launch_plan(const DecodeMetadata& md, int parts) {
+void CudaDecodeBackend::carve_plan(const DecodeMetadata& md, int parts) {
   const int rows_capacity = m_tiles_ * config_.block_m;
   const size_t bytes =
       decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, min_slots_, plan_.fold_splits);
   Workspace& ws = own_store_->workspace;
   ws.reserve(bytes, params_.context.stream, plan_op(hopper_));
   carve_decode_plan(ws.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_, min_slots_);
+}
+
+void CudaDecodeBackend::launch_plan(const DecodeMetadata& md, int parts) {
+  carve_plan(md, parts);
   launch_decode_plan(md.seq_lens.data_as<const int32_t>(), md.num_decodes, plan_, whole_requests_,
                      reinterpret_cast<cudaStream_t>(params_.context.stream));
   plan_store_ = own_store_;
@@ -395,12 +399,7 @@ int CudaDecodeBackend::fused_ctas_per_sm() {
 }
 
 void CudaDecodeBackend::plan_fused(const DecodeMetadata& md, int parts) {
-  const int rows_capacity = m_tiles_ * config_.block_m;
-  const size_t bytes =
-      decode_plan_bytes(md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, min_slots_, plan_.fold_splits);
-  Workspace& ws = own_store_->workspace;
-  ws.reserve(bytes, params_.context.stream, plan_op(hopper_));
-  carve_decode_plan(ws.data(), md.num_decodes, parts, rows_capacity, params_.kv_lora_rank, plan_, min_slots_);
+  carve_plan(md, parts);
   plan_store_ = own_store_;
   plan_generation_ = own_store_->generation.load();
   fused_ = true;

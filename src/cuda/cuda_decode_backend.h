@@ -85,6 +85,9 @@ class CudaDecodeBackend final : public DecodeBackend {
   void plan(const DecodeMetadata& md, bool allow_sm90);
   // Launches the planning kernel into this instance's store (plan_ set).
   void launch_plan(const DecodeMetadata& md, int parts);
+  // Reserves this backend's own plan store for `parts` splits per request and
+  // carves plan_ in it (both launch_plan and plan_fused start so).
+  void carve_plan(const DecodeMetadata& md, int parts);
   // The one-launch kernel's plan: partial slots in this instance's store;
   // nothing is launched (the kernel plans itself).
   void plan_fused(const DecodeMetadata& md, int parts);

@@ -34,6 +34,7 @@
 #include "lattn/errors.h"
 #include "lattn/registry.h"
 #include "support/gpu.h"
+#include "support/scoped_env.h"
 #include "support/test_data.h"
 
 namespace lattn {
@@ -266,30 +267,7 @@ std::vector<std::string> backends_here() {
   return v;
 }
 
-// Sets an environment variable for a scope (the decode switches are read at
-// each plan), restoring what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using test::ScopedEnv;  // the decode switches are read at each plan
 
 // The label of a plan that runs the one-launch small-batch kernel (plan,
 // attention and combine in one cooperative kernel: smxx/decode_fused.h).

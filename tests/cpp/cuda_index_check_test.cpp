@@ -22,6 +22,7 @@
 #include "lattn/tensor.h"
 #include "support/backend_driver.h"
 #include "support/gpu.h"
+#include "support/scoped_env.h"
 
 namespace lattn {
 namespace {
@@ -29,30 +30,10 @@ namespace {
 const Device kGpu = Device::cuda(0);
 constexpr uint8_t kGuard = 0xab;
 
-// Sets LATTN_CHECK_INDICES for one test and restores it.
-class CheckIndices {
+// Sets (on) or unsets (off) LATTN_CHECK_INDICES for one test and restores it.
+class CheckIndices : public test::ScopedEnv {
  public:
-  explicit CheckIndices(bool on) {
-    const char* old = std::getenv("LATTN_CHECK_INDICES");
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (on) {
-      setenv("LATTN_CHECK_INDICES", "1", 1);
-    } else {
-      unsetenv("LATTN_CHECK_INDICES");
-    }
-  }
-  ~CheckIndices() {
-    if (had_) {
-      setenv("LATTN_CHECK_INDICES", old_.c_str(), 1);
-    } else {
-      unsetenv("LATTN_CHECK_INDICES");
-    }
-  }
-
- private:
-  bool had_ = false;
-  std::string old_;
+  explicit CheckIndices(bool on) : ScopedEnv("LATTN_CHECK_INDICES", on ? "1" : nullptr) {}
 };
 
 std::vector<uint8_t> host_bytes(const Tensor& t) {

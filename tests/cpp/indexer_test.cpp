@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -345,45 +346,52 @@ TEST(IndexerCuda, LogitsMatchTheFp64Reference) {
   }
 }
 
+// Rows of 3000 positions take one CTA per token; rows of 9000 (longer than
+// the 4096-position chunk) the split top-k, whose last chunk is partial and
+// whose shorter rows leave chunks empty.
 TEST(IndexerCuda, TopkEqualsABruteForceSortOfItsLogits) {
   LATTN_REQUIRE_GPU();
-  for (bool device_arrays : {false, true}) {
-    for (int k : {1, 7, 64, 2048, 4096}) {
-      Case c;
-      c.seed = uint64_t(k) + 3;
-      c.seq_lens = {37, 3000, 1};  // one request longer than k, one shorter (-1 padding)
-      c.q_lens = {1, 5, 1};
-      c.num_blocks = 200;
-      const Data d = make(c);
-      const DeviceData g = to_gpu(d, device_arrays);
-      OwnedTensor dl = OwnedTensor::empty({d.T, 3000}, DType::f32, Device::cuda(0));
-      indexer_logits(g.args, g.cache, dl, "cuda");
-      const OwnedTensor logits = test::to_host_f32(dl);
-      OwnedTensor dev = OwnedTensor::empty({d.T, k}, DType::i32, Device::cuda(0));
-      test::poison(dev);
-      indexer_topk(g.args, g.cache, dev, "");
-      OwnedTensor out = OwnedTensor::empty({d.T, k}, DType::i32);
-      copy_tensor(dev, out);
-      int t = 0;
-      for (size_t r = 0; r < c.q_lens.size(); ++r) {
-        for (int j = 0; j < c.q_lens[r]; ++j, ++t) {
-          const int visible = c.seq_lens[r] - c.q_lens[r] + j + 1;
-          const std::vector<int32_t> want = brute_topk(logits.data_as<float>() + t * 3000, visible, k);
-          for (int i = 0; i < k; ++i) {
-            int32_t slot = -1;
-            if (want[size_t(i)] >= 0) {
-              const int32_t blk =
-                  d.block_table
-                      .data_as<int32_t>()[r * d.block_table.tensor().stride(0) + want[size_t(i)] / c.block_size];
-              slot = blk * c.block_size + want[size_t(i)] % c.block_size;
+  for (bool long_rows : {false, true})
+    for (bool device_arrays : {false, true}) {
+      for (int k : {1, 7, 64, 2048, 4096}) {
+        Case c;
+        c.seed = uint64_t(k) + 3 + (long_rows ? 100 : 0);
+        // One request longer than k, one shorter (-1 padding).
+        c.seq_lens = long_rows ? std::vector<int>{9000, 37, 4100} : std::vector<int>{37, 3000, 1};
+        c.q_lens = long_rows ? std::vector<int>{2, 1, 3} : std::vector<int>{1, 5, 1};
+        c.num_blocks = long_rows ? 900 : 200;
+        const int width = long_rows ? 9000 : 3000;
+        const Data d = make(c);
+        const DeviceData g = to_gpu(d, device_arrays);
+        OwnedTensor dl = OwnedTensor::empty({d.T, width}, DType::f32, Device::cuda(0));
+        indexer_logits(g.args, g.cache, dl, "cuda");
+        const OwnedTensor logits = test::to_host_f32(dl);
+        OwnedTensor dev = OwnedTensor::empty({d.T, k}, DType::i32, Device::cuda(0));
+        test::poison(dev);
+        indexer_topk(g.args, g.cache, dev, "");
+        OwnedTensor out = OwnedTensor::empty({d.T, k}, DType::i32);
+        copy_tensor(dev, out);
+        int t = 0;
+        for (size_t r = 0; r < c.q_lens.size(); ++r) {
+          for (int j = 0; j < c.q_lens[r]; ++j, ++t) {
+            const int visible = c.seq_lens[r] - c.q_lens[r] + j + 1;
+            const std::vector<int32_t> want = brute_topk(logits.data_as<float>() + int64_t(t) * width, visible, k);
+            for (int i = 0; i < k; ++i) {
+              int32_t slot = -1;
+              if (want[size_t(i)] >= 0) {
+                const int32_t blk =
+                    d.block_table
+                        .data_as<int32_t>()[r * d.block_table.tensor().stride(0) + want[size_t(i)] / c.block_size];
+                slot = blk * c.block_size + want[size_t(i)] % c.block_size;
+              }
+              ASSERT_EQ(out.data_as<int32_t>()[t * k + i], slot)
+                  << "long rows " << long_rows << " device arrays " << device_arrays << " k " << k << " token " << t
+                  << " rank " << i;
             }
-            ASSERT_EQ(out.data_as<int32_t>()[t * k + i], slot)
-                << "device arrays " << device_arrays << " k " << k << " token " << t << " rank " << i;
           }
         }
       }
     }
-  }
 }
 
 TEST(IndexerCuda, TopkPositionsEqualTheHostOnTiesOver128kPositions) {
@@ -402,17 +410,23 @@ TEST(IndexerCuda, TopkPositionsEqualTheHostOnTiesOver128kPositions) {
   const int32_t lens[] = {n, n - 17, 100000, 1000};
   std::memcpy(lengths.data(), lens, sizeof(lens));
   const OwnedTensor dl = test::to_device(logits), dlen = test::to_device(lengths);
-  for (int k : {1, 2048, 4096}) {
-    OwnedTensor want = OwnedTensor::empty({4, k}, DType::i32),
-                dev = OwnedTensor::empty({4, k}, DType::i32, Device::cuda(0));
-    topk_positions(logits, lengths, want);
-    test::poison(dev);
-    topk_positions(dl, dlen, dev);
-    OwnedTensor got = OwnedTensor::empty({4, k}, DType::i32);
-    copy_tensor(dev, got);
-    for (int i = 0; i < 4 * k; ++i)
-      ASSERT_EQ(got.data_as<int32_t>()[i], want.data_as<int32_t>()[i]) << "k " << k << " at " << i;
+  // The default splits each row across CTAs; LATTN_TOPK_SPLIT=0 keeps one CTA per row.
+  for (const char* split : {"", "0"}) {
+    setenv("LATTN_TOPK_SPLIT", split, 1);
+    for (int k : {1, 2048, 4096}) {
+      OwnedTensor want = OwnedTensor::empty({4, k}, DType::i32),
+                  dev = OwnedTensor::empty({4, k}, DType::i32, Device::cuda(0));
+      topk_positions(logits, lengths, want);
+      test::poison(dev);
+      topk_positions(dl, dlen, dev);
+      OwnedTensor got = OwnedTensor::empty({4, k}, DType::i32);
+      copy_tensor(dev, got);
+      for (int i = 0; i < 4 * k; ++i)
+        ASSERT_EQ(got.data_as<int32_t>()[i], want.data_as<int32_t>()[i])
+            << "LATTN_TOPK_SPLIT '" << split << "' k " << k << " at " << i;
+    }
   }
+  unsetenv("LATTN_TOPK_SPLIT");
 }
 
 TEST(IndexerCuda, RefusesWhatItCannotDo) {

@@ -1,6 +1,7 @@
 // KvCacheSpec: one value for a latent cache's dims, dtype, block size and
 // scale, said the same way by a cache, a layer's config, a selector config
-// and a decode plan; and the one refusal of a cache that does not match.
+// and a decode plan, set into every config from one value; and the one
+// refusal of a cache that does not match.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,8 @@
 #include "lattn/errors.h"
 #include "lattn/functional.h"
 #include "lattn/kv_cache_spec.h"
+#include "lattn/metadata.h"
+#include "lattn/mla_common_state.h"
 #include "lattn/sparse.h"
 #include "support/error_text.h"
 
@@ -78,6 +81,41 @@ TEST(KvCacheSpec, ConfigsSayTheirCacheFactsAsOneValue) {
   EXPECT_EQ(set.qk_rope_head_dim, 32);
   EXPECT_EQ(set.kv_cache_dtype, DType::fp8_e4m3);
   EXPECT_EQ(set.block_size, 32);
+}
+
+// An engine that holds one KvCacheSpec per cache sets every config from it;
+// what the builder then makes (the metadata and both views) says the same
+// block size, and a forward check compares that with the cache.
+TEST(KvCacheSpec, EveryConfigIsSetFromOneSpec) {
+  const KvCacheSpec spec{256, 32, DType::f16, 3};
+
+  MlaAttentionConfig layer;
+  layer.set_kv_cache_spec(spec);
+  EXPECT_EQ(layer.kv_cache_spec(), spec);
+  EXPECT_EQ(layer.dims.kv_lora_rank, 256);
+  EXPECT_EQ(layer.dims.qk_rope_head_dim, 32);
+  EXPECT_EQ(layer.kv_cache_dtype, DType::f16);
+  EXPECT_EQ(layer.block_size, 3);
+
+  MlaCommonStateConfig state;
+  state.set_kv_cache_spec(spec);
+  EXPECT_EQ(state.block_size, 3);
+  EXPECT_EQ(state.head_size, 288);
+
+  MetadataBuilderConfig config;
+  config.set_kv_cache_spec(spec);
+  EXPECT_EQ(config.block_size, 3);
+  EXPECT_FALSE(config.head_dim.has_value());  // the vLLM head-size check stays opt-in
+  config.chunked_prefill_enabled = false;
+  const MlaMetadataBuilder builder(config);
+  // One decode (5 tokens of context) and one prefill without context.
+  const RequestSpec requests[] = {{1, 5, {0, 1}}, {4, 0, {2, 3}}};
+  const MlaMetadata md = builder.build(requests);
+  EXPECT_EQ(md.block_size, spec.block_size);
+  ASSERT_NE(md.decode_metadata(), nullptr);
+  ASSERT_NE(md.prefill_metadata(), nullptr);
+  EXPECT_EQ(md.decode_metadata()->block_size, spec.block_size);
+  EXPECT_EQ(md.prefill_metadata()->block_size, spec.block_size);
 }
 
 // mla_decode refuses a cache whose spec differs from its plan's, in any one

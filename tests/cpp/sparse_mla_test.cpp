@@ -23,6 +23,7 @@
 #include "support/backend_driver.h"
 #include "support/error_text.h"
 #include "support/gpu.h"
+#include "support/scoped_env.h"
 #include "support/test_data.h"
 
 namespace lattn {
@@ -399,30 +400,7 @@ TEST(SparseMlaGpu, CudaMatchesTheReference) {
   }
 }
 
-// Sets an environment variable for a scope (the sparse kernel switches are
-// read at each call), restoring what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using test::ScopedEnv;  // the sparse kernel switches are read at each call
 
 // Whether the Hopper (wgmma) sparse kernel can run here: an sm 9.0 GPU and a
 // library with sm_90a code (the hopper decode backend needs the same).

@@ -16,13 +16,38 @@ std::string capability_reason(std::optional<DeviceCapability> capability) {
          " not supported";
 }
 
-std::string join_dims(const std::vector<MLADimensions>& dims) {
+// "a, b, c": each item as `say` writes it.
+template <class Item, class Say>
+std::string join(const std::vector<Item>& items, Say&& say) {
   std::string s;
-  for (size_t i = 0; i < dims.size(); ++i) {
+  for (size_t i = 0; i < items.size(); ++i) {
     if (i) s += ", ";
-    s += dims[i].str();
+    s += say(items[i]);
   }
   return s;
+}
+
+std::string join_dims(const std::vector<MLADimensions>& dims) {
+  return join(dims, [](const MLADimensions& d) { return d.str(); });
+}
+
+// The reasons both kinds of backend class give first, in the seeds' order:
+// compute capability, dtype, availability.
+template <class Class>
+std::vector<std::string> common_reasons(const Class& cls, std::optional<DeviceCapability> capability,
+                                        const SelectorConfig& config) {
+  std::vector<std::string> reasons;
+  if (!cls.supports_compute_capability(capability)) reasons.push_back(capability_reason(capability));
+  if (!cls.supports_dtype(config.dtype))
+    reasons.push_back(std::string("dtype ") + dtype_torch_name(config.dtype) + " not supported");
+  if (!cls.is_available()) reasons.push_back("required dependencies not available");
+  return reasons;
+}
+
+template <class Class>
+bool supports(const Class& cls, DType dtype) {
+  const auto d = cls.supported_dtypes();
+  return std::find(d.begin(), d.end(), dtype) != d.end();
 }
 
 }  // namespace
@@ -53,18 +78,11 @@ SelectorConfig SelectorConfig::for_dims(const MlaDims& dims, DType dtype, DType 
   return c;
 }
 
-bool PrefillBackendClass::supports_dtype(DType dtype) const {
-  const auto d = supported_dtypes();
-  return std::find(d.begin(), d.end(), dtype) != d.end();
-}
+bool PrefillBackendClass::supports_dtype(DType dtype) const { return supports(*this, dtype); }
 
 std::vector<std::string> PrefillBackendClass::validate_configuration(std::optional<DeviceCapability> capability,
                                                                      const SelectorConfig& config) const {
-  std::vector<std::string> reasons;
-  if (!supports_compute_capability(capability)) reasons.push_back(capability_reason(capability));
-  if (!supports_dtype(config.dtype))
-    reasons.push_back(std::string("dtype ") + dtype_torch_name(config.dtype) + " not supported");
-  if (!is_available()) reasons.push_back("required dependencies not available");
+  std::vector<std::string> reasons = common_reasons(*this, capability, config);
   if (requires_r1_mla_dimensions() && !config.is_r1_compatible) {
     reasons.push_back(
         "model does not have DeepSeek R1 MLA dimensions (qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)");
@@ -77,18 +95,11 @@ std::vector<std::string> PrefillBackendClass::validate_configuration(std::option
   return reasons;
 }
 
-bool DecodeBackendClass::supports_dtype(DType dtype) const {
-  const auto d = supported_dtypes();
-  return std::find(d.begin(), d.end(), dtype) != d.end();
-}
+bool DecodeBackendClass::supports_dtype(DType dtype) const { return supports(*this, dtype); }
 
 std::vector<std::string> DecodeBackendClass::validate_configuration(std::optional<DeviceCapability> capability,
                                                                     const SelectorConfig& config) const {
-  std::vector<std::string> reasons;
-  if (!supports_compute_capability(capability)) reasons.push_back(capability_reason(capability));
-  if (!supports_dtype(config.dtype))
-    reasons.push_back(std::string("dtype ") + dtype_torch_name(config.dtype) + " not supported");
-  if (!is_available()) reasons.push_back("required dependencies not available");
+  std::vector<std::string> reasons = common_reasons(*this, capability, config);
   const auto cache_dtypes = supported_kv_cache_dtypes();
   if (std::find(cache_dtypes.begin(), cache_dtypes.end(), config.kv_cache_dtype) == cache_dtypes.end()) {
     // u8 is the fp8_ds_mla format (lattn/sparse.h): only sparse attention reads it.
@@ -100,23 +111,16 @@ std::vector<std::string> DecodeBackendClass::validate_configuration(std::optiona
   }
   const auto blocks = supported_block_sizes();
   if (!blocks.empty() && std::find(blocks.begin(), blocks.end(), config.block_size) == blocks.end()) {
-    std::string s;
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      if (i) s += ", ";
-      s += std::to_string(blocks[i]);
-    }
-    reasons.push_back("block size " + std::to_string(config.block_size) + " not supported (supported: " + s + ")");
+    reasons.push_back("block size " + std::to_string(config.block_size) +
+                      " not supported (supported: " + join(blocks, [](int b) { return std::to_string(b); }) + ")");
   }
   const auto latents = supported_latent_dims();
   const std::pair<int, int> mine{config.kv_lora_rank, config.qk_rope_head_dim};
   if (!latents.empty() && std::find(latents.begin(), latents.end(), mine) == latents.end()) {
-    std::string s;
-    for (size_t i = 0; i < latents.size(); ++i) {
-      if (i) s += ", ";
-      s += "(" + std::to_string(latents[i].first) + ", " + std::to_string(latents[i].second) + ")";
-    }
-    reasons.push_back("latent dims (" + std::to_string(mine.first) + ", " + std::to_string(mine.second) +
-                      ") not supported (supported: " + s + ")");
+    const auto pair = [](const std::pair<int, int>& p) {
+      return "(" + std::to_string(p.first) + ", " + std::to_string(p.second) + ")";
+    };
+    reasons.push_back("latent dims " + pair(mine) + " not supported (supported: " + join(latents, pair) + ")");
   }
   if (config.max_query_tokens_per_request > max_query_tokens_per_request()) {
     reasons.push_back(std::to_string(config.max_query_tokens_per_request) +

@@ -35,6 +35,19 @@ void check_host_i32(const char* op, const char* arg, const Tensor& t, int dims) 
 // Checks IndexerArgs against the cache; returns the longest visible length
 // (max over tokens of position + 1), read from the host arrays, or
 // args.max_seq_len when they live on the device (values unchecked there).
+// An output of the indexer: [T, >= min_cols] of `dtype` on `device`, rows
+// contiguous; `cols` says the width in the refusal's expected shape.
+void check_indexer_output(const char* op, const char* arg, const Tensor& t, DType dtype, Device device, int64_t T,
+                          int64_t min_cols, const std::string& cols) {
+  check_defined(op, arg, t);
+  check_dtype(op, arg, t, dtype);
+  check_device(op, arg, t, device);
+  check_dim(op, arg, t, 2);
+  check_arg(t.size(0) == T && t.size(1) >= min_cols, op, arg, "have shape [" + str(T) + ", " + cols + "]",
+            t.shape_str());
+  check_last_dim_contiguous(op, arg, t);
+}
+
 int64_t check_indexer_args(const char* op, const IndexerArgs& a, const IndexerKeyCache& cache) {
   cache.validate(op);
   const Device device = cache.device();
@@ -166,13 +179,7 @@ void indexer_logits(const IndexerArgs& a, const IndexerKeyCache& cache, const Te
   const int64_t longest = check_indexer_args(op, a, cache);
   const bool ref = use_reference(op, backend, cache.device());
   const int64_t T = a.q.size(0);
-  check_defined(op, "logits", logits);
-  check_dtype(op, "logits", logits, DType::f32);
-  check_device(op, "logits", logits, cache.device());
-  check_dim(op, "logits", logits, 2);
-  check_arg(logits.size(0) == T && logits.size(1) >= longest, op, "logits",
-            "have shape [" + str(T) + ", >= " + str(longest) + "]", logits.shape_str());
-  check_last_dim_contiguous(op, "logits", logits);
+  check_indexer_output(op, "logits", logits, DType::f32, cache.device(), T, longest, ">= " + str(longest));
   if (T == 0) return;
   detail::device_ops(cache.device()).indexer_logits(a, cache, logits, ref);
 }
@@ -183,13 +190,7 @@ void indexer_topk(const IndexerArgs& a, const IndexerKeyCache& cache, const Tens
   check_indexer_args(op, a, cache);
   const bool ref = use_reference(op, backend, cache.device());
   const int64_t T = a.q.size(0);
-  check_defined(op, "topk_indices", topk_indices);
-  check_dtype(op, "topk_indices", topk_indices, DType::i32);
-  check_device(op, "topk_indices", topk_indices, cache.device());
-  check_dim(op, "topk_indices", topk_indices, 2);
-  check_arg(topk_indices.size(0) == T && topk_indices.size(1) >= 1, op, "topk_indices",
-            "have shape [" + str(T) + ", topk >= 1]", topk_indices.shape_str());
-  check_last_dim_contiguous(op, "topk_indices", topk_indices);
+  check_indexer_output(op, "topk_indices", topk_indices, DType::i32, cache.device(), T, 1, "topk >= 1");
   if (T == 0) return;
   detail::device_ops(cache.device()).indexer_topk(a, cache, topk_indices, ref);
 }

@@ -17,11 +17,19 @@
 // (lowest-position) keys == τ are gathered as 64-bit (key, ~position) words
 // and bitonic-sorted in shared memory: logit descending, ties to the lower
 // position, the order the host gives. O(positions) per token, k <= 4096.
+// Rows longer than one 4096-position chunk split the passes across CTAs (one
+// per chunk, so a few decode tokens fill the GPU): four histogram launches
+// add each chunk's counts to the row's global histogram (every CTA replays
+// the digit choices of the passes before it from those histograms), a
+// gather launch sends the keys > τ to a global candidate list and counts
+// each chunk's keys == τ, and the one-CTA kernel above takes the keys == τ
+// from the first such chunks in position order, sorts and writes.
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -42,6 +50,9 @@ constexpr int kTilesPerBlock = 8;
 constexpr int kLogitThreads = 256;  // 4 per key
 constexpr int kTopkThreads = 1024;
 constexpr int kMaxTopk = 4096;  // candidates sorted in shared memory (32 KiB)
+constexpr int kSplitChunk = 4096;  // positions per CTA of the split top-k
+constexpr int kSplitThreads = 256;
+constexpr int kSplitPer = kSplitChunk / kSplitThreads;  // positions per thread, loaded at once
 
 // Which request a token belongs to: the last r with qsl[r] <= t (empty requests skipped).
 __device__ __forceinline__ int token_request(const int32_t* qsl, int64_t qsl_stride, int B, int t) {
@@ -214,23 +225,226 @@ struct TopkParams {
   Batch b;
 };
 
-__global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
-  __shared__ unsigned long long cand[kMaxTopk];
-  __shared__ int hist[256];
-  __shared__ int warp_eq[kTopkThreads / 32];
-  __shared__ int s_digit, s_need, s_count;
-  const int i_row = blockIdx.x, t = p.t0 + i_row, tid = threadIdx.x;
-  int r = 0, n;
+// The split top-k's global state, zeroed before its first launch; per row
+// (logits row i): hist [4][256] (each radix pass's counts over the row), gt
+// (candidates above τ so far), eq [chunks] (keys == τ per chunk); cand [k]
+// the candidates above τ. ints == nullptr: no split (one CTA per row).
+struct SplitWork {
+  int* ints;                 // [rows][row_ints]
+  unsigned long long* cand;  // [rows][k]
+  int chunks, row_ints;
+  static constexpr int kGt = 4 * 256, kEq = kGt + 1;
+  __device__ int* row(int i_row) const { return ints + int64_t(i_row) * row_ints; }
+};
+
+// The number of positions of row i_row (token t) and its request.
+__device__ __forceinline__ int topk_row_length(const TopkParams& p, int t, int& r) {
+  int n;
+  r = 0;
   if (p.lengths) {
     n = p.lengths[int64_t(t) * p.lengths_stride];
   } else {
     token_span(p.b, t, r, n);
   }
-  n = max(0, min(n, p.S));
+  return max(0, min(n, p.S));
+}
+
+// One warp: the digit the one-CTA radix select picks from a 256-bin histogram
+// (walking down from 255 while a bin holds fewer than `need`): the largest d
+// whose bins >= d hold at least `need` keys (0 if none), and what is still
+// needed from it. Lane l owns bins [8 l, 8 l + 8).
+__device__ __forceinline__ void select_digit_warp(const int* hist, int need, int& digit, int& need_out) {
+  const int lane = threadIdx.x % 32;
+  int b[8], sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum += (b[i] = hist[8 * lane + i]);
+  int incl = sum;  // this lane's bins and every higher lane's
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    const int v = __shfl_down_sync(0xffffffffu, incl, off);
+    if (lane + off < 32) incl += v;
+  }
+  int found = -1, above_found = 0, above = incl - sum;
+#pragma unroll
+  for (int i = 7; i >= 0; --i) {
+    if (found < 0 && above + b[i] >= need) found = 8 * lane + i, above_found = above;
+    above += b[i];
+  }
+  const unsigned has = __ballot_sync(0xffffffffu, found >= 0);
+  if (has == 0) {  // the walk stops at digit 0 with everything above it taken
+    digit = 0;
+    need_out = need - (__shfl_sync(0xffffffffu, incl, 0) - hist[0]);
+  } else {
+    const int src = 31 - __clz(int(has));
+    digit = __shfl_sync(0xffffffffu, found, src);
+    need_out = need - __shfl_sync(0xffffffffu, above_found, src);
+  }
+}
+
+// Every thread: the prefix, mask and need after the first `passes` radix
+// passes of a split row, replayed from its global histograms (the same on
+// every CTA).
+__device__ __forceinline__ void replay_passes(const int* hist, int passes, int k, uint32_t& prefix, uint32_t& mask,
+                                              int& need) {
+  __shared__ int h[4 * 256];
+  __shared__ uint32_t s_prefix, s_mask;
+  __shared__ int s_need;
+  for (int i = threadIdx.x; i < passes * 256; i += blockDim.x) h[i] = hist[i];
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    uint32_t pf = 0, mk = 0;
+    int nd = k;
+    for (int j = 0; j < passes; ++j) {
+      int d, left;
+      select_digit_warp(h + 256 * j, nd, d, left);
+      pf |= uint32_t(d) << (24 - 8 * j);
+      mk |= 255u << (24 - 8 * j);
+      nd = left;
+    }
+    if (threadIdx.x == 0) s_prefix = pf, s_mask = mk, s_need = nd;
+  }
+  __syncthreads();
+  prefix = s_prefix, mask = s_mask, need = s_need;
+}
+
+// Split pass `pass` (digit bits [24 - 8 pass, 32 - 8 pass)): CTA (c, i_row)
+// counts the digits of its chunk's keys that match the earlier passes'
+// prefix and adds them to the row's histogram. Grid (chunks, rows).
+__global__ void __launch_bounds__(kSplitThreads) topk_split_hist_kernel(TopkParams p, SplitWork w, int pass) {
+  __shared__ int local[256];
+  const int i_row = blockIdx.y, t = p.t0 + i_row, lane = threadIdx.x % 32;
+  int r;
+  const int n = topk_row_length(p, t, r), c0 = blockIdx.x * kSplitChunk;
+  if (n <= p.k || c0 >= n) return;  // the whole CTA: the one-CTA kernel takes short rows
+  int* hist = w.row(i_row);
+  uint32_t prefix, mask;
+  int need;
+  const float* row = p.logits + int64_t(i_row) * p.logits_stride;
+  float v[kSplitPer];
+#pragma unroll
+  for (int j = 0; j < kSplitPer; ++j) {  // all loads in flight before the replay
+    const int i = c0 + j * kSplitThreads + threadIdx.x;
+    v[j] = i < n ? row[i] : 0.f;
+  }
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) local[i] = 0;
+  replay_passes(hist, pass, p.k, prefix, mask, need);  // (its barriers also cover `local`)
+  const int shift = 24 - 8 * pass;
+#pragma unroll
+  for (int j = 0; j < kSplitPer; ++j) {
+    const int i = c0 + j * kSplitThreads + threadIdx.x;
+    const uint32_t key = sort_key(v[j]);
+    const bool take = i < n && (key & mask) == prefix;
+    const int digit = take ? int((key >> shift) & 255u) : 256;
+    // Lanes with the same digit add once (most keys of a row share the top digits).
+    const unsigned peers = __match_any_sync(0xffffffffu, digit);
+    if (take && lane == __ffs(int(peers)) - 1) atomicAdd(&local[digit], __popc(peers));
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < 256; d += blockDim.x) {
+    if (local[d]) atomicAdd(&hist[256 * pass + d], local[d]);
+  }
+}
+
+// After the four passes: CTA (c, i_row) appends its chunk's keys above τ to
+// the row's candidates (any order: the final kernel sorts them) and stores
+// how many of its keys equal τ. Grid (chunks, rows).
+__global__ void __launch_bounds__(kSplitThreads) topk_split_gather_kernel(TopkParams p, SplitWork w) {
+  __shared__ int s_eq;
+  const int i_row = blockIdx.y, t = p.t0 + i_row, lane = threadIdx.x % 32;
+  int r;
+  const int n = topk_row_length(p, t, r), c0 = blockIdx.x * kSplitChunk;
+  if (n <= p.k) return;
+  int* ws = w.row(i_row);
+  if (c0 >= n) {
+    if (threadIdx.x == 0) ws[SplitWork::kEq + blockIdx.x] = 0;
+    return;
+  }
+  const float* row = p.logits + int64_t(i_row) * p.logits_stride;
+  float v[kSplitPer];
+#pragma unroll
+  for (int j = 0; j < kSplitPer; ++j) {
+    const int i = c0 + j * kSplitThreads + threadIdx.x;
+    v[j] = i < n ? row[i] : 0.f;
+  }
+  if (threadIdx.x == 0) s_eq = 0;
+  uint32_t tau, mask;
+  int need;
+  replay_passes(ws, 4, p.k, tau, mask, need);
+  unsigned long long* cand = w.cand + int64_t(i_row) * p.k;
+  int eq = 0;
+#pragma unroll
+  for (int j = 0; j < kSplitPer; ++j) {
+    const int i = c0 + j * kSplitThreads + threadIdx.x;
+    const uint32_t key = sort_key(v[j]);
+    const bool above = i < n && key > tau;
+    eq += i < n && key == tau;
+    const unsigned ballot = __ballot_sync(0xffffffffu, above);
+    if (ballot == 0) continue;  // (the whole warp)
+    int base = 0;
+    if (lane == __ffs(int(ballot)) - 1) base = atomicAdd(&ws[SplitWork::kGt], __popc(ballot));
+    base = __shfl_sync(0xffffffffu, base, __ffs(int(ballot)) - 1) + __popc(ballot & ((1u << lane) - 1u));
+    if (above && base < p.k) cand[base] = (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - uint32_t(i));
+  }
+  for (int o = 16; o > 0; o /= 2) eq += __shfl_xor_sync(0xffffffffu, eq, o);
+  if (lane == 0 && eq) atomicAdd(&s_eq, eq);
+  __syncthreads();
+  if (threadIdx.x == 0) ws[SplitWork::kEq + blockIdx.x] = s_eq;
+}
+
+// Every thread of the one-CTA kernel: the first `need` keys == tau of
+// positions [lo, hi), in position order, into cand[base...] (a block scan per
+// 1024 positions); base and need move on by what was taken.
+__device__ __forceinline__ void take_equal(const float* row, int lo, int hi, uint32_t tau, unsigned long long* cand,
+                                           int* warp_eq, int& base, int& need) {
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  for (int c0 = lo; c0 < hi && need > 0; c0 += blockDim.x) {
+    const int i = c0 + tid;
+    const bool eq = i < hi && sort_key(row[i]) == tau;
+    const unsigned ballot = __ballot_sync(0xffffffffu, eq);
+    if (lane == 0) warp_eq[warp] = __popc(ballot);
+    __syncthreads();
+    int before = __popc(ballot & ((1u << lane) - 1u)), total = 0;
+    for (int w = 0; w < kTopkThreads / 32; ++w) {
+      if (w < warp) before += warp_eq[w];
+      total += warp_eq[w];
+    }
+    if (eq && before < need) {
+      cand[base + before] = (static_cast<unsigned long long>(tau) << 32) | (0xffffffffu - uint32_t(i));
+    }
+    const int took = min(total, need);
+    base += took;
+    need -= took;
+    __syncthreads();  // warp_eq reused by the next chunk
+  }
+}
+
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p, SplitWork w) {
+  __shared__ unsigned long long cand[kMaxTopk];
+  __shared__ int hist[256];
+  __shared__ int warp_eq[kTopkThreads / 32];
+  __shared__ int s_digit, s_need, s_count;
+  const int i_row = blockIdx.x, t = p.t0 + i_row, tid = threadIdx.x;
+  int r;
+  const int n = topk_row_length(p, t, r);
   const float* row = p.logits + int64_t(i_row) * p.logits_stride;
   const int k = p.k;
   int m;  // candidates
-  if (n <= k) {
+  if (n > k && w.ints) {
+    // Split: τ and the keys above it come from the split launches; the keys
+    // == τ from the first chunks holding any, in position order.
+    const int* ws = w.row(i_row);
+    uint32_t tau, mask;
+    int need;
+    replay_passes(ws, 4, k, tau, mask, need);
+    int base = k - need;
+    const unsigned long long* above = w.cand + int64_t(i_row) * k;
+    for (int i = tid; i < base; i += blockDim.x) cand[i] = above[i];
+    for (int c = 0; c < w.chunks && need > 0; ++c) {
+      if (ws[SplitWork::kEq + c] == 0) continue;  // (every thread reads the same count)
+      take_equal(row, c * kSplitChunk, min(n, (c + 1) * kSplitChunk), tau, cand, warp_eq, base, need);
+    }
+    m = k;
+  } else if (n <= k) {
     for (int i = tid; i < n; i += blockDim.x) {
       cand[i] = (static_cast<unsigned long long>(sort_key(row[i])) << 32) | (0xffffffffu - uint32_t(i));
     }
@@ -270,27 +484,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
     }
     __syncthreads();
     int base = s_count;  // == k - need
-    // Then the first `need` keys equal to tau, in position order (a block scan per chunk).
-    const int lane = tid % 32, warp = tid / 32;
-    for (int c0 = 0; c0 < n && need > 0; c0 += blockDim.x) {
-      const int i = c0 + tid;
-      const bool eq = i < n && sort_key(row[i]) == tau;
-      const unsigned ballot = __ballot_sync(0xffffffffu, eq);
-      if (lane == 0) warp_eq[warp] = __popc(ballot);
-      __syncthreads();
-      int before = __popc(ballot & ((1u << lane) - 1u)), total = 0;
-      for (int w = 0; w < kTopkThreads / 32; ++w) {
-        if (w < warp) before += warp_eq[w];
-        total += warp_eq[w];
-      }
-      if (eq && before < need) {
-        cand[base + before] = (static_cast<unsigned long long>(tau) << 32) | (0xffffffffu - uint32_t(i));
-      }
-      const int took = min(total, need);
-      base += took;
-      need -= took;
-      __syncthreads();  // warp_eq reused by the next chunk
-    }
+    // Then the first `need` keys equal to tau, in position order.
+    take_equal(row, 0, n, tau, cand, warp_eq, base, need);
     m = k;
   }
   // Bitonic sort (descending) of the m candidates, padded with 0 (below every real word).
@@ -387,6 +582,37 @@ Batch device_batch(const IndexerArgs& a, const IndexerKeyCache& cache, StreamScr
     b.seq_lens = a.seq_lens.data_as<const int32_t>(), b.sl_stride = a.seq_lens.stride(0);
   }
   return b;
+}
+
+// The split top-k's workspace for up to `rows` rows of width S, or none
+// (ints == nullptr: one CTA per row) when the rows fit one chunk.
+// LATTN_TOPK_SPLIT=0 keeps one CTA per row (the benchmark's comparison).
+SplitWork split_work(int S, int k, int rows, StreamScratch& scratch) {
+  SplitWork w{};
+  const char* env = std::getenv("LATTN_TOPK_SPLIT");
+  if (S <= kSplitChunk || S <= k || rows > 65535 || (env && std::string(env) == "0")) return w;
+  w.chunks = (S + kSplitChunk - 1) / kSplitChunk;
+  w.row_ints = SplitWork::kEq + w.chunks;
+  w.ints = static_cast<int*>(scratch.alloc(size_t(rows) * size_t(w.row_ints) * 4));
+  w.cand = static_cast<unsigned long long*>(scratch.alloc(size_t(rows) * size_t(k) * 8));
+  return w;
+}
+
+// Top-k of `rows` logits rows: the split launches first (when w has a
+// workspace), then the one-CTA kernel.
+void launch_topk(const TopkParams& p, int rows, const SplitWork& w, cudaStream_t s) {
+  if (w.ints) {
+    LATTN_CUDA_CHECK(cudaMemsetAsync(w.ints, 0, size_t(rows) * size_t(w.row_ints) * 4, s));
+    const dim3 grid(unsigned(w.chunks), unsigned(rows));
+    for (int pass = 0; pass < 4; ++pass) {
+      topk_split_hist_kernel<<<grid, kSplitThreads, 0, s>>>(p, w, pass);
+      LATTN_CUDA_CHECK_LAUNCH("topk_split_hist_kernel");
+    }
+    topk_split_gather_kernel<<<grid, kSplitThreads, 0, s>>>(p, w);
+    LATTN_CUDA_CHECK_LAUNCH("topk_split_gather_kernel");
+  }
+  topk_kernel<<<unsigned(rows), kTopkThreads, 0, s>>>(p, w);
+  LATTN_CUDA_CHECK_LAUNCH("topk_kernel");
 }
 
 // The longest visible row: max_seq_len, or the host seq_lens' maximum.
@@ -496,6 +722,7 @@ void indexer_topk(const IndexerArgs& a, const IndexerKeyCache& cache, const Tens
   // Logits scratch: at most ~256 MiB at a time (chunks of tokens).
   const int rows = int(std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(64) << 20) / S)));
   auto* logits = static_cast<float*>(scratch.alloc(size_t(rows) * S * 4));
+  const SplitWork w = split_work(S, k, rows, scratch);
   for (int t0 = 0; t0 < T; t0 += rows) {
     const int n = std::min(rows, T - t0);
     launch_logits(a, cache, b, logits, S, S, t0, n, s);
@@ -503,8 +730,7 @@ void indexer_topk(const IndexerArgs& a, const IndexerKeyCache& cache, const Tens
     p.logits = logits, p.logits_stride = S;
     p.out = topk_indices.data_as<int32_t>(), p.out_stride = topk_indices.stride(0);
     p.S = S, p.k = k, p.t0 = t0, p.slots = true, p.b = b;
-    topk_kernel<<<unsigned(n), kTopkThreads, 0, s>>>(p);
-    LATTN_CUDA_CHECK_LAUNCH("indexer topk_kernel");
+    launch_topk(p, n, w, s);
   }
 }
 
@@ -521,8 +747,10 @@ void topk_positions(const Tensor& logits, const Tensor& lengths, const Tensor& o
   p.lengths = lengths.data_as<const int32_t>(), p.lengths_stride = lengths.stride(0);
   p.out = out.data_as<int32_t>(), p.out_stride = out.stride(0);
   p.S = int(logits.size(1)), p.k = k, p.t0 = 0, p.slots = false;
-  topk_kernel<<<unsigned(logits.size(0)), kTopkThreads, 0, s>>>(p);
-  LATTN_CUDA_CHECK_LAUNCH("topk_kernel");
+  if (logits.size(0) == 0) return;
+  StreamScratch scratch(s);
+  const int rows = int(logits.size(0));
+  launch_topk(p, rows, split_work(p.S, k, rows, scratch), s);
 }
 
 }  // namespace lattn::cuda

@@ -11,10 +11,13 @@
 
 namespace lattn::cuda::sm90 {
 
+// The full row sums of this thread's two rows (16 w + lane / 4 + 8 i of the
+// M tile) in total[i]: the quad's partial sums, then the two warpgroups'
+// (they share the row max, so their sums add directly) through row_sum
+// ([2][kBlockM] f32 in shared memory). Every consumer thread calls it: it
+// syncs the consumers. Shared by write_o and the sparse kernel's epilogue.
 template <class K>
-__device__ __forceinline__ void write_o(const DecodeParams& p, const PieceView& pv, const SoftmaxState& st,
-                                        const float (&o)[K::kColsPerWarpgroup / 2], int slot, int g, float* row_sum) {
-  using T = typename K::T;
+__device__ __forceinline__ void share_row_sums(const SoftmaxState& st, int g, float* row_sum, float (&total)[2]) {
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
   const int r0 = 16 * w + lane / 4;
   float l[2];
@@ -29,10 +32,22 @@ __device__ __forceinline__ void write_o(const DecodeParams& p, const PieceView& 
     row_sum[g * K::kBlockM + r0 + 8] = l[1];
   }
   named_barrier_sync(kBarConsumers, K::kConsumerThreads);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) total[i] = l[i] + row_sum[(1 - g) * K::kBlockM + r0 + 8 * i];
+}
+
+template <class K>
+__device__ __forceinline__ void write_o(const DecodeParams& p, const PieceView& pv, const SoftmaxState& st,
+                                        const float (&o)[K::kColsPerWarpgroup / 2], int slot, int g, float* row_sum) {
+  using T = typename K::T;
+  const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
+  const int r0 = 16 * w + lane / 4;
+  float sums[2];
+  share_row_sums<K>(st, g, row_sum, sums);
   float inv[2], lse[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const float total = l[i] + row_sum[(1 - g) * K::kBlockM + r0 + 8 * i];
+    const float total = sums[i];
     // A row that saw no key: output 0, LSE -inf. A NaN sum (the row saw a
     // non-finite value, sanitize_masked_keys) passes through: NaN O and LSE.
     const bool seen = !(total <= 0.f);

@@ -12,7 +12,6 @@
 #include "cuda/sm90/common/tma.cuh"
 #include "cuda/sm90/common/tma_host.h"
 #include "cuda/sm90/decode/decode_kernel_instance.h"
-#include "cuda/sm90/decode/fp8_instance.h"
 #include "lattn/errors.h"
 
 namespace lattn::cuda::sm90 {

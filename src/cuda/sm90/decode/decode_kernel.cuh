@@ -13,6 +13,7 @@
 
 #include <climits>
 
+#include "cuda/sm90/common/cta_smem.cuh"
 #include "cuda/sm90/decode/decode_epilogue.cuh"
 #include "cuda/sm90/decode/decode_mainloop.cuh"
 #include "cuda/smxx/decode_pieces.cuh"
@@ -39,25 +40,14 @@ __global__ void __launch_bounds__(K::kThreads, 1)
                            CacheHint kv_hint) {
 #ifdef LATTN_SM90_DECODE_BODY
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* q_smem = smem + K::kQOffset;
-  uint8_t* kv_smem = smem + K::kKVOffset;
-  uint8_t* p_smem = smem + K::kPOffset;
-  float* row_max = reinterpret_cast<float*>(smem + K::kRowMaxOffset);
-  float* row_sum = reinterpret_cast<float*>(smem + K::kRowSumOffset);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + K::kBarrierOffset);
-  uint64_t* empty = full + K::kStages;
-  int* bad_key = reinterpret_cast<int*>(smem + K::kBadKeyOffset);  // [2], by tile parity
+  const CtaSmem<K> smem(smem_raw);
+  uint8_t *const q_smem = smem.q, *const kv_smem = smem.kv, *const p_smem = smem.p;
+  float *const row_max = smem.row_max, *const row_sum = smem.row_sum;
+  uint64_t *const full = smem.full, *const empty = smem.empty;
+  int* bad_key = smem.template at<int>(K::kBadKeyOffset);  // [2], by tile parity
   const int part = blockIdx.y;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < K::kStages; ++s) {
-      mbarrier_init(&full[s], 1);                     // the producer's arrive.expect_tx
-      mbarrier_init(&empty[s], K::kConsumerThreads);  // every consumer thread, after its wgmmas
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
+  // full: the producer's arrive.expect_tx; empty: every consumer thread, after its wgmmas.
+  smem.init_ring(1, K::kConsumerThreads);
 
   if (threadIdx.x >= K::kConsumerThreads) {
     // ---- producer warpgroup: one thread issues the copies ----

@@ -1,6 +1,8 @@
-// src/cuda/sm90/decode/decode_kernel_instance.h — the Hopper decode kernel
-// of one dtype, as the host code sees them (a launch function); defined in
-// decode_kernel_instance.cuh, instantiated once per dtype in instantiations/.
+// src/cuda/sm90/decode/decode_kernel_instance.h — the Hopper decode kernels
+// of one activation dtype, as the host code sees them (a launch function
+// each): the 16-bit-cache kernel (defined in decode_kernel_instance.cuh) and
+// the key-major fp8-cache kernel (fp8_instance.cuh), instantiated once per
+// dtype in instantiations/.
 #pragma once
 
 #include <cuda.h>
@@ -12,9 +14,15 @@
 
 namespace lattn::cuda::sm90 {
 
+// Both launch on grid (m_tiles, p.plan.num_parts); kv_hint is the L2
+// cache-policy word of the KV copies (sm90::CacheHint).
 template <class T>
 struct DecodeKernelInstance {
-  // kv_hint: the L2 cache-policy word of the KV copies (sm90::CacheHint).
+  static void launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
+                     cudaStream_t stream);
+};
+template <class T>
+struct DecodeFp8KernelInstance {
   static void launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
                      cudaStream_t stream);
 };

@@ -4,12 +4,10 @@
 // A CTA owns kBlockM = 64 packed rows (heads x query tokens of one request,
 // row j * H + h) and walks the request's KV in 64-key tiles; a key is one
 // latent-cache entry of kD = 576 = 512 (kv_c, also V) + 64 (k_pe) elements.
-// Warps: two consumer warpgroups (threads 0..255) and a producer warpgroup
-// (threads 256..383) of which one thread issues the bulk tensor copies; the
-// producer gives its registers to the consumers (setmaxnreg 24 / 240: ptxas
-// budgets registers per warpgroup, so a lone producer warp would cost as much,
-// and the launch allocates 168 x 384 registers, which 24 x 128 + 240 x 256
-// uses exactly: setmaxnreg.inc waits forever for registers the CTA lacks).
+// Warps (common/warp_roles.h): two consumer warpgroups (threads 0..255) and
+// a producer warpgroup (threads 256..383) of which one thread issues the bulk
+// tensor copies; the producer gives its registers to the consumers
+// (setmaxnreg 24 / 240, which uses the 168 x 384 allocated at launch exactly).
 //  * S = Q K^T: consumer warpgroup g computes the 64 rows x keys
 //    [32g, 32g + 32) (wgmma m64n32k16 over 36 k16 steps, Q and K from shared
 //    memory).
@@ -27,10 +25,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/sm90/common/warp_roles.h"
+
 namespace lattn::cuda::sm90 {
 
 template <class T_>
-struct DecodeTraits {
+struct DecodeTraits : WarpRoles<> {
   using T = T_;  // activations, cache and MMA operands: __nv_bfloat16 or __half
   static constexpr int kL = 512, kR = 64, kD = kL + kR;
   static constexpr int kBlockM = 64, kBlockN = 64;
@@ -38,13 +38,6 @@ struct DecodeTraits {
   static constexpr int kBoxes = kD / kBoxCols;   // 9 boxes per 576-wide row
   static constexpr int kVBoxes = kL / kBoxCols;  // the first 8 are V
   static constexpr int kStages = 2;              // KV tiles in the TMA ring
-  static constexpr int kConsumerWarpgroups = 2;
-  static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-  static constexpr int kProducerThreads = 128;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
-  static_assert(kProducerRegs * kProducerThreads + kConsumerRegs * kConsumerThreads <= 168 * kThreads,
-                "setmaxnreg may only redistribute the registers allocated at launch (168 per thread)");
   static constexpr int kKeysPerWarpgroup = kBlockN / kConsumerWarpgroups;  // QK N = 32
   static constexpr int kColsPerWarpgroup = kL / kConsumerWarpgroups;       // PV N = 256
 

@@ -1,14 +1,12 @@
 // src/cuda/sm90/decode/fp8_instance.cuh — DecodeFp8KernelInstance's
-// definition, explicitly instantiated once per dtype in instantiations/.
+// definition (declared in decode_kernel_instance.h), explicitly instantiated
+// once per dtype in instantiations/decode_sm90_fp8_*.cu.
 #pragma once
 
-#include <cuda_runtime.h>
-
-#include <mutex>
-
 #include "cuda/common/cuda_check.h"
-#include "cuda/sm90/decode/fp8_instance.h"
+#include "cuda/sm90/decode/decode_kernel_instance.h"
 #include "cuda/sm90/decode/fp8_kernel.cuh"
+#include "cuda/sm90/decode/smem_opt_in_launch.cuh"
 
 namespace lattn::cuda::sm90 {
 
@@ -16,18 +14,7 @@ template <class T>
 void DecodeFp8KernelInstance<T>::launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles,
                                         uint64_t kv_hint, cudaStream_t stream) {
   using K = DecodeFp8Traits<T>;
-  constexpr auto kernel = mla_decode_sm90_fp8_kernel<K>;
-  // The dynamic shared-memory limit, raised once per device (the first launch
-  // is an eager one: the backend plans before any capture).
-  constexpr int kMaxDevices = 64;
-  static std::once_flag once[kMaxDevices];
-  int device = 0;
-  LATTN_CUDA_CHECK(cudaGetDevice(&device));
-  std::call_once(once[device % kMaxDevices], [&] {
-    LATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(K::kSmemBytes)));
-  });
-  const dim3 grid(unsigned(m_tiles), unsigned(p.plan.num_parts));
-  kernel<<<grid, K::kThreads, K::kSmemBytes, stream>>>(p, cache_map, CacheHint(kv_hint));
+  detail::launch_decode_kernel<K, mla_decode_sm90_fp8_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
   LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_fp8_kernel");
 }
 

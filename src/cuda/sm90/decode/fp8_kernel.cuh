@@ -11,6 +11,7 @@
 // sm_90a only: the body compiles to nothing for other targets.
 #pragma once
 
+#include "cuda/sm90/common/cta_smem.cuh"
 #include "cuda/sm90/decode/fp8_mainloop.cuh"
 #include "cuda/smxx/decode_pieces.cuh"
 
@@ -114,26 +115,16 @@ __global__ void __launch_bounds__(K::kThreads, 1)
                                CacheHint kv_hint) {
 #ifdef LATTN_SM90_FP8_DECODE_BODY
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* kv_smem = smem + K::kKVOffset;
-  uint8_t* q_smem = smem + K::kQOffset;
-  float* merge = reinterpret_cast<float*>(smem + K::kMergeOffset);
-  float* row_max = reinterpret_cast<float*>(smem + K::kRowMaxOffset);
-  float* row_sum = reinterpret_cast<float*>(smem + K::kRowSumOffset);
-  float* stat = reinterpret_cast<float*>(smem + K::kStatOffset);
-  float* row_scale = reinterpret_cast<float*>(smem + K::kRowScaleOffset);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + K::kBarrierOffset);
-  uint64_t* empty = full + K::kStages;
+  const CtaSmem<K> smem(smem_raw);
+  uint8_t *const q_smem = smem.q, *const kv_smem = smem.kv;
+  float *const row_max = smem.row_max, *const row_sum = smem.row_sum;
+  uint64_t *const full = smem.full, *const empty = smem.empty;
+  float* merge = smem.template at<float>(K::kMergeOffset);
+  float* stat = smem.template at<float>(K::kStatOffset);
+  float* row_scale = smem.template at<float>(K::kRowScaleOffset);
   const int part = blockIdx.y;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < K::kStages; ++s) {
-      mbarrier_init(&full[s], 1);     // the producer's arrive.expect_tx
-      mbarrier_init(&empty[s], 128);  // every thread of the warpgroup that consumed the tile
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
+  // full: the producer's arrive.expect_tx; empty: every thread of the warpgroup that consumed the tile.
+  smem.init_ring(1, 128);
 
   if (threadIdx.x >= K::kConsumerThreads) {
     // ---- producer warpgroup: one thread issues the copies ----
@@ -157,7 +148,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   setmaxnreg_inc<K::kConsumerRegs>();
   const int g = threadIdx.x / 128;
   const int t = threadIdx.x % 4;
-  uint8_t* p_box = smem + K::kPOffset + g * K::kQBoxBytes;
+  uint8_t* p_box = smem.p + g * K::kQBoxBytes;
   int it = 0;  // tiles of the walk so far (both warpgroups count all of them)
   for_each_decode_piece(p, part, K::kBlockN, [&](int r, int tile_begin, int tile_end, int slot) {
     const Fp8PieceView pv = make_fp8_piece_view<K>(p, r);

@@ -25,10 +25,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/sm90/common/warp_roles.h"
+
 namespace lattn::cuda::sm90 {
 
+// Warps: common/warp_roles.h (setmaxnreg 24 / 240).
 template <class T_>
-struct DecodeFp8Traits {
+struct DecodeFp8Traits : WarpRoles<> {
   using T = T_;  // activations (and output): __nv_bfloat16 or __half; the MMAs run in f16
   static constexpr int kL = 512, kR = 64, kD = kL + kR;
   static constexpr int kRows = 16;                 // packed rows per CTA (the MMAs' N)
@@ -36,13 +39,6 @@ struct DecodeFp8Traits {
   static constexpr int kChunkCols = 64;            // fp8 columns per TMA box (64 bytes)
   static constexpr int kChunks = kD / kChunkCols;  // 9 boxes per tile
   static constexpr int kStages = 4;                // fp8 tiles in the TMA ring
-  static constexpr int kConsumerWarpgroups = 2;
-  static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-  static constexpr int kProducerThreads = 128;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
-  static_assert(kProducerRegs * kProducerThreads + kConsumerRegs * kConsumerThreads <= 168 * kThreads,
-                "setmaxnreg may only redistribute the registers allocated at launch (168 per thread)");
   static constexpr int kOBlocks = kL / 64;  // O^T m64 blocks per warpgroup (8)
 
   // Shared memory, byte offsets from a 1024-byte aligned base.

@@ -31,7 +31,9 @@
 #include <cstdint>
 
 #include "cuda/sm80/mma.cuh"  // cp_async_16, pack2
+#include "cuda/sm90/common/cta_smem.cuh"
 #include "cuda/sm90/common/smem.cuh"
+#include "cuda/sm90/decode/decode_epilogue.cuh"  // share_row_sums
 #include "cuda/sm90/decode/decode_mainloop.cuh"
 #include "cuda/sm90/sparse/sparse_traits.h"
 #include "cuda/smxx/sparse_mla_params.h"
@@ -197,7 +199,7 @@ __device__ __forceinline__ void sparse_load_q(const SparseParams& p, int t, int 
   fence_proxy_async_shared();
 }
 
-// Consumers: the two warpgroups' row sums added (they share the row max),
+// Consumers: the two warpgroups' row sums added (share_row_sums),
 // out = O / l with the sink factor, lse in natural log.
 template <class K>
 __device__ __forceinline__ void sparse_write_o(const SparseParams& p, int t, int h0, const SoftmaxState& st,
@@ -205,18 +207,8 @@ __device__ __forceinline__ void sparse_write_o(const SparseParams& p, int t, int
   using T = __nv_bfloat16;
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
   const int r0 = 16 * w + lane / 4;
-  float l[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] = st.l[i];
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-  }
-  if (lane % 4 == 0) {
-    row_sum[g * K::kBlockM + r0] = l[0];
-    row_sum[g * K::kBlockM + r0 + 8] = l[1];
-  }
-  named_barrier_sync(kBarConsumers, K::kConsumerThreads);
+  float sums[2];
+  share_row_sums<K>(st, g, row_sum, sums);
   T* out_t = static_cast<T*>(p.out) + int64_t(t) * p.out_stride_t;
   const bool vec = reinterpret_cast<uintptr_t>(out_t) % 4 == 0 && p.out_stride_h % 2 == 0;
   const int col0 = g * K::kColsPerWarpgroup + 2 * (lane % 4);
@@ -224,7 +216,7 @@ __device__ __forceinline__ void sparse_write_o(const SparseParams& p, int t, int
   for (int i = 0; i < 2; ++i) {
     const int h = h0 + r0 + 8 * i;
     if (h >= p.N) continue;
-    const float total = l[i] + row_sum[(1 - g) * K::kBlockM + r0 + 8 * i];
+    const float total = sums[i];
     // No key: output 0, LSE -inf. A NaN sum (a selected key held a NaN) passes through.
     const bool seen = !(total <= 0.f);
     const float lse = seen ? (st.m[i] + log2f(total)) * 0.69314718055994531f : -INFINITY;
@@ -253,27 +245,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) sparse_mla_sm90_kernel(const _
   const int t = int(blockIdx.z * 65535u + blockIdx.y), h0 = int(blockIdx.x) * K::kBlockM;
   if (t >= p.T) return;  // the last z slice is partial (the whole CTA leaves)
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* q_smem = smem + K::kQOffset;
-  uint8_t* kv_smem = smem + K::kKVOffset;
-  uint8_t* p_smem = smem + K::kPOffset;
-  float* row_max = reinterpret_cast<float*>(smem + K::kRowMaxOffset);
-  float* row_sum = reinterpret_cast<float*>(smem + K::kRowSumOffset);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + K::kBarrierOffset);
-  uint64_t* empty = full + K::kStages;
-  const uint32_t slots_u32 = smem_u32(smem + K::kSlotsOffset);    // [kStages][kBlockN] row offsets
-  const uint32_t counts_u32 = smem_u32(smem + K::kCountsOffset);  // [kStages]
+  const CtaSmem<K> smem(smem_raw);
+  uint8_t *const q_smem = smem.q, *const kv_smem = smem.kv, *const p_smem = smem.p;
+  float *const row_max = smem.row_max, *const row_sum = smem.row_sum;
+  uint64_t *const full = smem.full, *const empty = smem.empty;
+  const uint32_t slots_u32 = smem_u32(smem.base + K::kSlotsOffset);    // [kStages][kBlockN] row offsets
+  const uint32_t counts_u32 = smem_u32(smem.base + K::kCountsOffset);  // [kStages]
   const int n_tiles = (p.topk + K::kBlockN - 1) / K::kBlockN;
   const int32_t* idx = p.indices + int64_t(t) * p.idx_stride;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < K::kStages; ++s) {
-      mbarrier_init(&full[s], K::kProducerThreads);   // every producer thread, after its copies
-      mbarrier_init(&empty[s], K::kConsumerThreads);  // every consumer thread, after its wgmmas
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
+  // full: every producer thread, after its copies; empty: every consumer thread, after its wgmmas.
+  smem.init_ring(K::kProducerThreads, K::kConsumerThreads);
 
   if (threadIdx.x >= K::kConsumerThreads) {
     // ---- producer warpgroup ----
