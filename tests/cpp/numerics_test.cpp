@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <numeric>
@@ -31,6 +30,7 @@
 #include "lattn/metadata.h"
 #include "support/backend_driver.h"
 #include "support/gpu.h"
+#include "support/scoped_env.h"
 #include "support/test_data.h"
 
 namespace lattn::test {
@@ -295,15 +295,8 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
   {
     for (const InvarianceCase& c : cases) {
       SCOPED_TRACE(t.prefill + "/" + t.decode + " " + c.name);
-      struct FoldEnv {  // read at each plan; restored after the case
-        explicit FoldEnv(bool on) : on_(on) {
-          if (on_) setenv("LATTN_BATCH_INVARIANT_FOLD", "1", 1);
-        }
-        ~FoldEnv() {
-          if (on_) unsetenv("LATTN_BATCH_INVARIANT_FOLD");
-        }
-        bool on_;
-      } fold_env(c.fold);
+      // Read at each plan; restored after the case.
+      const ScopedEnv fold_env("LATTN_BATCH_INVARIANT_FOLD", c.fold ? "1" : "0");
       const std::vector<std::vector<uint8_t>> alone = run_batch({c.target}, t, c.heads, c.block);
       const std::vector<Req> batch_a = batch_with(c.target, c.decode, c.at_a, 5, c.mate_keys);
       const std::vector<Req> batch_b = batch_with(c.target, c.decode, c.decode ? 20 : 11, 6, c.mate_keys);
