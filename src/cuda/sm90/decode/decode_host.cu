@@ -84,6 +84,8 @@ const char* decode_sm90_schedule() {
     const std::string v = env;
     if (v == "serial") return "serial";
     if (v == "qreg") return "qreg";
+    if (v == "copyonly") return "copyonly";  // diagnostic: wrong results
+    if (v == "nopv") return "nopv";          // diagnostic: wrong results
     throw ValueError("LATTN_HOPPER_DECODE: expected serial or qreg, got '" + v + "'");
   }();
   return name;
@@ -132,7 +134,8 @@ void launch_decode_sm90_fp8(const DecodeParams& p, DType dtype, int64_t num_bloc
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream) {
   const CUtensorMap map = cache_tensor_map(p, dtype, num_blocks);
   const uint64_t hint = kv_cache_hint();
-  const int schedule = std::string(decode_sm90_schedule()) == "qreg" ? 1 : 0;
+  const std::string sched = decode_sm90_schedule();
+  const int schedule = sched == "qreg" ? 1 : sched == "copyonly" ? 2 : sched == "nopv" ? 3 : 0;
   switch (dtype) {
     case DType::bf16:
       return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, schedule, stream);

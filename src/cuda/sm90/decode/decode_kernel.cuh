@@ -113,6 +113,10 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       const int s = it % K::kStages, round = it / K::kStages;
       uint8_t* kv = kv_smem + s * K::kKVTileBytes;
       mbarrier_wait(&full[s], round & 1);
+      if constexpr (K::kCopyOnly) {
+        mbarrier_arrive(&empty[s]);
+        continue;
+      }
       const int key0 = tile * K::kBlockN;
       // Serial: each warpgroup's S reads only its own keys, so it may zero
       // their tail V rows first; qreg: both read every key, so after S.
@@ -145,7 +149,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
           if (first_bad < key_limit[i]) st.l[i] = NAN;  // this row sees a non-finite value: NaN, as the math
         }
       }
-      compute_pv<K>(p_smem, kv, g, o, alpha);
+      if constexpr (!K::kNoPV) compute_pv<K>(p_smem, kv, g, o, alpha);
       mbarrier_arrive(&empty[s]);  // this thread's wgmmas have read the stage
     }
     write_o<K>(p, pv, st, o, slot, g, row_sum);

@@ -40,6 +40,12 @@ void DecodeKernelInstance<T>::launch(const DecodeParams& p, const CUtensorMap& c
   if (schedule == 1) {
     using K = DecodeTraits<T, 1>;
     detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
+  } else if (schedule == 2) {
+    using K = DecodeTraits<T, 2>;
+    detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
+  } else if (schedule == 3) {
+    using K = DecodeTraits<T, 3>;
+    detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
   } else {
     using K = DecodeTraits<T, 0>;
     detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);

@@ -47,6 +47,10 @@ struct DecodeTraits {
   using T = T_;  // activations, cache and MMA operands: __nv_bfloat16 or __half
   static constexpr int kSchedule = kSchedule_;
   static constexpr bool kQReg = kSchedule_ == 1;
+  // Diagnostics (wrong results, benchmarks only): 2 "copyonly" (the
+  // consumers only wait for each tile and release it), 3 "nopv" (serial
+  // without the P V products).
+  static constexpr bool kCopyOnly = kSchedule_ == 2, kNoPV = kSchedule_ == 3;
   static constexpr int kL = 512, kR = 64, kD = kL + kR;
   static constexpr int kBlockM = 64, kBlockN = 64;
   static constexpr int kBoxCols = 64;            // 128 bytes of 16-bit elements
