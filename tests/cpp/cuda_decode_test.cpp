@@ -248,13 +248,6 @@ std::unique_ptr<DecodeBackend> make_backend(const DecodeBatch& b, Stream stream 
   return mla_decode_backend_registry().get_class(backend)->create(params);
 }
 
-// The wgmma kernel's schedule the label names: LATTN_HOPPER_DECODE or the
-// default (docs/hopper.md, "Two schedules").
-std::string hopper_schedule() {
-  const char* env = std::getenv("LATTN_HOPPER_DECODE");
-  return env && *env ? env : "serial";
-}
-
 // Empty when `backend` can run on this GPU (cuda: sm80+; hopper: sm90 with
 // sm_90a code built), else why not.
 std::string backend_unusable(const std::string& backend) {
@@ -355,7 +348,7 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
                          c.block_size % 64 == 0 && c.heads * max_s_q <= 16 &&
                          std::getenv("LATTN_HOPPER_FP8") == nullptr;
   const std::string expected = name + ": " +
-                               (wgmma       ? "sm90a wgmma + TMA decode (" + hopper_schedule() + " schedule)"
+                               (wgmma       ? std::string("sm90a wgmma + TMA decode (serial schedule)")
                                 : fp8_wgmma ? std::string("sm90a wgmma + TMA decode (fp8 cache, key-major)")
                                 : generic   ? std::string("generic SIMT decode kernel")
                                             : std::string("sm80 mma.sync decode"));

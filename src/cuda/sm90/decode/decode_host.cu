@@ -74,23 +74,6 @@ uint64_t kv_cache_hint() {
 
 }  // namespace
 
-// The wgmma kernel's schedule: "serial" (the default) or "qreg" (Q in
-// registers, S split by reduction columns; docs/hopper.md, "Two schedules").
-// LATTN_HOPPER_DECODE forces one (benchmarks); read once per process.
-const char* decode_sm90_schedule() {
-  static const char* const name = [] {
-    const char* env = std::getenv("LATTN_HOPPER_DECODE");
-    if (!env || !*env) return "serial";
-    const std::string v = env;
-    if (v == "serial") return "serial";
-    if (v == "qreg") return "qreg";
-    if (v == "copyonly") return "copyonly";  // diagnostic: wrong results
-    if (v == "nopv") return "nopv";          // diagnostic: wrong results
-    throw ValueError("LATTN_HOPPER_DECODE: expected serial or qreg, got '" + v + "'");
-  }();
-  return name;
-}
-
 std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
                                            const void* cache, int64_t block_stride_elems) {
   if (L != 512 || R != 64)
@@ -134,13 +117,11 @@ void launch_decode_sm90_fp8(const DecodeParams& p, DType dtype, int64_t num_bloc
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream) {
   const CUtensorMap map = cache_tensor_map(p, dtype, num_blocks);
   const uint64_t hint = kv_cache_hint();
-  const std::string sched = decode_sm90_schedule();
-  const int schedule = sched == "qreg" ? 1 : sched == "copyonly" ? 2 : sched == "nopv" ? 3 : 0;
   switch (dtype) {
     case DType::bf16:
-      return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, schedule, stream);
+      return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, stream);
     case DType::f16:
-      return DecodeKernelInstance<__half>::launch(p, map, m_tiles, hint, schedule, stream);
+      return DecodeKernelInstance<__half>::launch(p, map, m_tiles, hint, stream);
     default:
       throw NotImplementedError(std::string("hopper decode: activation dtype ") + dtype_name(dtype) +
                                 " (supported: f16, bf16)");

@@ -1,8 +1,7 @@
 // src/cuda/sm90/decode/decode_kernel.cuh — the Hopper absorbed-MLA decode
 // kernel: grid (m_tiles, num_parts) of the `cuda` backend's split-KV plan
 // (smxx/decode_scheduler), 384 threads: two consumer warpgroups and a
-// producer warpgroup (one thread of it issues the copies). K::kSchedule picks
-// how S is computed (decode_traits.h: serial, or qreg with Q in registers). CTA (mt, part) computes packed rows [64 mt, +64) of every
+// producer warpgroup (one thread of it issues the copies). CTA (mt, part) computes packed rows [64 mt, +64) of every
 // (request, tile range) piece the plan gives to `part`; the producer walks the
 // same pieces and keeps a 2-stage ring of 72 KB KV tiles full (TMA through the
 // block table, `full` barriers with transaction counts; the consumers release
@@ -16,7 +15,6 @@
 
 #include "cuda/sm90/decode/decode_epilogue.cuh"
 #include "cuda/sm90/decode/decode_mainloop.cuh"
-#include "cuda/sm90/decode/decode_qreg.cuh"
 #include "cuda/smxx/decode_pieces.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -50,7 +48,6 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + K::kBarrierOffset);
   uint64_t* empty = full + K::kStages;
   int* bad_key = reinterpret_cast<int*>(smem + K::kBadKeyOffset);  // [2], by tile parity
-  [[maybe_unused]] const uint32_t xchg = smem_u32(smem + K::kXchgOffset);  // qreg: partial S exchange
   const int part = blockIdx.y;
 
   if (threadIdx.x == 0) {
@@ -87,13 +84,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
     // The previous piece's wgmmas are complete (waited) in both warpgroups
     // before anyone overwrites Q.
     named_barrier_sync(kBarConsumers, K::kConsumerThreads);
-    [[maybe_unused]] uint32_t qa[K::kQReg ? K::kQRegSteps : 1][4];
-    if constexpr (K::kQReg) {
-      load_q_smem_part<K>(p, pv, q_smem);
-      load_q_regs<K>(p, pv, g, qa);
-    } else {
-      load_q<K>(p, pv, q_smem);
-    }
+    load_q<K>(p, pv, q_smem);
     named_barrier_sync(kBarConsumers, K::kConsumerThreads);
 
     int key_limit[2];
@@ -113,14 +104,8 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       const int s = it % K::kStages, round = it / K::kStages;
       uint8_t* kv = kv_smem + s * K::kKVTileBytes;
       mbarrier_wait(&full[s], round & 1);
-      if constexpr (K::kCopyOnly) {
-        mbarrier_arrive(&empty[s]);
-        continue;
-      }
       const int key0 = tile * K::kBlockN;
-      // Serial: each warpgroup's S reads only its own keys, so it may zero
-      // their tail V rows first; qreg: both read every key, so after S.
-      if (!K::kQReg && key0 + K::kBlockN > pv.seq_len) zero_tail_rows<K>(kv, pv.seq_len - key0, g);
+      if (key0 + K::kBlockN > pv.seq_len) zero_tail_rows<K>(kv, pv.seq_len - key0, g);
 
       // Keys only some rows may see (the request's last s_q - 1) lie in this
       // tile: their non-finite V values are zeroed below. The flag of this
@@ -130,12 +115,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       if (sanitize && threadIdx.x == 0) bad_key[it & 1] = INT_MAX;
 
       float sc[K::kKeysPerWarpgroup / 2];
-      if constexpr (K::kQReg) {
-        compute_qk_qreg<K>(qa, q_smem, kv, g, xchg, sc);  // ends with a barrier: both warpgroups' S are done
-        if (key0 + K::kBlockN > pv.seq_len) zero_tail_rows<K>(kv, pv.seq_len - key0, g);
-      } else {
-        compute_qk<K>(q_smem, kv, g, sc);
-      }
+      compute_qk<K>(q_smem, kv, g, sc);
       float alpha[2];
       softmax_tile<K>(sc, st, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, g, row_max, p_smem, alpha);
       if (sanitize) {
@@ -149,7 +129,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
           if (first_bad < key_limit[i]) st.l[i] = NAN;  // this row sees a non-finite value: NaN, as the math
         }
       }
-      if constexpr (!K::kNoPV) compute_pv<K>(p_smem, kv, g, o, alpha);
+      compute_pv<K>(p_smem, kv, g, o, alpha);
       mbarrier_arrive(&empty[s]);  // this thread's wgmmas have read the stage
     }
     write_o<K>(p, pv, st, o, slot, g, row_sum);

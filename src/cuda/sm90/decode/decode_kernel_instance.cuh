@@ -36,20 +36,9 @@ void launch_decode_kernel(const DecodeParams& p, const CUtensorMap& cache_map, i
 
 template <class T>
 void DecodeKernelInstance<T>::launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
-                                     int schedule, cudaStream_t stream) {
-  if (schedule == 1) {
-    using K = DecodeTraits<T, 1>;
-    detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
-  } else if (schedule == 2) {
-    using K = DecodeTraits<T, 2>;
-    detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
-  } else if (schedule == 3) {
-    using K = DecodeTraits<T, 3>;
-    detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
-  } else {
-    using K = DecodeTraits<T, 0>;
-    detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
-  }
+                                     cudaStream_t stream) {
+  using K = DecodeTraits<T>;
+  detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
   LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_kernel");
 }
 

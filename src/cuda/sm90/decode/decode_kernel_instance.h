@@ -14,10 +14,9 @@ namespace lattn::cuda::sm90 {
 
 template <class T>
 struct DecodeKernelInstance {
-  // kv_hint: the L2 cache-policy word of the KV copies (sm90::CacheHint);
-  // schedule: 0 serial, 1 qreg (DecodeTraits; docs/hopper.md).
+  // kv_hint: the L2 cache-policy word of the KV copies (sm90::CacheHint).
   static void launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
-                     int schedule, cudaStream_t stream);
+                     cudaStream_t stream);
 };
 
 }  // namespace lattn::cuda::sm90

@@ -20,7 +20,7 @@
 namespace lattn::cuda::sm90 {
 
 // Named barrier ids (0 is __syncthreads).
-enum DecodeBarrier : int { kBarRowMax = 1, kBarP = 2, kBarConsumers = 3, kBarXchg = 4 };
+enum DecodeBarrier : int { kBarRowMax = 1, kBarP = 2, kBarConsumers = 3 };
 
 // What the CTA knows about the (request, key range) piece it is working on.
 struct PieceView {

@@ -19,18 +19,6 @@
 //    f32 = 128 registers per thread), wgmma m64n256k16 over the 64 keys with
 //    P as A and V (the first 512 columns of the same K tile) as an MN-major B.
 //
-// The qreg schedule (kQReg, decode_qreg.cuh; docs/hopper.md, "Two
-// schedules") computes S differently and keeps everything after it:
-// warpgroup g owns the 288 reduction columns [288g, +288) of Q (all 64
-// rows), the last 160 of them in registers as the A operand of wgmma's RS
-// form (40 registers), the first 128 in shared memory (2 boxes), and
-// computes the partial S of all 64 keys over its columns (18 wgmma
-// m64n64k16, K from shared memory). Each warpgroup hands the other the
-// partial of the other's 32 keys through an 8 KB exchange slot, so K is read
-// from shared memory once per tile and Q's shared part once (the serial
-// schedule reads all of Q twice): 136 KB of operand and exchange traffic for
-// S against 216 KB.
-//
 // Every tile in shared memory is stored as 64-column boxes of [rows][64]
 // 16-bit elements with the 128-byte swizzle (what TMA writes with
 // CU_TENSOR_MAP_SWIZZLE_128B and wgmma reads through its descriptors).
@@ -41,16 +29,9 @@
 
 namespace lattn::cuda::sm90 {
 
-// kSchedule_: 0 serial, 1 qreg (above).
-template <class T_, int kSchedule_ = 0>
+template <class T_>
 struct DecodeTraits {
   using T = T_;  // activations, cache and MMA operands: __nv_bfloat16 or __half
-  static constexpr int kSchedule = kSchedule_;
-  static constexpr bool kQReg = kSchedule_ == 1;
-  // Diagnostics (wrong results, benchmarks only): 2 "copyonly" (the
-  // consumers only wait for each tile and release it), 3 "nopv" (serial
-  // without the P V products).
-  static constexpr bool kCopyOnly = kSchedule_ == 2, kNoPV = kSchedule_ == 3;
   static constexpr int kL = 512, kR = 64, kD = kL + kR;
   static constexpr int kBlockM = 64, kBlockN = 64;
   static constexpr int kBoxCols = 64;            // 128 bytes of 16-bit elements
@@ -66,22 +47,10 @@ struct DecodeTraits {
                 "setmaxnreg may only redistribute the registers allocated at launch (168 per thread)");
   static constexpr int kKeysPerWarpgroup = kBlockN / kConsumerWarpgroups;  // QK N = 32
   static constexpr int kColsPerWarpgroup = kL / kConsumerWarpgroups;       // PV N = 256
-  // qreg: warpgroup g's k16 steps of S are [18g, 18g + 18) of the 36; the
-  // first kQSmemSteps of them read Q from shared memory (whole 64-column
-  // boxes), the other kQRegSteps from registers (4 per step). ptxas, with
-  // O's 128 and S's 32 (m64n64) accumulators: 14 or 16 register steps
-  // spilled (56-116 bytes, wgmma serialized), 12 spilled 8 bytes, 10 none.
-  static constexpr int kQSteps = kD / 16 / kConsumerWarpgroups;
-  static constexpr int kQSmemSteps = kQReg ? 8 : 0;
-  static constexpr int kQRegSteps = kQSteps - kQSmemSteps;
-  static constexpr int kQSmemBoxes = kQSmemSteps / 4;  // per warpgroup
-  static_assert(kQSmemSteps % 4 == 0, "Q's shared-memory steps fill whole boxes");
 
   // Shared memory, byte offsets from a 1024-byte aligned base.
   static constexpr size_t kBoxBytes = size_t(kBlockM) * 128;              // one [64][64] box: 8 KB
-  // Serial: the whole Q tile, 72 KB; qreg: warpgroup g's kQSmemBoxes boxes
-  // (columns [288g, +64 kQSmemBoxes)) after warpgroup 0's.
-  static constexpr size_t kQBytes = (kQReg ? kConsumerWarpgroups * kQSmemBoxes : kBoxes) * kBoxBytes;
+  static constexpr size_t kQBytes = kBoxes * kBoxBytes;                   // 72 KB
   static constexpr size_t kKVTileBytes = kBoxes * size_t(kBlockN) * 128;  // 72 KB
   static constexpr size_t kQOffset = 0;
   static constexpr size_t kKVOffset = kQOffset + kQBytes;
@@ -90,12 +59,7 @@ struct DecodeTraits {
   static constexpr size_t kRowSumOffset = kRowMaxOffset + 2 * kBlockM * 4;   // [2][64] f32
   static constexpr size_t kBarrierOffset = kRowSumOffset + 2 * kBlockM * 4;  // full[kStages], empty[kStages]
   static constexpr size_t kBadKeyOffset = kBarrierOffset + 2 * kStages * 8;  // int[2]: sanitize_masked_keys' flag
-  // qreg: the partial S exchange, [2 writer warpgroups][4][128 threads] x 16
-  // bytes (one thread's 16 f32 partial scores of the other warpgroup's keys,
-  // in float4 k-major order: consecutive threads, consecutive 16 bytes).
-  static constexpr size_t kXchgOffset = kBadKeyOffset + 16;
-  static constexpr size_t kXchgBytes = kQReg ? 2 * 128 * size_t(kKeysPerWarpgroup / 2) * 4 : 0;
-  static constexpr size_t kUsedBytes = kXchgOffset + kXchgBytes;
+  static constexpr size_t kUsedBytes = kBadKeyOffset + 2 * 4;
   // + 1024: the dynamic window is only guaranteed 16-byte aligned; the kernel
   // rounds its base up to 1024 (the 128-byte swizzle's repeat).
   static constexpr size_t kSmemBytes = kUsedBytes + 1024;
