@@ -10,7 +10,9 @@
 # the default places, BUILD_DIR (default build-gpu), GPU_CHECK_PHASES (a
 # comma list of tests,sanitize,sass,bench; default all: split a long check
 # into two device calls, the second reusing the first one's build),
-# CTEST_TIMEOUT (seconds for the whole ctest run, default 900).
+# CTEST_TIMEOUT (seconds for the whole ctest run, default 900), CTEST_ARGS
+# (extra ctest arguments, e.g. "-E cuda_prefill" or "-R cuda_prefill", to split
+# the test phase over two device calls that share one build).
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu-check.sh OUT_DIR}
 mkdir -p "$OUT"
@@ -77,7 +79,7 @@ tests_rc=0
 # Every test of the suite: the CUDA ones (cuda_*_test, *_cuda_test and the GPU
 # cases inside the metadata, forward and Python tests) and the CPU ones, which
 # must pass on this machine too. Skips print their one-line reason.
-(cd "$BUILD" && timeout "${CTEST_TIMEOUT:-900}" ctest -j "$JOBS" --output-on-failure --timeout 300) >> "$OUT/tests.log" 2>&1
+(cd "$BUILD" && timeout "${CTEST_TIMEOUT:-900}" ctest -j "$JOBS" --output-on-failure --timeout 300 ${CTEST_ARGS:-}) >> "$OUT/tests.log" 2>&1
 rc=$?
 [[ $rc -ne 0 ]] && tests_rc=1
 note "ctest (all tests): rc=$rc at $(stamp); $(grep -E 'tests passed' "$OUT/tests.log" | tail -1)"
