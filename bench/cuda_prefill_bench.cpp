@@ -9,7 +9,10 @@
 // tokens) against the same attention done in one bottom-right causal launch,
 // with either backend's kernel. Each row: median µs of many event-timed
 // launches after warm-up, TFLOP/s by the count of docs/bench-method.md, and
-// the fraction of the GEMM rate. A summary table is printed last.
+// the fraction of the GEMM rate. The default hopper kernel's rows run each
+// tile walk by name ("walk=pairs|static|dynamic", back to back per shape;
+// LATTN_PREFILL_BENCH_ROTATE=k rotates their order). A summary table is
+// printed last.
 //
 // This benchmark reaches the internal launchers (src/cuda/sm80/prefill/prefill_launch.h,
 // src/cuda/sm90/prefill/prefill_launch.h)
@@ -22,6 +25,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -48,6 +52,14 @@ namespace sm90 = lattn::cuda::sm90;
 constexpr int kHopper = -1;
 bool is_hopper(int kernel) { return kernel <= kHopper; }
 int hopper_config(int kernel) { return kHopper - kernel; }
+
+// The tile walk of a hopper row (a benchmark argument): 0 the default
+// (LATTN_HOPPER_PREFILL_SCHEDULE, else static), else one named walk, so one
+// process times the walks side by side (docs/hopper.md, "Scheduler").
+constexpr sm90::HopperPrefillSchedule kSchedules[] = {
+    sm90::HopperPrefillSchedule::automatic, sm90::HopperPrefillSchedule::static_pairs,
+    sm90::HopperPrefillSchedule::static_balanced, sm90::HopperPrefillSchedule::dynamic};
+constexpr const char* kScheduleNames[] = {"", " walk=pairs", " walk=static", " walk=dynamic"};
 
 #define BENCH_CUDA(call)                                                                                 \
   do {                                                                                                   \
@@ -219,9 +231,9 @@ struct Problem {
 
   // Runs `p` with `kernel` (a config row or kHopper); p's k/v start at row
   // k_row0 of this problem's buffers.
-  void run(const sm80::PrefillParams& p, int kernel, int64_t k_row0 = 0) const {
+  void run(const sm80::PrefillParams& p, int kernel, int64_t k_row0 = 0, int schedule = 0) const {
     if (is_hopper(kernel)) {
-      sm90::run_hopper_prefill_attention(p, tq, tk - k_row0, nullptr, hopper_config(kernel));
+      sm90::run_hopper_prefill_attention(p, tq, tk - k_row0, nullptr, hopper_config(kernel), kSchedules[schedule]);
     } else {
       sm80::run_prefill_attention(p, nullptr, kernel);
     }
@@ -295,7 +307,7 @@ std::string kernel_name(int kernel) {
 // `kernel` (index into kPrefillTileConfigs, or kHopper).
 void BM_PrefillCausal(benchmark::State& state) {
   const int batch = int(state.range(0)), seq = int(state.range(1)), kernel = int(state.range(2));
-  const int heads = int(state.range(3));
+  const int heads = int(state.range(3)), schedule = int(state.range(4));
   if (skip_without_gpu(state, kernel)) return;
   gemm_ceiling_tflops();
   const Problem pb(heads, std::vector<int>(size_t(batch), seq), std::vector<int>(size_t(batch), seq));
@@ -303,10 +315,10 @@ void BM_PrefillCausal(benchmark::State& state) {
   const double flops = attention_flops(heads, pb.sq, pb.sk, true);
   const int reps = flops > 5e12 ? 15 : 30;
   for (auto _ : state) {
-    const double ms = median_ms([&] { pb.run(p, kernel); }, 3, reps);
+    const double ms = median_ms([&] { pb.run(p, kernel, 0, schedule); }, 3, reps);
     report(state,
            "prefill causal H" + std::to_string(heads) + " B" + std::to_string(batch) + " S" + std::to_string(seq) +
-               " [" + kernel_name(kernel) + "]",
+               " [" + kernel_name(kernel) + kScheduleNames[schedule] + "]",
            ms, flops);
   }
 }
@@ -318,7 +330,7 @@ void BM_PrefillCausal(benchmark::State& state) {
 // launch over context + new keys. Both do the same useful FLOPs.
 void BM_ChunkedContext(benchmark::State& state) {
   const int context = int(state.range(0)), fresh = int(state.range(1)), workspace = int(state.range(2));
-  const int kernel = int(state.range(3));
+  const int kernel = int(state.range(3)), schedule = int(state.range(4));
   if (skip_without_gpu(state, kernel)) return;
   gemm_ceiling_tflops();
   const int heads = 128;
@@ -364,12 +376,12 @@ void BM_ChunkedContext(benchmark::State& state) {
   }
 
   for (auto _ : state) {
-    const double ms_unchunked = median_ms([&] { all.run(unchunked, kernel); }, 3, 30);
+    const double ms_unchunked = median_ms([&] { all.run(unchunked, kernel, 0, schedule); }, 3, 30);
     const double ms_chunked = median_ms(
         [&] {
-          all.run(new_tokens, kernel, context);
+          all.run(new_tokens, kernel, context, schedule);
           for (int c = 0; c < num_chunks; ++c) {
-            all.run(chunk_params[size_t(c)], kernel, int64_t(c) * workspace);
+            all.run(chunk_params[size_t(c)], kernel, int64_t(c) * workspace, schedule);
             if (merge_available)
               lattn::detail::cuda_device_ops().merge_attn_states(o_acc, l_merged, o_acc, l_acc, o_chunk, l_chunk,
                                                                  nullptr);
@@ -377,7 +389,8 @@ void BM_ChunkedContext(benchmark::State& state) {
         },
         3, 30);
     const std::string shape = "ctx" + std::to_string(context) + " new" + std::to_string(fresh) + " H128 [" +
-                              (is_hopper(kernel) ? std::string("hopper") : std::string("cuda")) + "]";
+                              (is_hopper(kernel) ? std::string("hopper") : std::string("cuda")) +
+                              kScheduleNames[schedule] + "]";
     report(state, "context unchunked " + shape, ms_unchunked, flops);
     report(state,
            "context chunked " + shape + " ws" + std::to_string(workspace) + " (" + std::to_string(num_chunks) +
@@ -401,25 +414,47 @@ void register_benchmarks() {
     const sm80::PrefillTileConfig& c = sm80::kPrefillTileConfigs[config];
     if (c.head_dim_qk == kDqk && c.head_dim_v == kDv) kernels.push_back(config);
   }
+  // The default hopper kernel also runs each named walk, the walks of one
+  // shape back to back (their order rotated by LATTN_PREFILL_BENCH_ROTATE,
+  // so passes of several processes can alternate which goes first).
+  const int default_hopper = kHopper - sm90::hopper_prefill_config(kDqk, kDv);
+  const char* rotate_env = std::getenv("LATTN_PREFILL_BENCH_ROTATE");
+  const int rotate = rotate_env == nullptr ? 0 : std::atoi(rotate_env);
+  const auto walks_of = [&](int kernel) {
+    std::vector<int> walks = {0};
+    if (kernel == default_hopper) {
+      walks = {1, 2, 3};
+      std::rotate(walks.begin(), walks.begin() + ((rotate % 3) + 3) % 3, walks.end());
+    }
+    return walks;
+  };
+  const auto walk_suffix = [](int walk) {
+    return walk == 0 ? std::string() : "/" + std::string(kScheduleNames[walk] + 6);  // "/pairs" ...
+  };
   for (int kernel : kernels) {
     const std::string name = is_hopper(kernel)
                                  ? "hopper_" + std::string(sm90::kHopperPrefillConfigs[hopper_config(kernel)].name)
                                  : sm80::kPrefillTileConfigs[kernel].name;
     for (auto [heads, batch, seq] :
          {std::tuple{128, 1, 8192}, std::tuple{128, 4, 4096}, std::tuple{128, 16, 1024}, std::tuple{16, 8, 8192}}) {
-      benchmark::RegisterBenchmark(("prefill_causal/" + name).c_str(), BM_PrefillCausal)
-          ->Args({batch, seq, kernel, heads})
-          ->UseManualTime()
-          ->Iterations(1);
+      for (int walk : walks_of(kernel)) {
+        benchmark::RegisterBenchmark(("prefill_causal/" + name + walk_suffix(walk)).c_str(), BM_PrefillCausal)
+            ->Args({batch, seq, kernel, heads, walk})
+            ->UseManualTime()
+            ->Iterations(1);
+      }
     }
   }
   for (int kernel : {kHopper, 0}) {
-    benchmark::RegisterBenchmark(kernel == kHopper ? "chunked_context/hopper" : "chunked_context/cuda",
-                                 BM_ChunkedContext)
-        ->Args({32768, 2048, 65536, kernel})
-        ->Args({32768, 2048, 8192, kernel})
-        ->UseManualTime()
-        ->Iterations(1);
+    for (int walk : kernel == kHopper ? walks_of(default_hopper) : std::vector<int>{0}) {
+      benchmark::RegisterBenchmark(
+          ((kernel == kHopper ? "chunked_context/hopper" : "chunked_context/cuda") + walk_suffix(walk)).c_str(),
+          BM_ChunkedContext)
+          ->Args({32768, 2048, 65536, kernel, walk})
+          ->Args({32768, 2048, 8192, kernel, walk})
+          ->UseManualTime()
+          ->Iterations(1);
+    }
   }
 }
 

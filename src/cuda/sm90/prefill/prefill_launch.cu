@@ -123,17 +123,19 @@ DeviceCounters* device_counters(int device, bool may_allocate) {
   return c.get();
 }
 
-// LATTN_HOPPER_PREFILL_SCHEDULE ("dynamic" or "static"; read once), else
-// static: in the same-run A/B of docs/perf.md the dynamic walk was not
-// faster on any shape (5 % slower at 16 x 1024).
+// LATTN_HOPPER_PREFILL_SCHEDULE ("static", "pairs" or "dynamic"; read
+// once), else static: the pairs, with the balanced tail where
+// prefill_balanced_tail_helps (docs/hopper.md, "Scheduler"; the measurements that
+// chose it are in docs/perf.md).
 HopperPrefillSchedule resolve(HopperPrefillSchedule schedule) {
   if (schedule != HopperPrefillSchedule::automatic) return schedule;
   static const HopperPrefillSchedule from_env = [] {
     const char* v = std::getenv("LATTN_HOPPER_PREFILL_SCHEDULE");
-    if (v == nullptr || std::string(v).empty() || std::string(v) == "static")
-      return HopperPrefillSchedule::static_pairs;
-    if (std::string(v) == "dynamic") return HopperPrefillSchedule::dynamic;
-    throw ValueError(std::string("LATTN_HOPPER_PREFILL_SCHEDULE must be 'dynamic' or 'static', got '") + v + "'");
+    const std::string name = v == nullptr ? std::string() : std::string(v);
+    if (name.empty() || name == "static") return HopperPrefillSchedule::static_balanced;
+    if (name == "pairs") return HopperPrefillSchedule::static_pairs;
+    if (name == "dynamic") return HopperPrefillSchedule::dynamic;
+    throw ValueError("LATTN_HOPPER_PREFILL_SCHEDULE must be 'static', 'pairs' or 'dynamic', got '" + name + "'");
   }();
   return from_env;
 }
@@ -158,10 +160,17 @@ int64_t section_bytes() {
   return from_env;
 }
 
-// The kernel argument for this launch.
-PrefillSchedule make_schedule(const PrefillParams& p, HopperPrefillSchedule kind, int device, cudaStream_t stream) {
+// The kernel argument for this launch. An explicit static_balanced always
+// deals the tail (tests, benchmarks); the default static walk where
+// prefill_balanced_tail_helps.
+PrefillSchedule make_schedule(const PrefillParams& p, int64_t q_rows, int64_t kv_rows, HopperPrefillSchedule kind,
+                              int device, cudaStream_t stream) {
   PrefillSchedule s;
-  if (resolve(kind) != HopperPrefillSchedule::dynamic) return s;
+  const HopperPrefillSchedule resolved = resolve(kind);
+  s.balanced_tail =
+      resolved == HopperPrefillSchedule::static_balanced &&
+      (kind == HopperPrefillSchedule::static_balanced || prefill_balanced_tail_helps(p.causal, q_rows, kv_rows));
+  if (resolved != HopperPrefillSchedule::dynamic) return s;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
     // The legacy stream while another stream is captured: allocate nothing.
@@ -169,7 +178,10 @@ PrefillSchedule make_schedule(const PrefillParams& p, HopperPrefillSchedule kind
     capture = cudaStreamCaptureStatusActive;
   }
   DeviceCounters* c = device_counters(device, capture == cudaStreamCaptureStatusNone);
-  if (c == nullptr) return s;  // capturing, no counters yet: the static walk
+  if (c == nullptr) {  // capturing, no counters yet: the static walk
+    s.balanced_tail = prefill_balanced_tail_helps(p.causal, q_rows, kv_rows);
+    return s;
+  }
   s.counter = c->base + c->next.fetch_add(1, std::memory_order_relaxed) % kCounterSlots;
   const int64_t row_bytes = int64_t(p.head_dim_qk + p.head_dim_v) * 2;
   s.section_rows = int(std::min<int64_t>(section_bytes() / row_bytes, 0x7fffffff));
@@ -206,7 +218,7 @@ bool hopper_prefill_compiled() {
 }
 
 void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_t kv_rows, Stream stream, int config,
-                                  HopperPrefillSchedule schedule) {
+                                  HopperPrefillSchedule schedule, int max_ctas) {
   if (config < 0) {
     config = hopper_prefill_config(p.head_dim_qk, p.head_dim_v);
     if (config < 0) {
@@ -229,6 +241,10 @@ void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_
   }
   if (p.batch < 0 || p.num_heads < 0 || p.max_seqlen_q < 0 || q_rows < 0 || kv_rows < 0) {
     throw ValueError("hopper prefill attention: batch, num_heads, max_seqlen_q and row counts must be >= 0");
+  }
+  if (max_ctas < 0) {
+    throw ValueError("hopper prefill attention: max_ctas must be >= 0 (0: one per SM), got " +
+                     std::to_string(max_ctas));
   }
   if (!(std::isfinite(p.scale) && p.scale > 0.f)) {
     throw ValueError("hopper prefill attention: scale must be a positive finite number, got " +
@@ -270,7 +286,9 @@ void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_
     throw ValueError(std::string("hopper prefill attention: candidate config ") + cfg.name +
                      " is compiled for bf16 only");
   }
-  fn(p, make_schedule(p, schedule, device, stream), tq, tk, tv, stream);
+  PrefillSchedule sched = make_schedule(p, q_rows, kv_rows, schedule, device, stream);
+  sched.max_ctas = max_ctas;
+  fn(p, sched, tq, tk, tv, stream);
 }
 
 }  // namespace lattn::cuda::sm90

@@ -26,8 +26,11 @@ bool hopper_prefill_compiled();
 // CTAs walk the tiles (prefill_schedule.h; the dynamic walk falls back to
 // the static one while `stream` is being captured into a CUDA graph before
 // the device's tile counters exist: reserve_hopper_prefill_counters).
+// max_ctas: at most this many persistent CTAs (0: one per SM; tests use a
+// small grid to walk many rounds on small problems).
 void run_hopper_prefill_attention(const sm80::PrefillParams& params, int64_t q_rows, int64_t kv_rows, Stream stream,
-                                  int config = -1, HopperPrefillSchedule schedule = HopperPrefillSchedule::automatic);
+                                  int config = -1, HopperPrefillSchedule schedule = HopperPrefillSchedule::automatic,
+                                  int max_ctas = 0);
 
 // Allocates the tile counters of the dynamic walk on `device` if they do
 // not exist yet (4 KB, kept until the process ends). The backend calls it

@@ -51,7 +51,8 @@ void launch_hopper_prefill_kernel(const sm80::PrefillParams& params, const Prefi
   }
 
   // Persistent: one CTA per SM at most (the tiles fill an SM's shared memory).
-  const unsigned grid = static_cast<unsigned>(std::min<long long>(units, ctx.sm_count));
+  const int ctas = schedule.max_ctas > 0 ? std::min(schedule.max_ctas, ctx.sm_count) : ctx.sm_count;
+  const unsigned grid = static_cast<unsigned>(std::min<long long>(units, ctas));
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, schedule, tmap_q, tmap_k, tmap_v);
   LATTN_CUDA_CHECK_LAUNCH("hopper_prefill_kernel");
 }

@@ -47,7 +47,8 @@ struct PrefillMainloop {
 
   // ---- producer (one thread) ---------------------------------------------------
   // Walks the CTA's tiles (prefill_tile_scheduler.cuh; `s.counter` set: the
-  // dynamic walk, else the static pairs) and keeps the K/V stages full. Per
+  // dynamic walk, else the static pairs, with the balanced tail when
+  // `s.balanced_tail`) and keeps the K/V stages full. Per
   // tile: once the consumers released the previous Q, it names the tile in
   // PrefillBarriers::tile and loads its Q (a tile that sees no key: q_full
   // armed with no copy, the consumers only write its empty rows); then K[n]
@@ -133,10 +134,18 @@ struct PrefillMainloop {
         index = int(gridDim.x) + taken;
       }
     } else {
-      // Static pairs: units c, c + grid, ..., two halves each.
-      const int num_units = Scheduler::num_units(p, order);
-      for (int work = 2 * blockIdx.x; work < 2 * num_units; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
+      // Static pairs: units c, c + grid, ... below the tail's front, two
+      // halves each; then (balanced) the tail's tiles of this CTA's snake.
+      const auto tail = Scheduler::tail_plan(p, order, Scheduler::num_units(p, order), sched.balanced_tail);
+      for (int work = 2 * blockIdx.x; work < 2 * tail.front; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
         if (Scheduler::unit_tile(p, order, work / 2, work & 1, id)) produce_tile(id);
+      }
+      id.batch = tail.batch;
+      for (int round = 0;; ++round) {
+        const int rank = prefill_snake_rank(int(blockIdx.x), round, int(gridDim.x));
+        if (rank >= tail.tiles) break;
+        prefill_tail_tile(rank, tail.m_blocks, p.num_heads, tail.first_local, id.head, id.m_block);
+        produce_tile(id);
       }
     }
     hand_over(PrefillTileId{-1, 0, 0}, false);

@@ -1,7 +1,7 @@
 // src/cuda/sm90/prefill/prefill_tile_scheduler.cuh — the persistent CTAs'
 // walks over (request, head, query block) tiles, and the geometry of a tile.
 //
-// Two walks; the launcher picks one per launch (docs/hopper.md, "Scheduler"):
+// Three walks; the launcher picks one per launch (docs/hopper.md, "Scheduler"):
 //
 // Dynamic, heaviest first (opt-in, measured in docs/perf.md). Tiles are numbered in one global
 // order and handed out by an atomic counter: CTA c starts with tile c, and
@@ -20,8 +20,7 @@
 // value total - 1 (the last one taken) sets it back to 0, so the next
 // launch on that slot finds 0 (prefill_launch.cu explains the ring).
 //
-// Static pairs (the default: the dynamic walk did not beat it).
-// Work comes in units of two tiles of one (request, head): query blocks
+// Static pairs ("pairs"). Work comes in units of two tiles of one (request, head): query blocks
 // M - 1 - p and p. Under causal masking block m sees about m + 1 key blocks,
 // so every unit of a request holds the same work (M + 1 blocks), and a
 // static round robin over units is balanced: CTA c takes units c, c + grid,
@@ -30,7 +29,16 @@
 // units is left idle by the rest of the CTAs (for 1 x 8192 at H128, 4096
 // units of 65 blocks over 132 CTAs: 32 rounds for 31.03 of work).
 //
-// Both order requests by a table in shared memory that every CTA builds at
+// Static, balanced tail (the default for causal launches over at most twice
+// as many keys as queries, prefill_balanced_tail_helps; the plain pairs
+// otherwise): the static pairs, except that the
+// last full round and the partial one are dealt as single tiles, heaviest
+// first, in a snake over the CTAs (prefill_schedule.h, tail_plan), when
+// they lie in the walk's last request; the makespan comes within about a
+// tile of the average (1 x 8192: 30 rounds of pairs, then about 67 blocks
+// of tail per CTA, where the pairs took 2 more rounds of 65).
+//
+// All order requests by a table in shared memory that every CTA builds at
 // its start (PrefillRequestOrder::build: a rank count over the requests,
 // O(batch²) / threads, and a prefix sum of their tiles or units). More than
 // kMaxSortedRequests requests: request order, with max_seqlen_q's blocks
@@ -184,24 +192,50 @@ struct PrefillTileScheduler {
   // Names half `half` (0: the long block, 1: the short one) of unit `unit`;
   // false when that tile does not exist.
   __device__ static bool unit_tile(const PrefillParams& p, uint32_t order, int unit, int half, PrefillTileId& id) {
-    int units, local;
+    int local, m_blocks;
     if (sorted(p)) {
       const int rank = rank_of(p, order, unit);
       id.batch = ld_shared_s32(PrefillRequestOrder::request_at(order, rank));
       local = unit - ld_shared_s32(PrefillRequestOrder::begin_at(order, rank));
-      const int sq = __ldg(p.cu_seqlens_q + id.batch + 1) - __ldg(p.cu_seqlens_q + id.batch);
-      units = ((sq + kBlockM - 1) / kBlockM + 1) / 2;
-    } else {
-      units = units_per_head(p);
-      id.batch = unit / (units * p.num_heads);
-      local = unit % (units * p.num_heads);
+      m_blocks = (__ldg(p.cu_seqlens_q + id.batch + 1) - __ldg(p.cu_seqlens_q + id.batch) + kBlockM - 1) / kBlockM;
+      return prefill_unit_tile(local, m_blocks, half, id.head, id.m_block);
     }
+    // Request order: max_seqlen_q's units per head; tiles past the request's end skipped.
+    const int units = units_per_head(p);
+    id.batch = unit / (units * p.num_heads);
+    local = unit - id.batch * (units * p.num_heads);
     const int pair = local % units;
     id.head = local / units;
     const int sq = __ldg(p.cu_seqlens_q + id.batch + 1) - __ldg(p.cu_seqlens_q + id.batch);
-    const int m_blocks = (sq + kBlockM - 1) / kBlockM;
+    m_blocks = (sq + kBlockM - 1) / kBlockM;
     id.m_block = half == 0 ? m_blocks - 1 - pair : pair;
     return half == 0 ? pair < (m_blocks + 1) / 2 : pair < m_blocks - 1 - pair;
+  }
+
+  // The balanced tail of the static walk (prefill_schedule.h): where it
+  // starts and what it holds. front == the walk's units: no tail (none
+  // asked for, no partial round, the request-order fallback, or a tail
+  // that would reach past the walk's last request).
+  struct Tail {
+    int front;        // units [0, front) go round robin
+    int batch;        // the tail's request
+    int m_blocks;     // its query blocks
+    int first_local;  // the tail's first unit inside the request
+    int tiles;        // tiles of the tail
+  };
+  __device__ static Tail tail_plan(const PrefillParams& p, uint32_t order, int num_units, bool balanced) {
+    Tail t{num_units, 0, 0, 0, 0};
+    const int units = balanced && sorted(p) ? prefill_tail_units(num_units, int(gridDim.x)) : 0;
+    if (units == 0) return t;
+    const int rank = rank_of(p, order, num_units - 1);  // the last request with units
+    const int begin = ld_shared_s32(PrefillRequestOrder::begin_at(order, rank));
+    if (num_units - units < begin) return t;
+    t.front = num_units - units;
+    t.batch = ld_shared_s32(PrefillRequestOrder::request_at(order, rank));
+    t.m_blocks = (__ldg(p.cu_seqlens_q + t.batch + 1) - __ldg(p.cu_seqlens_q + t.batch) + kBlockM - 1) / kBlockM;
+    t.first_local = t.front - begin;
+    t.tiles = prefill_tail_tiles(t.m_blocks, p.num_heads, t.first_local);
+    return t;
   }
 
   // ---- a tile's geometry ------------------------------------------------------------
