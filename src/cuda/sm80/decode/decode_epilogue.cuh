@@ -21,35 +21,6 @@ __device__ __forceinline__ void zero_o(float (&o)[K::kMTiles][K::kNTilesO][4]) {
     for (int ni = 0; ni < K::kNTilesO; ++ni) o[mi][ni][0] = o[mi][ni][1] = o[mi][ni][2] = o[mi][ni][3] = 0.f;
 }
 
-// A row's sum over the column groups and its natural-log LSE: each warp
-// publishes its quad-reduced row sums to `reduce` (shared-memory scratch of
-// kColGroups x kBlockM floats), then visit(i, row, l, lse) runs once per row
-// (i: the thread's row half, 0 or 1) on the thread that owns it (column group
-// 0, lane % 4 == 0). Only that thread reads the row's entries of `reduce`
-// afterwards, so a visit may overwrite them. The caller synchronizes after.
-template <class K, class Visit>
-__device__ __forceinline__ void for_each_row_sum(const SoftmaxState& st, float* reduce, Visit visit) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float l = quad_sum(st.l[i]);
-    if (lane % 4 == 0) reduce[cg * K::kBlockM + rg * 16 + lane / 4 + 8 * i] = l;
-  }
-  __syncthreads();
-  if (cg == 0 && lane % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = rg * 16 + lane / 4 + 8 * i;
-      float l = 0.f;
-#pragma unroll
-      for (int g = 0; g < K::kColGroups; ++g) l += reduce[g * K::kBlockM + row];
-      const float lse = l == 0.f ? -INFINITY : (st.m[i] + log2f(l)) * 0.69314718055994531f;
-      visit(i, row, l, lse);
-    }
-  }
-}
-
 // Rows [0, n_rows) of the CTA are written (the rest are padding):
 //   1. row sums over all column groups give each row's natural-log LSE and
 //      its output factor factor(row, l, lse) (1 / l times what the caller
@@ -67,10 +38,25 @@ __device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (
                                            int n_rows, float* reduce, float* row_vec, Factor factor, StoreRow store_row,
                                            StoreLse store_lse) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for_each_row_sum<K>(st, reduce, [&](int /*i*/, int row, float l, float lse) {
-    row_vec[row] = l == 0.f ? 0.f : factor(row, l, lse);
-    row_vec[K::kBlockM + row] = lse;
-  });
+  const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float l = quad_sum(st.l[i]);
+    if (lane % 4 == 0) reduce[cg * K::kBlockM + rg * 16 + lane / 4 + 8 * i] = l;
+  }
+  __syncthreads();
+  if (cg == 0 && lane % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = rg * 16 + lane / 4 + 8 * i;
+      float l = 0.f;
+#pragma unroll
+      for (int g = 0; g < K::kColGroups; ++g) l += reduce[g * K::kBlockM + row];
+      const float lse = l == 0.f ? -INFINITY : (st.m[i] + log2f(l)) * 0.69314718055994531f;
+      row_vec[row] = l == 0.f ? 0.f : factor(row, l, lse);
+      row_vec[K::kBlockM + row] = lse;
+    }
+  }
   __syncthreads();
 
   const int col_base = warp * K::kColsPerWarp + (lane % 4) * 2;

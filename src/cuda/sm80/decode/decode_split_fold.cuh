@@ -51,16 +51,31 @@ template <class K>
 __device__ __forceinline__ void fold_split(const DecodeParams& p, SplitFold<K>& f, SoftmaxState& st,
                                            float (&o)[K::kMTiles][K::kNTilesO][4], float* reduce, float* row_vec,
                                            bool last) {
-  const int lane = threadIdx.x % 32;
-  for_each_row_sum<K>(st, reduce, [&](int i, int row, float l, float lse) {
-    const float factor = l == 0.f ? 0.f : p.out_scale / l;
-    const FoldWeights w = fold_weights(f.lse[i], lse);
-    f.lse[i] = w.lse;
-    // This thread alone reads its rows' entries of `reduce`: it may reuse them.
-    row_vec[row] = factor;
-    row_vec[K::kBlockM + row] = w.wa;
-    reduce[row] = w.wb;
-  });
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float l = quad_sum(st.l[i]);
+    if (lane % 4 == 0) reduce[cg * K::kBlockM + rg * 16 + lane / 4 + 8 * i] = l;
+  }
+  __syncthreads();
+  if (cg == 0 && lane % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = rg * 16 + lane / 4 + 8 * i;
+      float l = 0.f;
+#pragma unroll
+      for (int g = 0; g < K::kColGroups; ++g) l += reduce[g * K::kBlockM + row];
+      const float lse = l == 0.f ? -INFINITY : (st.m[i] + log2f(l)) * 0.69314718055994531f;
+      const float factor = l == 0.f ? 0.f : p.out_scale / l;
+      const FoldWeights w = fold_weights(f.lse[i], lse);
+      f.lse[i] = w.lse;
+      // This thread alone reads its rows' entries of `reduce`: it may reuse them.
+      row_vec[row] = factor;
+      row_vec[K::kBlockM + row] = w.wa;
+      reduce[row] = w.wb;
+    }
+  }
   __syncthreads();
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
