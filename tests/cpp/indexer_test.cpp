@@ -15,6 +15,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "lattn/errors.h"
@@ -105,6 +106,29 @@ std::vector<int32_t> brute_topk(const float* logits, int n, int k) {
   return pos;
 }
 
+// Every token's top-k global slots `out` (host [T, k] int32) against a brute-force sort of
+// its own logits (`width` per token, causal: the positions it may see), mapped through its
+// request's block table. `what` names the case in a failure.
+void expect_topk_equals_brute_force(const OwnedTensor& out, const float* logits, int64_t width, const Data& d,
+                                    const Case& c, int k, const std::string& what) {
+  int t = 0;
+  for (size_t r = 0; r < c.q_lens.size(); ++r) {
+    for (int j = 0; j < c.q_lens[r]; ++j, ++t) {
+      const int visible = c.seq_lens[r] - c.q_lens[r] + j + 1;
+      const std::vector<int32_t> want = brute_topk(logits + int64_t(t) * width, visible, k);
+      for (int i = 0; i < k; ++i) {
+        int32_t slot = -1;
+        if (want[size_t(i)] >= 0) {
+          const int32_t blk =
+              d.block_table.data_as<int32_t>()[r * d.block_table.tensor().stride(0) + want[size_t(i)] / c.block_size];
+          slot = blk * c.block_size + want[size_t(i)] % c.block_size;
+        }
+        ASSERT_EQ(out.data_as<int32_t>()[t * k + i], slot) << what << " k " << k << " token " << t << " rank " << i;
+      }
+    }
+  }
+}
+
 TEST(IndexerKeyCache, WriteQuantizesPerTokenAndSkipsPadSlots) {
   OwnedIndexerKeyCache cache(3, 4, D);
   fill_bytes(cache.cache().data, 0x33);
@@ -177,24 +201,7 @@ TEST(Indexer, TopkEqualsABruteForceSortOfTheLogits) {
       OwnedTensor out = OwnedTensor::empty({d.T, k}, DType::i32);
       test::poison(out);
       indexer_topk(d.args(), d.cache, out, backend);
-      int t = 0;
-      for (size_t r = 0; r < c.q_lens.size(); ++r) {
-        for (int j = 0; j < c.q_lens[r]; ++j, ++t) {
-          const int visible = c.seq_lens[r] - c.q_lens[r] + j + 1;
-          const std::vector<int32_t> want = brute_topk(logits.data_as<float>() + t * 64, visible, k);
-          for (int i = 0; i < k; ++i) {
-            int32_t slot = -1;
-            if (want[size_t(i)] >= 0) {
-              const int32_t blk =
-                  d.block_table
-                      .data_as<int32_t>()[r * d.block_table.tensor().stride(0) + want[size_t(i)] / c.block_size];
-              slot = blk * c.block_size + want[size_t(i)] % c.block_size;
-            }
-            ASSERT_EQ(out.data_as<int32_t>()[t * k + i], slot)
-                << backend << " k " << k << " token " << t << " rank " << i;
-          }
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_topk_equals_brute_force(out, logits.data_as<float>(), 64, d, c, k, backend));
     }
   }
 }
@@ -371,25 +378,9 @@ TEST(IndexerCuda, TopkEqualsABruteForceSortOfItsLogits) {
         indexer_topk(g.args, g.cache, dev, "");
         OwnedTensor out = OwnedTensor::empty({d.T, k}, DType::i32);
         copy_tensor(dev, out);
-        int t = 0;
-        for (size_t r = 0; r < c.q_lens.size(); ++r) {
-          for (int j = 0; j < c.q_lens[r]; ++j, ++t) {
-            const int visible = c.seq_lens[r] - c.q_lens[r] + j + 1;
-            const std::vector<int32_t> want = brute_topk(logits.data_as<float>() + int64_t(t) * width, visible, k);
-            for (int i = 0; i < k; ++i) {
-              int32_t slot = -1;
-              if (want[size_t(i)] >= 0) {
-                const int32_t blk =
-                    d.block_table
-                        .data_as<int32_t>()[r * d.block_table.tensor().stride(0) + want[size_t(i)] / c.block_size];
-                slot = blk * c.block_size + want[size_t(i)] % c.block_size;
-              }
-              ASSERT_EQ(out.data_as<int32_t>()[t * k + i], slot)
-                  << "long rows " << long_rows << " device arrays " << device_arrays << " k " << k << " token " << t
-                  << " rank " << i;
-            }
-          }
-        }
+        ASSERT_NO_FATAL_FAILURE(expect_topk_equals_brute_force(
+            out, logits.data_as<float>(), width, d, c, k,
+            "long rows " + std::to_string(long_rows) + " device arrays " + std::to_string(device_arrays)));
       }
     }
 }
