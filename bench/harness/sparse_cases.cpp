@@ -21,8 +21,9 @@ double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Median µs of `repeats` calls after one warm-up; the fastest into *min (if given).
 template <class Fn>
-double median_us(Fn&& fn, int repeats) {
+double median_us(Fn&& fn, int repeats, double* min = nullptr) {
   fn();  // warm-up (workspaces, page faults)
   std::vector<double> t;
   for (int i = 0; i < repeats; ++i) {
@@ -31,6 +32,7 @@ double median_us(Fn&& fn, int repeats) {
     t.push_back(now_us() - t0);
   }
   std::sort(t.begin(), t.end());
+  if (min) *min = t.front();
   return t[t.size() / 2];
 }
 
@@ -118,8 +120,8 @@ SparseRow time_sparse_case(const SparseCase& c, int repeats) {
     qsl.data_as<int32_t>()[0] = 0, qsl.data_as<int32_t>()[1] = c.tokens, sl.data_as<int32_t>()[0] = c.positions;
     const IndexerArgs args{q, w, bt, qsl, sl};
     OwnedTensor out = OwnedTensor::empty({c.tokens, c.topk}, DType::i32);
-    row.median_us =
-        median_us([&] { indexer_topk(args, cache, out, c.backend == "reference" ? "reference" : "cpu"); }, repeats);
+    row.median_us = median_us([&] { indexer_topk(args, cache, out, c.backend == "reference" ? "reference" : "cpu"); },
+                              repeats, &row.min_us);
     // The top-k step alone, on logits of the same size.
     OwnedTensor logits = OwnedTensor::empty({c.tokens, c.positions}, DType::f32),
                 lens = OwnedTensor::empty({c.tokens}, DType::i32);
@@ -149,7 +151,7 @@ SparseRow time_sparse_case(const SparseCase& c, int repeats) {
                 lse = OwnedTensor::empty({c.num_heads, c.tokens}, DType::f32);
     SparseMlaArgs a;
     a.q = q, a.indices = idx, a.out = out, a.lse = lse, a.scale = 1.f / std::sqrt(192.f);
-    row.median_us = median_us([&] { sparse_mla(a, cache, c.backend); }, repeats);
+    row.median_us = median_us([&] { sparse_mla(a, cache, c.backend); }, repeats, &row.min_us);
     const double entry = c.kv_cache_dtype == kFp8DsMla ? 656.0 : 1152.0;
     row.flops = 2.0 * c.num_heads * double(c.topk) * (512 + 64 + 512) * c.tokens;
     row.bytes = double(c.tokens) * c.topk * entry;
@@ -164,10 +166,10 @@ std::string format_sparse_table(const Ceilings& ceil, const std::vector<SparseRo
   std::snprintf(buf, sizeof buf, "ceilings (%s, %d threads): %.1f GB/s triad, %.0f GFLOP/s f32, %.0f GFLOP/s bf16\n",
                 ceil.device_name.c_str(), ceil.threads, ceil.bandwidth_gbps, ceil.f32_gflops, ceil.bf16_gflops);
   s += buf;
-  s += "case                                                   median_us   GFLOP/s     GB/s  roofline  topk_us\n";
+  s += "case                                                   median_us     min_us   GFLOP/s     GB/s  roofline  topk_us\n";
   for (const SparseRow& r : rows) {
-    std::snprintf(buf, sizeof buf, "%-54s %10.1f %9.1f %8.2f %9.2f %8.1f\n", r.c.name().c_str(), r.median_us,
-                  r.gflops(), r.gbps(), r.roofline_fraction(ceil), r.topk_us);
+    std::snprintf(buf, sizeof buf, "%-54s %10.1f %10.1f %9.1f %8.2f %9.2f %8.1f\n", r.c.name().c_str(), r.median_us,
+                  r.min_us, r.gflops(), r.gbps(), r.roofline_fraction(ceil), r.topk_us);
     s += buf;
   }
   return s;

@@ -35,6 +35,7 @@ struct SparseCase {
 struct SparseRow {
   SparseCase c;
   double median_us = 0, flops = 0, bytes = 0;
+  double min_us = 0;   // the fastest repeat
   double topk_us = 0;  // indexer: the top-k step alone
   double gflops() const { return flops / median_us * 1e-3; }
   double gbps() const { return bytes / median_us * 1e-3; }

@@ -85,6 +85,9 @@ struct DecodeSplitJob {
   int block_size = 0;
   float cache_scale = 1.f;               // fp8: value = stored * cache_scale; else 1
   const int32_t* block_table = nullptr;  // this request's row of the block table
+  // decode_split_ds_mla only: key i is the fp8_ds_mla entry at cache +
+  // entry_offsets[i] bytes (block_table, block_size and block_stride unused).
+  const int64_t* entry_offsets = nullptr;
   int seq_len = 0;
   int key_begin = 0, key_end = 0;  // the split's keys
   float scale = 0.f;               // softmax scale
@@ -109,6 +112,11 @@ struct KernelTable {
   size_t (*prefill_query_bytes)(int dqk) = nullptr;
   void (*pack_prefill_queries)(const PrefillTileJob& job, void* dst) = nullptr;
   void (*decode_split)(const DecodeSplitJob& job) = nullptr;
+  // Decode straight from fp8_ds_mla entries (job.entry_offsets; bf16 queries,
+  // bf16_dot path), or null where this ISA has no such kernel (the caller then
+  // dequantizes rows first). Scratch: decode_ds_mla_scratch_bytes(lanes, L, R).
+  size_t (*decode_ds_mla_scratch_bytes)(int lanes, int kv_lora_rank, int rope_dim) = nullptr;
+  void (*decode_split_ds_mla)(const DecodeSplitJob& job) = nullptr;
   // dst[i] = f32(src[i]) for i < n (src of f32/f16/bf16/fp8_e4m3, unscaled).
   void (*to_f32)(const void* src, DType src_dtype, int64_t n, float* dst) = nullptr;
   // dst[i] = src[i] rounded to dst_dtype (f32/f16/bf16, round to nearest even) for i < n.

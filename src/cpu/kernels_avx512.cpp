@@ -1,6 +1,8 @@
 // The AVX-512 kernel tables: `avx512` (f32 FMA, 16 lanes) and `avx512bf16`
-// (adds the bf16_dot path for bf16 data). Compiled with AVX-512 flags only.
+// (adds the bf16_dot path for bf16 data and the decode straight from
+// fp8_ds_mla entries). Compiled with AVX-512 flags only.
 #include "cpu/attention_bf16_impl.h"
+#include "cpu/attention_ds_mla_impl.h"
 #include "cpu/attention_kernels_impl.h"
 #include "cpu/isa_avx512.h"
 
@@ -72,6 +74,8 @@ const KernelTable kAvx512Bf16 = [] {
   t.decode_split = any_decode_split;
   t.prefill_query_bytes = both_query_bytes;
   t.pack_prefill_queries = any_pack_queries;
+  t.decode_ds_mla_scratch_bytes = decode_scratch_bytes_ds;
+  t.decode_split_ds_mla = decode_split_ds_mla;
   return t;
 }();
 

@@ -2,17 +2,21 @@
 // attention over a per-token list of cache rows, so it reuses the decode
 // kernels (src/cpu/attention_kernels.h): a token's valid slots become the
 // "block table" of a cache read with block size 1, and every row is loaded
-// once for all heads (MQA). fp8_ds_mla entries cannot be read in place (a
-// scale per 128-element tile), so each chunk of rows is first dequantized
-// into a bf16 scratch that the same kernel then reads. Each token's rows
-// are split into chunks when tokens alone cannot keep every thread busy;
-// chunks combine by their LSE (arXiv:2501.01005 §2.2).
+// once for all heads (MQA). fp8_ds_mla entries (a scale per 128-element
+// tile) with bf16 queries go to a kernel that reads them in place
+// (attention_ds_mla_impl.h: rows converted unscaled, scales applied per
+// segment) where the ISA has one (AVX512-BF16); otherwise each chunk of rows
+// is first dequantized into a scratch that the plain kernel then reads. Each
+// token's rows are split into chunks when tokens alone cannot keep every
+// thread busy; chunks combine by their LSE (arXiv:2501.01005 §2.2).
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "cpu/attention_kernels.h"
@@ -91,14 +95,25 @@ void CpuSparseClass::run(const SparseMlaArgs& a, const LatentCache& cache, Strea
                      cache.data.describe());
   }
 
-  // Chunks: enough per token to give every thread work, at most kMaxChunk rows for fp8_ds_mla.
+  const DType q_dtype = a.q.dtype();
+  // fp8_ds_mla rows are dequantized to bf16 for bf16 queries (the bf16 dot
+  // path, within bf16's error model) and to f32 otherwise (f32's model),
+  // unless the kernel reads the entries itself.
+  const DType ds_rows = q_dtype == DType::bf16 ? DType::bf16 : DType::f32;
+  // LATTN_SPARSE_CPU_DEQUANT=1 takes the dequantize-first path even where the
+  // fused kernel exists (the benchmark's A/B, docs/perf.md).
+  const char* dequant_env = std::getenv("LATTN_SPARSE_CPU_DEQUANT");
+  const bool force_dequant = dequant_env && std::string(dequant_env) == "1";
+  const bool fused = ds && q_dtype == DType::bf16 && kt.decode_split_ds_mla != nullptr && !force_dequant;
+
+  // Chunks: enough per token to give every thread work, at most kMaxChunk rows for dequantized fp8_ds_mla.
   const int per_token = std::max(1, (2 * threads + T - 1) / std::max(T, 1));
   std::vector<Chunk> chunks;
   for (int t = 0; t < T; ++t) {
     const int n = count[size_t(t)];
     if (n == 0) continue;
     int size = (n + per_token - 1) / per_token;
-    if (ds) size = std::min(size, kMaxChunk);
+    if (ds && !fused) size = std::min(size, kMaxChunk);
     size = std::max(size, 64);
     for (int b = 0; b < n; b += size) chunks.push_back({t, b, std::min(n, b + size)});
   }
@@ -106,17 +121,15 @@ void CpuSparseClass::run(const SparseMlaArgs& a, const LatentCache& cache, Strea
   for (const Chunk& c : chunks) first_chunk[size_t(c.token) + 1]++;
   std::partial_sum(first_chunk.begin(), first_chunk.end(), first_chunk.begin());
 
-  const DType q_dtype = a.q.dtype();
-  // fp8_ds_mla rows are dequantized to bf16 for bf16 queries (the bf16 dot
-  // path, within bf16's error model) and to f32 otherwise (f32's model).
-  const DType ds_rows = q_dtype == DType::bf16 ? DType::bf16 : DType::f32;
   const DType data_dtype = ds ? ds_rows : cache.dtype();
   const MathPath path = kt.decode_path(q_dtype, data_dtype);
   static thread_local HostWorkspace partials;  // the calling thread's; workers only get the pointer
   float* partial = static_cast<float*>(partials.reserve(chunks.size() * size_t(N) * size_t(L + 1) * 4 + 64));
   float* partial_lse = partial + chunks.size() * size_t(N) * size_t(L);
-  const size_t kernel_scratch = (kt.decode_scratch_bytes(N, L, R) + 4095) / 4096 * 4096;
-  const size_t dequant_scratch = ds ? size_t(kMaxChunk) * size_t(D) * size_t(dtype_size(ds_rows)) + 4096 : 0;
+  const size_t kernel_scratch =
+      ((fused ? kt.decode_ds_mla_scratch_bytes(N, L, R) : kt.decode_scratch_bytes(N, L, R)) + 4095) / 4096 * 4096;
+  const size_t dequant_scratch =
+      ds && !fused ? size_t(kMaxChunk) * size_t(D) * size_t(dtype_size(ds_rows)) + 4096 : 0;
   const size_t esize = size_t(dtype_size(q_dtype));
   const bool avx512 = cpu_isa() >= CpuIsa::avx512;
   static const std::vector<int32_t> identity = [] {
@@ -150,7 +163,12 @@ void CpuSparseClass::run(const SparseMlaArgs& a, const LatentCache& cache, Strea
     job.rope_dim = R;
     job.block_size = 1;
     job.block_stride = D;
-    if (ds) {
+    if (fused) {
+      job.cache = cache.data.data();
+      job.cache_dtype = kFp8DsMla;
+      job.cache_scale = 1.f;
+      job.entry_offsets = byte_offsets.data() + size_t(c.token) * topk + c.begin;
+    } else if (ds) {
       const int64_t* offsets = byte_offsets.data() + size_t(c.token) * topk + c.begin;
       const auto* base = static_cast<const uint8_t*>(cache.data.data());
       if (ds_rows == DType::f32) {
@@ -177,7 +195,11 @@ void CpuSparseClass::run(const SparseMlaArgs& a, const LatentCache& cache, Strea
     job.o = partial + size_t(i) * size_t(N) * size_t(L);
     job.lse = partial_lse + size_t(i) * size_t(N);
     job.scratch = scratch;
-    kt.decode_split(job);
+    if (fused) {
+      kt.decode_split_ds_mla(job);
+    } else {
+      kt.decode_split(job);
+    }
   });
 
   // Combine each (token, head)'s chunks, apply the sink, store.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "lattn/backend.h"
+#include "lattn/cpu.h"
 #include "lattn/device.h"
 #include "lattn/errors.h"
 #include "lattn/ops.h"
@@ -241,6 +242,22 @@ std::vector<SparseCase> backend_cases() {
   SparseCase bs1;
   bs1.block_size = 1, bs1.num_blocks = 200, bs1.seed = seed++;
   cases.push_back(bs1);
+  // fp8_ds_mla with 40 heads (two 16-lane groups and a partial one: every
+  // register block of the kernel that reads entries in place) and a top-k
+  // that leaves a partial key tile with an odd key count.
+  SparseCase heads40;
+  heads40.N = 40, heads40.topk = 101, heads40.pattern = 2, heads40.cache_dtype = kFp8DsMla, heads40.seed = seed++;
+  cases.push_back(heads40);
+  return cases;
+}
+
+// Where fp8_ds_mla cases run: every instruction-set path this machine has
+// (AVX512-BF16 reads the entries in place, the others dequantize rows first).
+std::vector<SparseCase> ds_mla_cases() {
+  std::vector<SparseCase> cases;
+  for (const SparseCase& c : backend_cases()) {
+    if (c.cache_dtype == kFp8DsMla) cases.push_back(c);
+  }
   return cases;
 }
 
@@ -255,6 +272,63 @@ TEST(SparseMlaCpu, MatchesTheReferenceOnAdversarialIndexSets) {
     sparse_mla(args_of(got, scale_of(c)), got.cache, "cpu");
     expect_matches(c, got, ref.out, ref.lse, test::rel_tolerance(c.dtype));
   }
+}
+
+TEST(SparseMlaCpu, Fp8DsMlaMatchesTheReferenceOnEveryInstructionSet) {
+  for (CpuIsa isa : cpu_isas_supported()) {
+    set_cpu_isa(isa);
+    for (const SparseCase& c : ds_mla_cases()) {
+      SCOPED_TRACE(std::string(cpu_isa_name(isa)) + ", case seed " + std::to_string(c.seed));
+      SparseData ref = make_case(c);
+      sparse_mla(args_of(ref, scale_of(c)), ref.cache, "reference");
+      SparseData got = make_case(c);
+      test::poison(got.out);
+      test::poison(got.lse);
+      sparse_mla(args_of(got, scale_of(c)), got.cache, "cpu");
+      expect_matches(c, got, ref.out, ref.lse, test::rel_tolerance(c.dtype));
+    }
+  }
+  set_cpu_isa(std::nullopt);
+}
+
+// Non-finite fp8_ds_mla bytes in a selected entry: a NaN latent value (byte
+// 0xff) makes its token's rows NaN, a NaN rope value (bf16) too, and the
+// other tokens stay finite and correct; a subnormal-heavy tile (tiny values)
+// and a saturated one (values past 448 · scale) are read exactly.
+TEST(SparseMlaCpu, Fp8DsMlaNonFiniteAndExtremeBytesMatchTheReference) {
+  for (CpuIsa isa : cpu_isas_supported()) {
+    set_cpu_isa(isa);
+    for (int where : {7, 300, 512 + 16 + 2 * 5}) {  // latent tile 0, latent tile 2, rope element 5
+      SparseCase c;
+      c.T = 3, c.N = 20, c.topk = 70, c.cache_dtype = kFp8DsMla, c.seed = 77;
+      SCOPED_TRACE(std::string(cpu_isa_name(isa)) + ", NaN at byte " + std::to_string(where));
+      auto plant = [&](SparseData& d) {
+        const int32_t slot = d.indices.data_as<int32_t>()[0 * c.topk + 9];  // token 0's 10th key
+        uint8_t* e = static_cast<uint8_t*>(d.cache.cache().data.data()) + int64_t(slot) * d.cache.cache().entry_dim();
+        e[where] = 0xff;
+        if (where >= 512) e[where + 1] = 0xff;  // a bf16 NaN
+        // Token 1's 3rd key: tile 1 all subnormal magnitudes, tile 3 saturated.
+        const int32_t other = d.indices.data_as<int32_t>()[1 * c.topk + 2];
+        uint8_t* f = static_cast<uint8_t*>(d.cache.cache().data.data()) + int64_t(other) * d.cache.cache().entry_dim();
+        for (int i = 128; i < 256; ++i) f[i] = uint8_t((i % 8) | (i % 3 == 0 ? 0x80 : 0));
+        for (int i = 384; i < 512; ++i) f[i] = i % 2 ? 0x7e : 0xfe;
+      };
+      SparseData ref = make_case(c);
+      plant(ref);
+      sparse_mla(args_of(ref, scale_of(c)), ref.cache, "reference");
+      SparseData got = make_case(c);
+      plant(got);
+      test::poison(got.out);
+      test::poison(got.lse);
+      sparse_mla(args_of(got, scale_of(c)), got.cache, "cpu");
+      expect_matches(c, got, ref.out, ref.lse, test::rel_tolerance(c.dtype));
+      for (int h = 0; h < c.N; ++h) {
+        EXPECT_TRUE(std::isnan(got.lse.data_as<float>()[h * c.T])) << "head " << h;
+        EXPECT_TRUE(std::isfinite(got.lse.data_as<float>()[h * c.T + 1])) << "head " << h;
+      }
+    }
+  }
+  set_cpu_isa(std::nullopt);
 }
 
 TEST(SparseMlaCpu, Fp8DsMlaStaysWithinFp8ErrorOfTheBf16Cache) {
