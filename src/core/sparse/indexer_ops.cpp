@@ -99,8 +99,8 @@ int64_t check_indexer_args(const char* op, const IndexerArgs& a, const IndexerKe
     for (int64_t b = 0; b < blocks; ++b) {
       const int32_t id =
           a.block_table.data_as<const int32_t>()[r * a.block_table.stride(0) + b * a.block_table.stride(1)];
-      check_arg(id >= 0 && id < cache.num_blocks(), op, "block_table",
-                "hold block ids in [0, " + str(cache.num_blocks()) + ")",
+      if (id >= 0 && id < cache.num_blocks()) continue;  // (the message is built only for a bad id)
+      check_arg(false, op, "block_table", "hold block ids in [0, " + str(cache.num_blocks()) + ")",
                 str(id) + " at [" + str(r) + ", " + str(b) + "]");
     }
     if (q1 > q0) longest = std::max<int64_t>(longest, len);
@@ -164,8 +164,8 @@ void indexer_k_cache_write(const Tensor& k, const IndexerKeyCache& cache, const 
     const int64_t capacity = cache.num_blocks() * cache.block_size();
     for (int64_t t = 0; t < slot_mapping.size(0); ++t) {
       const int64_t slot = slot_mapping.data_as<const int64_t>()[t * slot_mapping.stride(0)];
-      check_arg(slot < capacity, op, "slot_mapping",
-                "hold slots < num_blocks * block_size = " + str(capacity) + " (or -1)",
+      if (slot < capacity) continue;  // (the message is built only for a bad slot)
+      check_arg(false, op, "slot_mapping", "hold slots < num_blocks * block_size = " + str(capacity) + " (or -1)",
                 str(slot) + " at index " + str(t));
     }
   }
