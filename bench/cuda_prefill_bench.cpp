@@ -12,7 +12,8 @@
 // the fraction of the GEMM rate. The default hopper kernel's rows run each
 // tile walk by name ("walk=pairs|static|dynamic", back to back per shape;
 // LATTN_PREFILL_BENCH_ROTATE=k rotates their order). A summary table is
-// printed last.
+// printed last. LATTN_PREFILL_BENCH_TRACE=dir runs the trace experiment
+// instead (run_trace_experiment: per-CTA SM, clock and tile times).
 //
 // This benchmark reaches the internal launchers (src/cuda/sm80/prefill/prefill_launch.h,
 // src/cuda/sm90/prefill/prefill_launch.h)
@@ -56,10 +57,14 @@ int hopper_config(int kernel) { return kHopper - kernel; }
 // The tile walk of a hopper row (a benchmark argument): 0 the default
 // (LATTN_HOPPER_PREFILL_SCHEDULE, else static), else one named walk, so one
 // process times the walks side by side (docs/hopper.md, "Scheduler").
+// Walk 4 ("static+sides", only with LATTN_PREFILL_BENCH_SIDES): the static
+// walk with its CTA ranks grouped by L2 side (side_ranks below).
 constexpr sm90::HopperPrefillSchedule kSchedules[] = {
     sm90::HopperPrefillSchedule::automatic, sm90::HopperPrefillSchedule::static_pairs,
-    sm90::HopperPrefillSchedule::static_balanced, sm90::HopperPrefillSchedule::dynamic};
-constexpr const char* kScheduleNames[] = {"", " walk=pairs", " walk=static", " walk=dynamic"};
+    sm90::HopperPrefillSchedule::static_balanced, sm90::HopperPrefillSchedule::dynamic,
+    sm90::HopperPrefillSchedule::static_balanced};
+constexpr const char* kScheduleNames[] = {"", " walk=pairs", " walk=static", " walk=dynamic", " walk=static+sides"};
+constexpr int kSideWalk = 4;
 
 #define BENCH_CUDA(call)                                                                                 \
   do {                                                                                                   \
@@ -195,6 +200,39 @@ double attention_flops(int heads, const std::vector<int>& sq, const std::vector<
   return 2.0 * heads * (kDqk + kDv) * pairs;
 }
 
+// The experiment of grouping the static walk's CTA ranks by the L2 side of
+// their SM (HopperPrefillDiagnostics::rank_counters): the sides come from
+// the file LATTN_PREFILL_BENCH_SIDES names (the L2 probe's output, a line
+// "SIDES d0 d1 ...": side 0 or 1 of each SM id). nullptr when unset or
+// unreadable. The counters are allocated once and zeroed (each launch
+// leaves them at 0).
+const sm90::HopperPrefillDiagnostics* side_ranks() {
+  static const sm90::HopperPrefillDiagnostics* d = []() -> const sm90::HopperPrefillDiagnostics* {
+    const char* f = std::getenv("LATTN_PREFILL_BENCH_SIDES");
+    if (f == nullptr || *f == '\0') return nullptr;
+    FILE* in = std::fopen(f, "r");
+    if (in == nullptr) return nullptr;
+    auto* diag = new sm90::HopperPrefillDiagnostics;  // kept until exit
+    int sms = 0, ones = 0;
+    char line[4096];
+    while (std::fgets(line, sizeof(line), in) != nullptr) {
+      if (std::string(line).rfind("SIDES ", 0) != 0) continue;
+      for (const char* c = line + 6; *c != '\0'; ++c) {
+        if (*c != '0' && *c != '1') continue;
+        if (*c == '1' && sms < 192) diag->side_mask[sms / 64] |= 1ull << (sms % 64), ++ones;
+        ++sms;
+      }
+    }
+    std::fclose(in);
+    if (sms == 0) return nullptr;
+    BENCH_CUDA(cudaMalloc(&diag->rank_counters, 16));
+    BENCH_CUDA(cudaMemset(diag->rank_counters, 0, 16));
+    std::printf("L2 sides of %d SMs read from %s, %d on side 1\n", sms, f, ones);
+    return diag;
+  }();
+  return d;
+}
+
 // Device tensors of one varlen problem: q/out [Tq, H, 192/128] and k/v
 // [Tk, H, 192/128] (k/v may be views into a larger caller buffer).
 struct Problem {
@@ -231,9 +269,12 @@ struct Problem {
 
   // Runs `p` with `kernel` (a config row or kHopper); p's k/v start at row
   // k_row0 of this problem's buffers.
-  void run(const sm80::PrefillParams& p, int kernel, int64_t k_row0 = 0, int schedule = 0) const {
+  void run(const sm80::PrefillParams& p, int kernel, int64_t k_row0 = 0, int schedule = 0,
+           const sm90::HopperPrefillDiagnostics* diagnostics = nullptr, int max_ctas = 0) const {
     if (is_hopper(kernel)) {
-      sm90::run_hopper_prefill_attention(p, tq, tk - k_row0, nullptr, hopper_config(kernel), kSchedules[schedule]);
+      if (diagnostics == nullptr && schedule == kSideWalk) diagnostics = side_ranks();
+      sm90::run_hopper_prefill_attention(p, tq, tk - k_row0, nullptr, hopper_config(kernel), kSchedules[schedule],
+                                         max_ctas, diagnostics);
     } else {
       sm80::run_prefill_attention(p, nullptr, kernel);
     }
@@ -424,12 +465,14 @@ void register_benchmarks() {
     std::vector<int> walks = {0};
     if (kernel == default_hopper) {
       walks = {1, 2, 3};
-      std::rotate(walks.begin(), walks.begin() + ((rotate % 3) + 3) % 3, walks.end());
+      if (side_ranks() != nullptr) walks.push_back(kSideWalk);
+      const int n = int(walks.size());
+      std::rotate(walks.begin(), walks.begin() + ((rotate % n) + n) % n, walks.end());
     }
     return walks;
   };
   const auto walk_suffix = [](int walk) {
-    return walk == 0 ? std::string() : "/" + std::string(kScheduleNames[walk] + 6);  // "/pairs" ...
+    return walk == 0 ? std::string() : "/" + std::string(kScheduleNames[walk] + 6);  // "/pairs" ... "/static+sides"
   };
   for (int kernel : kernels) {
     const std::string name = is_hopper(kernel)
@@ -458,6 +501,134 @@ void register_benchmarks() {
   }
 }
 
+// ---- the trace experiment (LATTN_PREFILL_BENCH_TRACE=dir) ---------------------------
+// What makes the two speed levels of the long causal shapes (docs/perf.md,
+// "Hopper prefill"): per shape, kAllocs copies of the problem in different
+// memory, launched interleaved (copy 0, 1, 2, 0, 1, 2, ...) and then each
+// kConsecutive times in a row, then copy 0 on half the SMs (max_ctas, so
+// what the CTAs share — L2, DRAM, power — is loaded half as much; "alloc"
+// 100 + copy in the file). With LATTN_PREFILL_BENCH_SIDES=file (the L2
+// probe's output, a line "SIDES d0 d1 ...": the L2 side of each SM id),
+// copy 0 also runs with the static walk's CTA ranks grouped by side
+// (HopperPrefillDiagnostics::rank_counters; "alloc" 200), interleaved with
+// the others and back to back. Every launch is event-timed and traced
+// (PrefillSchedule::trace: SM, start/end time, SM clock, tile starts per
+// CTA). Writes dir/trace_<shape>.bin (per launch: int64 alloc, float64
+// µs, int64 grid; then per CTA the header words and 3 words per tile it
+// saw) and one summary line per launch to stdout; then 16 untraced launches
+// back to back per copy, each one's time.
+int run_trace_experiment(const std::string& dir) {
+  int device = 0, sms = 0;
+  BENCH_CUDA(cudaGetDevice(&device));
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  constexpr int kAllocs = 3, kRounds = 8, kConsecutive = 12;
+  const size_t words = size_t(sms) * sm90::kPrefillTraceWords;
+  DeviceBuffer dtrace(words * 8);
+  sm90::HopperPrefillDiagnostics diag, diag_side, diag_plain;  // traced; traced by side; untraced by side
+  diag.trace = dtrace.as<unsigned long long>();
+  const bool sides = side_ranks() != nullptr;
+  if (sides) {
+    diag_plain = *side_ranks();
+    diag_side = diag_plain;
+    diag_side.trace = diag.trace;
+  }
+  std::vector<unsigned long long> host(words);
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  for (auto [heads, batch, seq] : {std::tuple{128, 1, 8192}, std::tuple{16, 8, 8192}, std::tuple{128, 4, 4096}}) {
+    const std::string tag = "h" + std::to_string(heads) + "_b" + std::to_string(batch) + "_s" + std::to_string(seq);
+    std::vector<std::unique_ptr<Problem>> pbs;
+    for (int a = 0; a < kAllocs; ++a) {
+      pbs.push_back(
+          std::make_unique<Problem>(heads, std::vector<int>(size_t(batch), seq), std::vector<int>(size_t(batch), seq)));
+    }
+    std::vector<int> order;
+    for (int r = 0; r < kRounds; ++r) {
+      for (int a = 0; a < kAllocs; ++a) order.push_back(a);
+      if (sides) order.push_back(200);  // copy 0, ranks grouped by L2 side
+    }
+    for (int a = 0; a < kAllocs; ++a)
+      for (int i = 0; i < kConsecutive; ++i) order.push_back(a);
+    if (sides)
+      for (int i = 0; i < kConsecutive; ++i) order.push_back(200);
+    for (int i = 0; i < 6; ++i) order.push_back(100);  // copy 0 on half the SMs
+    const std::string path = dir + "/trace_" + tag + ".bin";
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) throw std::runtime_error("cannot write " + path);
+    for (int a = 0; a < kAllocs; ++a)
+      for (int w = 0; w < 3; ++w) pbs[size_t(a)]->run(pbs[size_t(a)]->params(true), kHopper, 0, 0);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    for (size_t i = 0; i < order.size(); ++i) {
+      const Problem& pb = *pbs[size_t(order[i] % 100)];
+      const sm80::PrefillParams p = pb.params(true);
+      BENCH_CUDA(cudaMemset(dtrace.ptr, 0, words * 8));
+      BENCH_CUDA(cudaEventRecord(e0, nullptr));
+      pb.run(p, kHopper, 0, 0, order[i] >= 200 ? &diag_side : &diag, order[i] >= 100 && order[i] < 200 ? sms / 2 : 0);
+      BENCH_CUDA(cudaEventRecord(e1, nullptr));
+      BENCH_CUDA(cudaEventSynchronize(e1));
+      float ms = 0;
+      BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      BENCH_CUDA(cudaMemcpy(host.data(), dtrace.ptr, words * 8, cudaMemcpyDeviceToHost));
+      const int64_t alloc = order[i];
+      const double us = ms * 1e3;
+      int64_t grid = 0;
+      for (int c = 0; c < sms; ++c) grid += host[size_t(c) * sm90::kPrefillTraceWords + 1] != 0;
+      std::fwrite(&alloc, 8, 1, f);
+      std::fwrite(&us, 8, 1, f);
+      std::fwrite(&grid, 8, 1, f);
+      // Summary: the SM clock (cycles / ns, median over CTAs), the spread of
+      // the CTAs' starts and ends, and their mean life.
+      std::vector<double> mhz;
+      unsigned long long t0min = ~0ull, t0max = 0, t1min = ~0ull, t1max = 0;
+      double life = 0;
+      for (int c = 0; c < grid; ++c) {
+        const unsigned long long* w = host.data() + size_t(c) * sm90::kPrefillTraceWords;
+        const size_t n = std::min<size_t>(w[5], sm90::kPrefillTraceTiles);
+        std::fwrite(w, 8, sm90::kPrefillTraceHeader + 3 * n, f);
+        mhz.push_back(double(w[4] - w[2]) / double(w[3] - w[1]) * 1e3);
+        t0min = std::min(t0min, w[1]), t0max = std::max(t0max, w[1]);
+        t1min = std::min(t1min, w[3]), t1max = std::max(t1max, w[3]);
+        life += double(w[3] - w[1]) / grid;
+      }
+      std::sort(mhz.begin(), mhz.end());
+      std::printf(
+          "trace %s launch %zu alloc %lld: %.1f us, SM clock %.0f MHz (min %.0f, max %.0f), start spread %.1f us, "
+          "end spread %.1f us, mean CTA life %.1f us\n",
+          tag.c_str(), i, static_cast<long long>(alloc), us, mhz[mhz.size() / 2], mhz.front(), mhz.back(),
+          double(t0max - t0min) * 1e-3, double(t1max - t1min) * 1e-3, life * 1e-3);
+    }
+    std::fclose(f);
+    // Untraced, back to back as the benchmark rows run (no gap between
+    // launches): every launch's time, copies interleaved in blocks of 15.
+    for (int rep = 0; rep < 2; ++rep)
+      for (int a = 0; a < kAllocs + (sides ? 1 : 0); ++a) {
+        const Problem& pb = *pbs[size_t(a % kAllocs)];
+        const sm80::PrefillParams p = pb.params(true);
+        std::vector<cudaEvent_t> ev(32);
+        for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
+        for (int i = 0; i < 16; ++i) {
+          BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i)], nullptr));
+          pb.run(p, kHopper, 0, 0, a == kAllocs ? &diag_plain : nullptr);
+          BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i + 1)], nullptr));
+        }
+        BENCH_CUDA(cudaDeviceSynchronize());
+        std::printf("back-to-back %s alloc %d:", tag.c_str(), a == kAllocs ? 200 : a);
+        for (int i = 0; i < 16; ++i) {
+          float ms = 0;
+          BENCH_CUDA(cudaEventElapsedTime(&ms, ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));
+          std::printf(" %.0f", ms * 1e3);
+        }
+        std::printf("\n");
+        for (auto& e : ev) cudaEventDestroy(e);
+      }
+    std::fflush(stdout);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 0;
+}
+
 void print_summary() {
   if (rows().empty()) return;
   std::printf("\n%-72s %12s %10s %9s  %s\n", "case", "median us", "TFLOP/s", "of GEMM", "note");
@@ -469,6 +640,13 @@ void print_summary() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const char* dir = std::getenv("LATTN_PREFILL_BENCH_TRACE"); dir != nullptr && *dir != '\0') {
+    if (!hopper_skip_reason().empty()) {
+      std::printf("trace: %s\n", hopper_skip_reason().c_str());
+      return 0;
+    }
+    return run_trace_experiment(dir);
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   register_benchmarks();
