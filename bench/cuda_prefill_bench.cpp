@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -57,14 +58,10 @@ int hopper_config(int kernel) { return kHopper - kernel; }
 // The tile walk of a hopper row (a benchmark argument): 0 the default
 // (LATTN_HOPPER_PREFILL_SCHEDULE, else static), else one named walk, so one
 // process times the walks side by side (docs/hopper.md, "Scheduler").
-// Walk 4 ("static+sides", only with LATTN_PREFILL_BENCH_SIDES): the static
-// walk with its CTA ranks grouped by L2 side (side_ranks below).
 constexpr sm90::HopperPrefillSchedule kSchedules[] = {
     sm90::HopperPrefillSchedule::automatic, sm90::HopperPrefillSchedule::static_pairs,
-    sm90::HopperPrefillSchedule::static_balanced, sm90::HopperPrefillSchedule::dynamic,
-    sm90::HopperPrefillSchedule::static_balanced};
-constexpr const char* kScheduleNames[] = {"", " walk=pairs", " walk=static", " walk=dynamic", " walk=static+sides"};
-constexpr int kSideWalk = 4;
+    sm90::HopperPrefillSchedule::static_balanced, sm90::HopperPrefillSchedule::dynamic};
+constexpr const char* kScheduleNames[] = {"", " walk=pairs", " walk=static", " walk=dynamic"};
 
 #define BENCH_CUDA(call)                                                                                 \
   do {                                                                                                   \
@@ -109,11 +106,33 @@ void fill_random_bf16(void* dst, size_t elems, uint64_t seed, float stddev) {
   }
 }
 
+// LATTN_PREFILL_BENCH_SETTLE_MS=n (read once; default 0): every timing
+// (rows and the cuBLAS ceiling alike) first runs its launch back to back for
+// n ms, so the GPU's power controller has settled under the power cap
+// before the timed launches. Without it a row's median depends on how long
+// the GPU idled before it: the first launches after idle run at a higher SM
+// clock (docs/perf.md, "what makes the two levels").
+double settle_ms() {
+  static const double v = [] {
+    const char* e = std::getenv("LATTN_PREFILL_BENCH_SETTLE_MS");
+    return e == nullptr ? 0.0 : std::atof(e);
+  }();
+  return v;
+}
+
 // Median milliseconds of `reps` launches of fn, each timed by its own pair
-// of events on the default stream, after `warmup` untimed launches.
+// of events on the default stream, after `warmup` untimed launches (and,
+// with LATTN_PREFILL_BENCH_SETTLE_MS, after settle_ms() of launches).
 double median_ms(const std::function<void()>& fn, int warmup, int reps) {
   for (int i = 0; i < warmup; ++i) fn();
   BENCH_CUDA(cudaDeviceSynchronize());
+  if (settle_ms() > 0) {
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() < settle_ms()) {
+      for (int i = 0; i < 4; ++i) fn();
+      BENCH_CUDA(cudaDeviceSynchronize());
+    }
+  }
   std::vector<cudaEvent_t> ev(size_t(2 * reps));
   for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
   for (int i = 0; i < reps; ++i) {
@@ -200,39 +219,6 @@ double attention_flops(int heads, const std::vector<int>& sq, const std::vector<
   return 2.0 * heads * (kDqk + kDv) * pairs;
 }
 
-// The experiment of grouping the static walk's CTA ranks by the L2 side of
-// their SM (HopperPrefillDiagnostics::rank_counters): the sides come from
-// the file LATTN_PREFILL_BENCH_SIDES names (the L2 probe's output, a line
-// "SIDES d0 d1 ...": side 0 or 1 of each SM id). nullptr when unset or
-// unreadable. The counters are allocated once and zeroed (each launch
-// leaves them at 0).
-const sm90::HopperPrefillDiagnostics* side_ranks() {
-  static const sm90::HopperPrefillDiagnostics* d = []() -> const sm90::HopperPrefillDiagnostics* {
-    const char* f = std::getenv("LATTN_PREFILL_BENCH_SIDES");
-    if (f == nullptr || *f == '\0') return nullptr;
-    FILE* in = std::fopen(f, "r");
-    if (in == nullptr) return nullptr;
-    auto* diag = new sm90::HopperPrefillDiagnostics;  // kept until exit
-    int sms = 0, ones = 0;
-    char line[4096];
-    while (std::fgets(line, sizeof(line), in) != nullptr) {
-      if (std::string(line).rfind("SIDES ", 0) != 0) continue;
-      for (const char* c = line + 6; *c != '\0'; ++c) {
-        if (*c != '0' && *c != '1') continue;
-        if (*c == '1' && sms < 192) diag->side_mask[sms / 64] |= 1ull << (sms % 64), ++ones;
-        ++sms;
-      }
-    }
-    std::fclose(in);
-    if (sms == 0) return nullptr;
-    BENCH_CUDA(cudaMalloc(&diag->rank_counters, 16));
-    BENCH_CUDA(cudaMemset(diag->rank_counters, 0, 16));
-    std::printf("L2 sides of %d SMs read from %s, %d on side 1\n", sms, f, ones);
-    return diag;
-  }();
-  return d;
-}
-
 // Device tensors of one varlen problem: q/out [Tq, H, 192/128] and k/v
 // [Tk, H, 192/128] (k/v may be views into a larger caller buffer).
 struct Problem {
@@ -272,7 +258,6 @@ struct Problem {
   void run(const sm80::PrefillParams& p, int kernel, int64_t k_row0 = 0, int schedule = 0,
            const sm90::HopperPrefillDiagnostics* diagnostics = nullptr, int max_ctas = 0) const {
     if (is_hopper(kernel)) {
-      if (diagnostics == nullptr && schedule == kSideWalk) diagnostics = side_ranks();
       sm90::run_hopper_prefill_attention(p, tq, tk - k_row0, nullptr, hopper_config(kernel), kSchedules[schedule],
                                          max_ctas, diagnostics);
     } else {
@@ -465,14 +450,13 @@ void register_benchmarks() {
     std::vector<int> walks = {0};
     if (kernel == default_hopper) {
       walks = {1, 2, 3};
-      if (side_ranks() != nullptr) walks.push_back(kSideWalk);
       const int n = int(walks.size());
       std::rotate(walks.begin(), walks.begin() + ((rotate % n) + n) % n, walks.end());
     }
     return walks;
   };
   const auto walk_suffix = [](int walk) {
-    return walk == 0 ? std::string() : "/" + std::string(kScheduleNames[walk] + 6);  // "/pairs" ... "/static+sides"
+    return walk == 0 ? std::string() : "/" + std::string(kScheduleNames[walk] + 6);  // "/pairs" ...
   };
   for (int kernel : kernels) {
     const std::string name = is_hopper(kernel)
@@ -507,11 +491,7 @@ void register_benchmarks() {
 // memory, launched interleaved (copy 0, 1, 2, 0, 1, 2, ...) and then each
 // kConsecutive times in a row, then copy 0 on half the SMs (max_ctas, so
 // what the CTAs share — L2, DRAM, power — is loaded half as much; "alloc"
-// 100 + copy in the file). With LATTN_PREFILL_BENCH_SIDES=file (the L2
-// probe's output, a line "SIDES d0 d1 ...": the L2 side of each SM id),
-// copy 0 also runs with the static walk's CTA ranks grouped by side
-// (HopperPrefillDiagnostics::rank_counters; "alloc" 200), interleaved with
-// the others and back to back. Every launch is event-timed and traced
+// 100 + copy in the file). Every launch is event-timed and traced
 // (PrefillSchedule::trace: SM, start/end time, SM clock, tile starts per
 // CTA). Writes dir/trace_<shape>.bin (per launch: int64 alloc, float64
 // µs, int64 grid; then per CTA the header words and 3 words per tile it
@@ -524,14 +504,8 @@ int run_trace_experiment(const std::string& dir) {
   constexpr int kAllocs = 3, kRounds = 8, kConsecutive = 12;
   const size_t words = size_t(sms) * sm90::kPrefillTraceWords;
   DeviceBuffer dtrace(words * 8);
-  sm90::HopperPrefillDiagnostics diag, diag_side, diag_plain;  // traced; traced by side; untraced by side
+  sm90::HopperPrefillDiagnostics diag;
   diag.trace = dtrace.as<unsigned long long>();
-  const bool sides = side_ranks() != nullptr;
-  if (sides) {
-    diag_plain = *side_ranks();
-    diag_side = diag_plain;
-    diag_side.trace = diag.trace;
-  }
   std::vector<unsigned long long> host(words);
   cudaEvent_t e0, e1;
   BENCH_CUDA(cudaEventCreate(&e0));
@@ -544,14 +518,10 @@ int run_trace_experiment(const std::string& dir) {
           std::make_unique<Problem>(heads, std::vector<int>(size_t(batch), seq), std::vector<int>(size_t(batch), seq)));
     }
     std::vector<int> order;
-    for (int r = 0; r < kRounds; ++r) {
+    for (int r = 0; r < kRounds; ++r)
       for (int a = 0; a < kAllocs; ++a) order.push_back(a);
-      if (sides) order.push_back(200);  // copy 0, ranks grouped by L2 side
-    }
     for (int a = 0; a < kAllocs; ++a)
       for (int i = 0; i < kConsecutive; ++i) order.push_back(a);
-    if (sides)
-      for (int i = 0; i < kConsecutive; ++i) order.push_back(200);
     for (int i = 0; i < 6; ++i) order.push_back(100);  // copy 0 on half the SMs
     const std::string path = dir + "/trace_" + tag + ".bin";
     FILE* f = std::fopen(path.c_str(), "wb");
@@ -564,7 +534,7 @@ int run_trace_experiment(const std::string& dir) {
       const sm80::PrefillParams p = pb.params(true);
       BENCH_CUDA(cudaMemset(dtrace.ptr, 0, words * 8));
       BENCH_CUDA(cudaEventRecord(e0, nullptr));
-      pb.run(p, kHopper, 0, 0, order[i] >= 200 ? &diag_side : &diag, order[i] >= 100 && order[i] < 200 ? sms / 2 : 0);
+      pb.run(p, kHopper, 0, 0, &diag, order[i] >= 100 ? sms / 2 : 0);
       BENCH_CUDA(cudaEventRecord(e1, nullptr));
       BENCH_CUDA(cudaEventSynchronize(e1));
       float ms = 0;
@@ -602,18 +572,18 @@ int run_trace_experiment(const std::string& dir) {
     // Untraced, back to back as the benchmark rows run (no gap between
     // launches): every launch's time, copies interleaved in blocks of 15.
     for (int rep = 0; rep < 2; ++rep)
-      for (int a = 0; a < kAllocs + (sides ? 1 : 0); ++a) {
-        const Problem& pb = *pbs[size_t(a % kAllocs)];
+      for (int a = 0; a < kAllocs; ++a) {
+        const Problem& pb = *pbs[size_t(a)];
         const sm80::PrefillParams p = pb.params(true);
         std::vector<cudaEvent_t> ev(32);
         for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
         for (int i = 0; i < 16; ++i) {
           BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i)], nullptr));
-          pb.run(p, kHopper, 0, 0, a == kAllocs ? &diag_plain : nullptr);
+          pb.run(p, kHopper, 0, 0);
           BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i + 1)], nullptr));
         }
         BENCH_CUDA(cudaDeviceSynchronize());
-        std::printf("back-to-back %s alloc %d:", tag.c_str(), a == kAllocs ? 200 : a);
+        std::printf("back-to-back %s alloc %d:", tag.c_str(), a);
         for (int i = 0; i < 16; ++i) {
           float ms = 0;
           BENCH_CUDA(cudaEventElapsedTime(&ms, ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));

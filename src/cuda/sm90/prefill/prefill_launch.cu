@@ -289,11 +289,7 @@ void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_
   }
   PrefillSchedule sched = make_schedule(p, q_rows, kv_rows, schedule, device, stream);
   sched.max_ctas = max_ctas;
-  if (diagnostics != nullptr) {
-    sched.trace = diagnostics->trace;
-    if (sched.counter == nullptr) sched.rank_counters = diagnostics->rank_counters;
-    for (int i = 0; i < 3; ++i) sched.side_mask[i] = diagnostics->side_mask[i];
-  }
+  if (diagnostics != nullptr) sched.trace = diagnostics->trace;
   fn(p, sched, tq, tk, tv, stream);
 }
 

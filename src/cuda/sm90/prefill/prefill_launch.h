@@ -34,17 +34,12 @@ void run_hopper_prefill_attention(const sm80::PrefillParams& params, int64_t q_r
                                   int config = -1, HopperPrefillSchedule schedule = HopperPrefillSchedule::automatic,
                                   int max_ctas = 0, const HopperPrefillDiagnostics* diagnostics = nullptr);
 
-// Diagnostics and experiments of one launch (benchmarks and tests; the
-// library passes none). trace: a device buffer of grid x kPrefillTraceWords
-// words that the launch fills (PrefillSchedule::trace, prefill_schedule.h;
-// grid = min(SMs, max_ctas) at most). rank_counters: 3 device ints, 0 before
-// the launch (it leaves them at 0): a static walk deals its CTA ranks grouped
-// by the L2 side of their SM, side_mask bit s set for SM s on side 1
-// (PrefillSchedule::rank_counters); ignored by the dynamic walk.
+// Diagnostics of one launch (benchmarks and tests; the library passes
+// none). trace: a device buffer of grid x kPrefillTraceWords words that the
+// launch fills (PrefillSchedule::trace, prefill_schedule.h; grid =
+// min(SMs, max_ctas) at most).
 struct HopperPrefillDiagnostics {
   unsigned long long* trace = nullptr;
-  int* rank_counters = nullptr;
-  unsigned long long side_mask[3] = {0, 0, 0};
 };
 
 // Allocates the tile counters of the dynamic walk on `device` if they do

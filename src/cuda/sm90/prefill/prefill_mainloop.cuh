@@ -136,20 +136,13 @@ struct PrefillMainloop {
     } else {
       // Static pairs: units c, c + grid, ... below the tail's front, two
       // halves each; then (balanced) the tail's tiles of this CTA's snake.
-      // c: blockIdx.x, or (an experiment) the CTA's rank grouped by L2 side,
-      // read back from shared memory where needed (no register held).
-      const uint32_t rank_slot = bar(offsetof(PrefillBarriers, cta_rank), 0);
-      if (sched.rank_counters != nullptr) {
-        st_shared_s32(rank_slot, prefill_side_rank(sched.rank_counters, sched.side_mask));
-      }
-      const auto cta = [&] { return sched.rank_counters == nullptr ? int(blockIdx.x) : ld_shared_s32(rank_slot); };
       const auto tail = Scheduler::tail_plan(p, order, Scheduler::num_units(p, order), sched.balanced_tail);
-      for (int work = 2 * cta(); work < 2 * tail.front; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
+      for (int work = 2 * blockIdx.x; work < 2 * tail.front; work += (work & 1) ? 2 * gridDim.x - 1 : 1) {
         if (Scheduler::unit_tile(p, order, work / 2, work & 1, id)) produce_tile(id);
       }
       id.batch = tail.batch;
       for (int round = 0;; ++round) {
-        const int rank = prefill_snake_rank(cta(), round, int(gridDim.x));
+        const int rank = prefill_snake_rank(int(blockIdx.x), round, int(gridDim.x));
         if (rank >= tail.tiles) break;
         prefill_tail_tile(rank, tail.m_blocks, p.num_heads, tail.first_local, id.head, id.m_block);
         produce_tile(id);

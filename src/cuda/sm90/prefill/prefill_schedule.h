@@ -32,12 +32,6 @@ struct PrefillSchedule {
   // set, each CTA records where and when it ran (prefill_trace.cuh, layout
   // below): grid x kPrefillTraceWords words, written by one consumer thread.
   unsigned long long* trace = nullptr;
-  // Experiment (benchmarks and tests only; nullptr in every library
-  // launch): the static walk's CTA ranks grouped by the L2 side of their SM
-  // (prefill_side_rank in prefill_tile_scheduler.cuh). Three ints, 0 before
-  // the launch and set back to 0 by it; side_mask bit s: SM s is on side 1.
-  int* rank_counters = nullptr;
-  unsigned long long side_mask[3] = {0, 0, 0};
 };
 
 // ---- the diagnostic trace of a launch (PrefillSchedule::trace) -------------------------

@@ -82,27 +82,6 @@ struct PrefillRequestOrder {
   __device__ static uint32_t begin_at(uint32_t order, int i) { return order + 4u * uint32_t(kMaxSortedRequests + i); }
 };
 
-// The rank the static walk deals to this CTA (in place of blockIdx.x) when
-// its ranks are grouped by L2 side (PrefillSchedule::rank_counters): CTAs on
-// SMs of side 0 take ranks 0, 1, ... and those of side 1 ranks grid - 1,
-// grid - 2, ..., in the order they arrive, so consecutive ranks — the CTAs
-// that run one head's units at the same time — sit on one side. Every CTA
-// claims once, so the ranks are 0..grid-1 whatever SMs the CTAs land on; the
-// last to claim sets the counters back to 0. Called by one thread per CTA.
-__device__ inline int prefill_side_rank(int* counters, const unsigned long long (&side_mask)[3]) {
-  unsigned sm;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  const int side = sm < 192u ? int((side_mask[sm / 64u] >> (sm % 64u)) & 1ull) : 0;
-  const int slot = atomicAdd(counters + side, 1);
-  __threadfence();
-  if (atomicAdd(counters + 2, 1) == int(gridDim.x) - 1) {
-    atomicExch(counters + 0, 0);
-    atomicExch(counters + 1, 0);
-    atomicExch(counters + 2, 0);
-  }
-  return side == 0 ? slot : int(gridDim.x) - 1 - slot;
-}
-
 template <int kBlockM, int kBlockN, bool kCausal>
 struct PrefillTileScheduler {
   __host__ __device__ static int max_m_blocks(const PrefillParams& p) {

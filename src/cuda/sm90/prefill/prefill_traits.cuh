@@ -50,10 +50,6 @@ struct PrefillBarriers {
   // -1: no more tiles), written before it arms q_full and read by one lane
   // of each consumer warp after q_full (the next write waits for q_empty).
   alignas(16) int32_t tile[4];
-  // The static walk's rank of this CTA when the ranks are grouped by L2 side
-  // (an experiment, PrefillSchedule::rank_counters), kept here rather than
-  // in one of the producer thread's 40 registers.
-  int32_t cta_rank;
 };
 
 template <int kConfig, class Element_>
