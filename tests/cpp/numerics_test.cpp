@@ -317,23 +317,24 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
     // with every split written (the merge alone). `cuda` runs its 64-row
     // sm80 tiles, which never fold.
     for (const char* fold : {static_cast<const char*>(nullptr), "0"}) {
-      cases.push_back({fold ? "decode_1_token_300_keys_long_mates_h32_unfolded" : "decode_1_token_300_keys_long_mates_h32",
-                       {299, 1, 23},
-                       true,
-                       32,
-                       64,
-                       3000,
-                       0,
-                       fold});
-      cases.push_back({fold ? "decode_3_tokens_2500_keys_long_mates_h32_unfolded"
-                            : "decode_3_tokens_2500_keys_long_mates_h32",
-                       {2497, 3, 24},
-                       true,
-                       32,
-                       64,
-                       3000,
-                       0,
-                       fold});
+      cases.push_back(
+          {fold ? "decode_1_token_300_keys_long_mates_h32_unfolded" : "decode_1_token_300_keys_long_mates_h32",
+           {299, 1, 23},
+           true,
+           32,
+           64,
+           3000,
+           0,
+           fold});
+      cases.push_back(
+          {fold ? "decode_3_tokens_2500_keys_long_mates_h32_unfolded" : "decode_3_tokens_2500_keys_long_mates_h32",
+           {2497, 3, 24},
+           true,
+           32,
+           64,
+           3000,
+           0,
+           fold});
     }
   }
   {

@@ -135,7 +135,8 @@ __device__ __forceinline__ void write_folded(const DecodeParams& p, const PieceV
         *reinterpret_cast<float2*>(out + 8 * n) = make_float2(o[4 * n + 2 * i], o[4 * n + 2 * i + 1]);
       }
       if (lse_owner) {
-        for (int s = slot - empty; s < slot; ++s) p.plan.partial_lse[int64_t(s) * p.plan.rows_capacity + gr] = -INFINITY;
+        for (int s = slot - empty; s < slot; ++s)
+          p.plan.partial_lse[int64_t(s) * p.plan.rows_capacity + gr] = -INFINITY;
         p.plan.partial_lse[int64_t(slot) * p.plan.rows_capacity + gr] = f.lse[i];
       }
     }
