@@ -12,7 +12,8 @@
 // the fraction of the GEMM rate. The default hopper kernel's rows run each
 // tile walk by name ("walk=pairs|static|dynamic", back to back per shape;
 // LATTN_PREFILL_BENCH_ROTATE=k rotates their order). A summary table is
-// printed last.
+// printed last. LATTN_PREFILL_BENCH_TRACE=dir runs the trace experiment
+// instead (run_trace_experiment: per-CTA SM, clock and tile times).
 //
 // This benchmark reaches the internal launchers (src/cuda/sm80/prefill/prefill_launch.h,
 // src/cuda/sm90/prefill/prefill_launch.h)
@@ -23,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -104,11 +106,33 @@ void fill_random_bf16(void* dst, size_t elems, uint64_t seed, float stddev) {
   }
 }
 
+// LATTN_PREFILL_BENCH_SETTLE_MS=n (read once; default 0): every timing
+// (rows and the cuBLAS ceiling alike) first runs its launch back to back for
+// n ms, so the GPU's power controller has settled under the power cap
+// before the timed launches. Without it a row's median depends on how long
+// the GPU idled before it: the first launches after idle run at a higher SM
+// clock (docs/perf.md, "what makes the two levels").
+double settle_ms() {
+  static const double v = [] {
+    const char* e = std::getenv("LATTN_PREFILL_BENCH_SETTLE_MS");
+    return e == nullptr ? 0.0 : std::atof(e);
+  }();
+  return v;
+}
+
 // Median milliseconds of `reps` launches of fn, each timed by its own pair
-// of events on the default stream, after `warmup` untimed launches.
+// of events on the default stream, after `warmup` untimed launches (and,
+// with LATTN_PREFILL_BENCH_SETTLE_MS, after settle_ms() of launches).
 double median_ms(const std::function<void()>& fn, int warmup, int reps) {
   for (int i = 0; i < warmup; ++i) fn();
   BENCH_CUDA(cudaDeviceSynchronize());
+  if (settle_ms() > 0) {
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() < settle_ms()) {
+      for (int i = 0; i < 4; ++i) fn();
+      BENCH_CUDA(cudaDeviceSynchronize());
+    }
+  }
   std::vector<cudaEvent_t> ev(size_t(2 * reps));
   for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
   for (int i = 0; i < reps; ++i) {
@@ -231,9 +255,11 @@ struct Problem {
 
   // Runs `p` with `kernel` (a config row or kHopper); p's k/v start at row
   // k_row0 of this problem's buffers.
-  void run(const sm80::PrefillParams& p, int kernel, int64_t k_row0 = 0, int schedule = 0) const {
+  void run(const sm80::PrefillParams& p, int kernel, int64_t k_row0 = 0, int schedule = 0,
+           const sm90::HopperPrefillDiagnostics* diagnostics = nullptr, int max_ctas = 0) const {
     if (is_hopper(kernel)) {
-      sm90::run_hopper_prefill_attention(p, tq, tk - k_row0, nullptr, hopper_config(kernel), kSchedules[schedule]);
+      sm90::run_hopper_prefill_attention(p, tq, tk - k_row0, nullptr, hopper_config(kernel), kSchedules[schedule],
+                                         max_ctas, diagnostics);
     } else {
       sm80::run_prefill_attention(p, nullptr, kernel);
     }
@@ -424,7 +450,8 @@ void register_benchmarks() {
     std::vector<int> walks = {0};
     if (kernel == default_hopper) {
       walks = {1, 2, 3};
-      std::rotate(walks.begin(), walks.begin() + ((rotate % 3) + 3) % 3, walks.end());
+      const int n = int(walks.size());
+      std::rotate(walks.begin(), walks.begin() + ((rotate % n) + n) % n, walks.end());
     }
     return walks;
   };
@@ -458,6 +485,120 @@ void register_benchmarks() {
   }
 }
 
+// ---- the trace experiment (LATTN_PREFILL_BENCH_TRACE=dir) ---------------------------
+// What makes the two speed levels of the long causal shapes (docs/perf.md,
+// "Hopper prefill"): per shape, kAllocs copies of the problem in different
+// memory, launched interleaved (copy 0, 1, 2, 0, 1, 2, ...) and then each
+// kConsecutive times in a row, then copy 0 on half the SMs (max_ctas, so
+// what the CTAs share — L2, DRAM, power — is loaded half as much; "alloc"
+// 100 + copy in the file). Every launch is event-timed and traced
+// (PrefillSchedule::trace: SM, start/end time, SM clock, tile starts per
+// CTA). Writes dir/trace_<shape>.bin (per launch: int64 alloc, float64
+// µs, int64 grid; then per CTA the header words and 3 words per tile it
+// saw) and one summary line per launch to stdout; then 16 untraced launches
+// back to back per copy, each one's time.
+int run_trace_experiment(const std::string& dir) {
+  int device = 0, sms = 0;
+  BENCH_CUDA(cudaGetDevice(&device));
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  constexpr int kAllocs = 3, kRounds = 8, kConsecutive = 12;
+  const size_t words = size_t(sms) * sm90::kPrefillTraceWords;
+  DeviceBuffer dtrace(words * 8);
+  sm90::HopperPrefillDiagnostics diag;
+  diag.trace = dtrace.as<unsigned long long>();
+  std::vector<unsigned long long> host(words);
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  for (auto [heads, batch, seq] : {std::tuple{128, 1, 8192}, std::tuple{16, 8, 8192}, std::tuple{128, 4, 4096}}) {
+    const std::string tag = "h" + std::to_string(heads) + "_b" + std::to_string(batch) + "_s" + std::to_string(seq);
+    std::vector<std::unique_ptr<Problem>> pbs;
+    for (int a = 0; a < kAllocs; ++a) {
+      pbs.push_back(
+          std::make_unique<Problem>(heads, std::vector<int>(size_t(batch), seq), std::vector<int>(size_t(batch), seq)));
+    }
+    std::vector<int> order;
+    for (int r = 0; r < kRounds; ++r)
+      for (int a = 0; a < kAllocs; ++a) order.push_back(a);
+    for (int a = 0; a < kAllocs; ++a)
+      for (int i = 0; i < kConsecutive; ++i) order.push_back(a);
+    for (int i = 0; i < 6; ++i) order.push_back(100);  // copy 0 on half the SMs
+    const std::string path = dir + "/trace_" + tag + ".bin";
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) throw std::runtime_error("cannot write " + path);
+    for (int a = 0; a < kAllocs; ++a)
+      for (int w = 0; w < 3; ++w) pbs[size_t(a)]->run(pbs[size_t(a)]->params(true), kHopper, 0, 0);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    for (size_t i = 0; i < order.size(); ++i) {
+      const Problem& pb = *pbs[size_t(order[i] % 100)];
+      const sm80::PrefillParams p = pb.params(true);
+      BENCH_CUDA(cudaMemset(dtrace.ptr, 0, words * 8));
+      BENCH_CUDA(cudaEventRecord(e0, nullptr));
+      pb.run(p, kHopper, 0, 0, &diag, order[i] >= 100 ? sms / 2 : 0);
+      BENCH_CUDA(cudaEventRecord(e1, nullptr));
+      BENCH_CUDA(cudaEventSynchronize(e1));
+      float ms = 0;
+      BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      BENCH_CUDA(cudaMemcpy(host.data(), dtrace.ptr, words * 8, cudaMemcpyDeviceToHost));
+      const int64_t alloc = order[i];
+      const double us = ms * 1e3;
+      int64_t grid = 0;
+      for (int c = 0; c < sms; ++c) grid += host[size_t(c) * sm90::kPrefillTraceWords + 1] != 0;
+      std::fwrite(&alloc, 8, 1, f);
+      std::fwrite(&us, 8, 1, f);
+      std::fwrite(&grid, 8, 1, f);
+      // Summary: the SM clock (cycles / ns, median over CTAs), the spread of
+      // the CTAs' starts and ends, and their mean life.
+      std::vector<double> mhz;
+      unsigned long long t0min = ~0ull, t0max = 0, t1min = ~0ull, t1max = 0;
+      double life = 0;
+      for (int c = 0; c < grid; ++c) {
+        const unsigned long long* w = host.data() + size_t(c) * sm90::kPrefillTraceWords;
+        const size_t n = std::min<size_t>(w[5], sm90::kPrefillTraceTiles);
+        std::fwrite(w, 8, sm90::kPrefillTraceHeader + 3 * n, f);
+        mhz.push_back(double(w[4] - w[2]) / double(w[3] - w[1]) * 1e3);
+        t0min = std::min(t0min, w[1]), t0max = std::max(t0max, w[1]);
+        t1min = std::min(t1min, w[3]), t1max = std::max(t1max, w[3]);
+        life += double(w[3] - w[1]) / grid;
+      }
+      std::sort(mhz.begin(), mhz.end());
+      std::printf(
+          "trace %s launch %zu alloc %lld: %.1f us, SM clock %.0f MHz (min %.0f, max %.0f), start spread %.1f us, "
+          "end spread %.1f us, mean CTA life %.1f us\n",
+          tag.c_str(), i, static_cast<long long>(alloc), us, mhz[mhz.size() / 2], mhz.front(), mhz.back(),
+          double(t0max - t0min) * 1e-3, double(t1max - t1min) * 1e-3, life * 1e-3);
+    }
+    std::fclose(f);
+    // Untraced, back to back as the benchmark rows run (no gap between
+    // launches): every launch's time, copies interleaved in blocks of 15.
+    for (int rep = 0; rep < 2; ++rep)
+      for (int a = 0; a < kAllocs; ++a) {
+        const Problem& pb = *pbs[size_t(a)];
+        const sm80::PrefillParams p = pb.params(true);
+        std::vector<cudaEvent_t> ev(32);
+        for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
+        for (int i = 0; i < 16; ++i) {
+          BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i)], nullptr));
+          pb.run(p, kHopper, 0, 0);
+          BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i + 1)], nullptr));
+        }
+        BENCH_CUDA(cudaDeviceSynchronize());
+        std::printf("back-to-back %s alloc %d:", tag.c_str(), a);
+        for (int i = 0; i < 16; ++i) {
+          float ms = 0;
+          BENCH_CUDA(cudaEventElapsedTime(&ms, ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));
+          std::printf(" %.0f", ms * 1e3);
+        }
+        std::printf("\n");
+        for (auto& e : ev) cudaEventDestroy(e);
+      }
+    std::fflush(stdout);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 0;
+}
+
 void print_summary() {
   if (rows().empty()) return;
   std::printf("\n%-72s %12s %10s %9s  %s\n", "case", "median us", "TFLOP/s", "of GEMM", "note");
@@ -469,6 +610,13 @@ void print_summary() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const char* dir = std::getenv("LATTN_PREFILL_BENCH_TRACE"); dir != nullptr && *dir != '\0') {
+    if (!hopper_skip_reason().empty()) {
+      std::printf("trace: %s\n", hopper_skip_reason().c_str());
+      return 0;
+    }
+    return run_trace_experiment(dir);
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   register_benchmarks();

@@ -248,21 +248,28 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   plan_.split_rule = kBatchInvariantDefaultSplitRule;
   plan_.fold_splits = false;
   if (invariant) {
-    // The sm80 kernel's 16-row tiles can fold the splits of a piece
-    // themselves (sm80/decode/decode_split_fold.cuh): such plans keep one
-    // wave of parts for any batch, each taking W consecutive splits, and cut
-    // finer (rule 4), since only requests met by several parts write
-    // partials. Measured on an H100 (docs/perf.md, "Batch-invariant mode",
-    // 7th session) it costs more than it saves (the fold's chain of weights
-    // per split), so it is off unless LATTN_BATCH_INVARIANT_FOLD=1. Without
-    // it every part is one split and every split writes rows x L f32
-    // partials: the more heads, the coarser the rule (2 up to 16 heads, 1 up
-    // to 64, 0 above), so that the partials stay small against the keys a
-    // split reads (at 128 heads rule 0 took B64/B128 x 4096 keys from 2.9x to
-    // 2.1x the default mode). All fixed by the tiles and the head count;
+    // Kernels that fold the splits of a piece themselves keep one wave of
+    // parts for any batch, each taking W consecutive splits: a request inside
+    // one part writes no partials (decode_params.h). hopper's wgmma kernel
+    // (sm90/decode/decode_split_fold.cuh) folds by default: at 128 heads
+    // every split's partials are 256 KB against its 576 KB of keys, and
+    // writing and combining them cost 2.1x the default mode at B64/B128 x
+    // 4096 keys (docs/perf.md, "Batch-invariant mode", 7th session). The sm80
+    // kernel's 16-row tiles can fold too (sm80/decode/decode_split_fold.cuh,
+    // with a finer rule 4), but there it measured slower than writing the
+    // partials (same section), so it is off by default.
+    // LATTN_BATCH_INVARIANT_FOLD=0|1 overrides both (read at each plan).
+    // Every part's split writes rows x L f32 partials where the kernel does
+    // not fold, and where a request is met by several parts: the more heads,
+    // the coarser the rule (2 up to 16 heads, 1 up to 64, 0 above), so that
+    // the partials stay small against the keys a split reads (at 128 heads
+    // rule 0 took B64/B128 x 4096 keys from 2.9x to 2.1x the default mode).
+    // All fixed by the tiles and the head count;
     // LATTN_BATCH_INVARIANT_SPLIT_RULE overrides the rule, for measurements.
-    plan_.fold_splits = !sm90_ && !sm90_fp8_ && config_.block_m == 16 && env_int("LATTN_BATCH_INVARIANT_FOLD", 0) != 0;
-    int rule = plan_.fold_splits ? 4 : params_.num_heads <= 16 ? 2 : params_.num_heads <= 64 ? 1 : 0;
+    const int fold_env = env_int("LATTN_BATCH_INVARIANT_FOLD", -1);
+    const bool sm80_fold = !sm90_ && !sm90_fp8_ && config_.block_m == 16 && fold_env == 1;
+    plan_.fold_splits = sm80_fold || (sm90_ && fold_env != 0);
+    int rule = sm80_fold ? 4 : params_.num_heads <= 16 ? 2 : params_.num_heads <= 64 ? 1 : 0;
     rule = std::clamp(env_int("LATTN_BATCH_INVARIANT_SPLIT_RULE", rule), kBatchInvariantMinSplitRule,
                       kBatchInvariantMaxSplitRule);
     plan_.split_rule = rule;

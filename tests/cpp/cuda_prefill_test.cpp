@@ -450,6 +450,7 @@ struct KernelCase {
   // hopper: more launches on the same data, each with its own walk and grid
   // cap, the output poisoned before each and checked after it.
   std::vector<std::pair<sm90::HopperPrefillSchedule, int>> variants = {};
+  bool trace = false;  // hopper: the last launch records its diagnostic trace, checked by check_trace
 };
 
 // The dims and name of a KernelCase's configuration.
@@ -464,6 +465,55 @@ KernelConfigView config_of(const KernelCase& c) {
   }
   const sm80::PrefillTileConfig& t = sm80::kPrefillTileConfigs[c.config];
   return {t.head_dim_qk, t.head_dim_v, t.name};
+}
+
+// The diagnostic trace of a hopper launch (PrefillSchedule::trace, layout in
+// prefill_schedule.h): the CTAs that ran wrote sane times, clocks and SMs,
+// their tiles in time order inside their lives, and every tile of the
+// problem is named exactly once over all CTAs.
+constexpr int kTraceCtas = 1024;  // more CTAs than any sm90 GPU has SMs
+void check_trace(const OwnedTensor& trace_dev, const KernelCase& c) {
+  const OwnedTensor host = OwnedTensor::empty(trace_dev.tensor().shape(), DType::i64);
+  copy_tensor(trace_dev.tensor(), host.tensor());
+  const auto* w = host.data_as<int64_t>();
+  constexpr int kWords = sm90::kPrefillTraceWords, kHeader = sm90::kPrefillTraceHeader;
+  const int batch = int(c.cu_q.size()) - 1;
+  std::vector<std::vector<std::vector<int>>> seen(static_cast<size_t>(batch));
+  for (int b = 0; b < batch; ++b) {
+    seen[size_t(b)].assign(size_t(c.heads), std::vector<int>(size_t((c.cu_q[b + 1] - c.cu_q[b] + 127) / 128), 0));
+  }
+  int grid = 0;
+  while (grid < kTraceCtas && w[int64_t(grid) * kWords + 1] != 0) ++grid;
+  ASSERT_GT(grid, 0);
+  if (c.max_ctas > 0) {
+    EXPECT_LE(grid, c.max_ctas);
+  }
+  for (int cta = grid; cta < kTraceCtas; ++cta) ASSERT_EQ(w[int64_t(cta) * kWords + 1], 0) << "CTA " << cta;
+  for (int cta = 0; cta < grid; ++cta) {
+    const int64_t* h = w + int64_t(cta) * kWords;
+    SCOPED_TRACE("CTA " + std::to_string(cta));
+    EXPECT_LT(h[0], 1024);                      // %smid
+    EXPECT_GE(h[3], h[1]);                      // end time >= start time (ns)
+    EXPECT_GT(h[4], h[2]);                      // clock64 advanced
+    ASSERT_LE(h[5], sm90::kPrefillTraceTiles);  // the test problems are small
+    int64_t prev = h[1];
+    for (int i = 0; i < h[5]; ++i) {
+      const int64_t* t = h + kHeader + 3 * i;
+      EXPECT_GE(t[0], prev);
+      EXPECT_LE(t[0], h[3]);
+      prev = t[0];
+      const int b = int(t[2] >> 40), head = int((t[2] >> 20) & 0xfffff), m = int(t[2] & 0xfffff);
+      ASSERT_TRUE(b >= 0 && b < batch && head >= 0 && head < c.heads && m >= 0 &&
+                  m < int(seen[size_t(b)][size_t(head)].size()))
+          << b << " " << head << " " << m;
+      ++seen[size_t(b)][size_t(head)][size_t(m)];
+    }
+  }
+  for (int b = 0; b < batch; ++b)
+    for (int head = 0; head < c.heads; ++head)
+      for (size_t m = 0; m < seen[size_t(b)][size_t(head)].size(); ++m) {
+        EXPECT_EQ(seen[size_t(b)][size_t(head)][m], 1) << "tile " << b << " " << head << " " << m;
+      }
 }
 
 void run_kernel_case(const KernelCase& c, uint64_t seed) {
@@ -506,10 +556,19 @@ void run_kernel_case(const KernelCase& c, uint64_t seed) {
   p.scale = scale;
   p.causal = c.causal;
   p.element = c.dtype == DType::bf16 ? sm80::PrefillElement::bf16 : sm80::PrefillElement::f16;
+  std::unique_ptr<OwnedTensor> trace;
+  sm90::HopperPrefillDiagnostics diag;
+  if (c.hopper && c.trace) {
+    trace = std::make_unique<OwnedTensor>(
+        OwnedTensor::zeros({int64_t(kTraceCtas) * sm90::kPrefillTraceWords}, DType::i64, Device::cuda(0)));
+  }
   for (int i = 0; i < c.repeat; ++i) {
     if (i > 0) test::poison(out.tensor());
     if (c.hopper) {
-      sm90::run_hopper_prefill_attention(p, tq, std::max<int64_t>(tk, 1), nullptr, c.config, c.schedule, c.max_ctas);
+      diag.trace =
+          trace != nullptr && i + 1 == c.repeat ? reinterpret_cast<unsigned long long*>(trace->data()) : nullptr;
+      sm90::run_hopper_prefill_attention(p, tq, std::max<int64_t>(tk, 1), nullptr, c.config, c.schedule, c.max_ctas,
+                                         &diag);
     } else {
       sm80::run_prefill_attention(p, nullptr, c.config);
     }
@@ -521,6 +580,7 @@ void run_kernel_case(const KernelCase& c, uint64_t seed) {
                       ref_out, ref_lse);
   const std::string what = std::string(cfg.name) + (c.causal ? " causal" : " non-causal") + " " + dtype_name(c.dtype);
   expect_matches(out, lse, ref_out, ref_lse, c.dtype, what);
+  if (trace != nullptr) check_trace(*trace, c);
   for (const auto& [schedule, max_ctas] : c.variants) {
     test::poison(out.tensor());
     test::poison(lse.tensor());
@@ -884,6 +944,26 @@ TEST(HopperPrefillKernel, SanitizerCase) {
                     {0, 90, 95, 225}, 5,           true, sm90::HopperPrefillSchedule::static_balanced};
     tail.max_ctas = 3;
     run_kernel_case(tail, 602);
+  }
+}
+
+// The diagnostic trace (bench/cuda_prefill_bench.cpp, LATTN_PREFILL_BENCH_TRACE)
+// on every walk, on a grid of 5 and a full one: the output stays right and
+// the trace names every tile once (check_trace).
+TEST(HopperPrefillKernel, TraceRecordsEveryTileOnce) {
+  SKIP_WITHOUT_GPU_FOR("hopper");
+  using sm90::HopperPrefillSchedule;
+  int seed = 1000;
+  for (HopperPrefillSchedule schedule :
+       {HopperPrefillSchedule::static_pairs, HopperPrefillSchedule::static_balanced, HopperPrefillSchedule::dynamic}) {
+    SCOPED_TRACE(schedule_name(schedule));
+    for (int max_ctas : {5, 0}) {
+      KernelCase c{0, DType::bf16, true, {0, 300, 1000, 1900}, {0, 300, 1000, 1900}, 3, true, schedule};
+      c.max_ctas = max_ctas;
+      c.repeat = 2;
+      c.trace = true;
+      run_kernel_case(c, seed++);
+    }
   }
 }
 

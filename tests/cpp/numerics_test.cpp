@@ -236,8 +236,24 @@ struct InvarianceCase {
   int heads = kDims.num_heads, block = kBlock;
   int mate_keys = 0;  // the decode batchmates' shortest length
   int at_a = 3;       // the target's index among its kind in the first batch
-  bool fold = false;  // LATTN_BATCH_INVARIANT_FOLD=1: the 16-row kernel folds splits itself
+  // LATTN_BATCH_INVARIANT_FOLD for the case: nullptr, each kernel's default
+  // (hopper's wgmma kernel folds the splits of a part, the 16-row kernel
+  // does not); "1": the 16-row kernel folds too; "0": neither does.
+  const char* fold = nullptr;
 };
+
+// The rows of a request (raw bf16 bytes, [rows, N * V]) against the same
+// request's rows from the `reference` backend: within the bf16 bound.
+void expect_close_to_reference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& ref, int heads) {
+  ASSERT_EQ(got.size(), ref.size());
+  const int64_t cols = int64_t(heads) * kDims.v_head_dim, rows = int64_t(got.size()) / (cols * 2);
+  OwnedTensor g = OwnedTensor::empty({rows, cols}, DType::bf16), r = OwnedTensor::empty({rows, cols}, DType::bf16);
+  std::memcpy(g.tensor().data(), got.data(), got.size());
+  std::memcpy(r.tensor().data(), ref.data(), ref.size());
+  const ErrorReport e = compare(g.tensor(), r.tensor());
+  EXPECT_EQ(e.nan_mismatches, 0) << e.str();
+  EXPECT_LE(e.rel_l2, rel_tolerance(DType::bf16)) << e.str();
+}
 
 TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPosition) {
   std::vector<InvarianceCase> cases = {
@@ -271,7 +287,7 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
     // writes the output (alone: one part per split, folded by the merge); a
     // longer one is met by several parts (the first folds its splits into
     // one slot, the others write a slot per split, the combine folds them).
-    for (const bool fold : {false, true}) {
+    for (const char* fold : {static_cast<const char*>(nullptr), "1"}) {
       cases.push_back({fold ? "decode_1_token_300_keys_long_mates_folded" : "decode_1_token_300_keys_long_mates",
                        {299, 1, 21},
                        true,
@@ -289,14 +305,43 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
                        0,
                        fold});
     }
-    cases.push_back({"decode_1_token_1300_keys_folded", {1300, 1, 11}, true, kDims.num_heads, kBlock, 0, 3, true});
-    cases.push_back({"decode_3_tokens_4033_keys_folded", {4030, 3, 17}, true, kDims.num_heads, kBlock, 0, 3, true});
+    cases.push_back({"decode_1_token_1300_keys_folded", {1300, 1, 11}, true, kDims.num_heads, kBlock, 0, 3, "1"});
+    cases.push_back({"decode_3_tokens_4033_keys_folded", {4030, 3, 17}, true, kDims.num_heads, kBlock, 0, 3, "1"});
+    // 32 heads among long batchmates: hopper's wgmma kernel folds by default
+    // (sm90/decode/decode_split_fold.cuh; rule 1, one wave of 66 parts of
+    // 2 M tiles, about 6 splits a part): first in its batch, the 300-key
+    // request (5 splits) lies inside the first part, folded and written
+    // there; the 2500-key one (10 splits) is met by two parts (the first
+    // folds 6 splits into one slot, the second writes 4). Alone, every split
+    // is a part of its own and the combine folds them. "0": the same cases
+    // with every split written (the merge alone). `cuda` runs its 64-row
+    // sm80 tiles, which never fold.
+    for (const char* fold : {static_cast<const char*>(nullptr), "0"}) {
+      cases.push_back(
+          {fold ? "decode_1_token_300_keys_long_mates_h32_unfolded" : "decode_1_token_300_keys_long_mates_h32",
+           {299, 1, 23},
+           true,
+           32,
+           64,
+           3000,
+           0,
+           fold});
+      cases.push_back(
+          {fold ? "decode_3_tokens_2500_keys_long_mates_h32_unfolded" : "decode_3_tokens_2500_keys_long_mates_h32",
+           {2497, 3, 24},
+           true,
+           32,
+           64,
+           3000,
+           0,
+           fold});
+    }
   }
   {
     for (const InvarianceCase& c : cases) {
       SCOPED_TRACE(t.prefill + "/" + t.decode + " " + c.name);
       // Read at each plan; restored after the case.
-      const ScopedEnv fold_env("LATTN_BATCH_INVARIANT_FOLD", c.fold ? "1" : "0");
+      const ScopedEnv fold_env("LATTN_BATCH_INVARIANT_FOLD", c.fold);
       const std::vector<std::vector<uint8_t>> alone = run_batch({c.target}, t, c.heads, c.block);
       const std::vector<Req> batch_a = batch_with(c.target, c.decode, c.at_a, 5, c.mate_keys);
       const std::vector<Req> batch_b = batch_with(c.target, c.decode, c.decode ? 20 : 11, 6, c.mate_keys);
@@ -315,6 +360,14 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
       for (size_t i = 0; i + 1 < alone[0].size(); i += 2)
         non_finite += (alone[0][i + 1] & 0x7f) == 0x7f && (alone[0][i] & 0x80);
       EXPECT_EQ(non_finite, 0u) << "the target's rows were all written";
+      // Identical bits are not enough: the GPU's split merges (the combine's
+      // fold, the kernels' in-part folds) must also be right.
+      if (!t.device.is_cpu()) {
+        const Target ref{"reference", "reference", Device::cpu()};
+        const std::vector<uint8_t> expected = run_batch({c.target}, ref, c.heads, c.block)[0];
+        expect_close_to_reference(alone[0], expected, c.heads);
+        expect_close_to_reference(in_a[index_of(batch_a)], expected, c.heads);
+      }
     }
   }
 }

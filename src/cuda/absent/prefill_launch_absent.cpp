@@ -18,8 +18,8 @@ namespace lattn::cuda::sm90 {
 
 bool hopper_prefill_compiled() { return false; }
 
-void run_hopper_prefill_attention(const sm80::PrefillParams&, int64_t, int64_t, Stream, int, HopperPrefillSchedule,
-                                  int) {
+void run_hopper_prefill_attention(const sm80::PrefillParams&, int64_t, int64_t, Stream, int, HopperPrefillSchedule, int,
+                                  const HopperPrefillDiagnostics*) {
   throw ValueError("hopper prefill attention: lattn was built without CUDA");
 }
 

@@ -46,7 +46,7 @@ struct DecodePlan {
   bool batch_invariant = false;
   // Batch-invariant plans: the split rule (batch_invariant_split.h), fixed by
   // the kernel's tiles; and whether the kernel folds the splits of one piece
-  // itself (decode_fold.cuh: the sm80 kernel's 16-row tiles). With folding,
+  // itself (decode_fold.cuh: hopper's wgmma kernel; the sm80 kernel's 16-row tiles, opt-in). With folding,
   // a part may take several consecutive splits (W > 1, one wave of parts for
   // any batch): a request whose splits all lie in one part is folded and
   // written there (num_splits 1); a request met by several parts gets one

@@ -42,7 +42,7 @@ template <class K>
 void DecodeKernelLauncher<K>::launch(const DecodeParams& p, int m_tiles, cudaStream_t stream) {
   const dim3 grid(unsigned(m_tiles), unsigned(p.plan.num_parts));
   // Batch-invariant plans with folding (16-row tiles only: the planner sets
-  // fold_splits for no other tiles).
+  // fold_splits for no other sm80 tiles; hopper's wgmma kernel folds in sm90/decode).
   if constexpr (K::kMTiles == 1) {
     if (p.plan.batch_invariant && p.plan.fold_splits) {
       set_decode_kernel_attributes<K, true>();

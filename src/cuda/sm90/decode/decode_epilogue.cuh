@@ -36,6 +36,18 @@ __device__ __forceinline__ void share_row_sums(const SoftmaxState& st, int g, fl
   for (int i = 0; i < 2; ++i) total[i] = l[i] + row_sum[(1 - g) * K::kBlockM + r0 + 8 * i];
 }
 
+// A finished row's factor from O to the normalized output (out_scale /
+// total) and its LSE (natural log), from its full row sum and running max
+// (log2 units). A row that saw no key: 0 and -inf. A NaN sum (the row saw a
+// non-finite value, sanitize_masked_keys) passes through: NaN and NaN. One
+// definition for write_o and the batch-invariant fold
+// (decode_split_fold.cuh), whose bits must agree.
+__device__ __forceinline__ void row_scale_and_lse(float total, float m, float out_scale, float& inv, float& lse) {
+  const bool seen = !(total <= 0.f);
+  inv = seen ? out_scale / total : 0.f;
+  lse = seen ? (m + log2f(total)) * 0.69314718055994531f : -INFINITY;
+}
+
 template <class K>
 __device__ __forceinline__ void write_o(const DecodeParams& p, const PieceView& pv, const SoftmaxState& st,
                                         const float (&o)[K::kColsPerWarpgroup / 2], int slot, int g, float* row_sum) {
@@ -46,14 +58,7 @@ __device__ __forceinline__ void write_o(const DecodeParams& p, const PieceView& 
   share_row_sums<K>(st, g, row_sum, sums);
   float inv[2], lse[2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float total = sums[i];
-    // A row that saw no key: output 0, LSE -inf. A NaN sum (the row saw a
-    // non-finite value, sanitize_masked_keys) passes through: NaN O and LSE.
-    const bool seen = !(total <= 0.f);
-    inv[i] = seen ? p.out_scale / total : 0.f;
-    lse[i] = seen ? (st.m[i] + log2f(total)) * 0.69314718055994531f : -INFINITY;
-  }
+  for (int i = 0; i < 2; ++i) row_scale_and_lse(sums[i], st.m[i], p.out_scale, inv[i], lse[i]);
   const int col0 = g * K::kColsPerWarpgroup + 2 * (lane % 4);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {

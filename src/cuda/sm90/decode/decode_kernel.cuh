@@ -16,6 +16,7 @@
 #include "cuda/sm90/common/cta_smem.cuh"
 #include "cuda/sm90/decode/decode_epilogue.cuh"
 #include "cuda/sm90/decode/decode_mainloop.cuh"
+#include "cuda/sm90/decode/decode_split_fold.cuh"
 #include "cuda/smxx/decode_pieces.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -34,7 +35,14 @@ __device__ __forceinline__ void for_each_piece(const DecodeParams& p, int part, 
   });
 }
 
-template <class K>
+// kFold: the batch-invariant plans whose pieces may hold several splits
+// (plan.fold_splits; decode_params.h): each split is computed from scratch
+// and, at its end, folded (decode_split_fold.cuh) when the piece starts at
+// the request's first split, else written to its own slot (slot, slot + 1,
+// ...). The producer walks the same tiles either way: the copy pipeline runs
+// on across split boundaries. A kernel of its own, so that the default
+// mode's code is not touched.
+template <class K, bool kFold = false>
 __global__ void __launch_bounds__(K::kThreads, 1)
     mla_decode_sm90_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap cache_map,
                            CacheHint kv_hint) {
@@ -90,7 +98,30 @@ __global__ void __launch_bounds__(K::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < K::kColsPerWarpgroup / 2; ++i) o[i] = 0.f;
 
+    // Several splits in this piece (kFold plans only): tile_begin and
+    // tile_end are split boundaries (decode_pieces.cuh).
+    [[maybe_unused]] int split_tiles = 0;
+    [[maybe_unused]] bool multi = false, fold = false;
+    [[maybe_unused]] SplitFold folded;
+    if constexpr (kFold) {
+      split_tiles = batch_invariant_split_tiles((pv.seq_len + K::kBlockN - 1) / K::kBlockN, p.plan.split_rule);
+      multi = tile_end - tile_begin > split_tiles;
+      fold = multi && tile_begin == 0;
+    }
+
     for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
+      if constexpr (kFold) {
+        if (multi && tile > tile_begin && tile % split_tiles == 0) {  // a split ends before this tile
+          if (fold) {
+            fold_split<K>(p, pv, folded, st, o, g, row_sum, false);
+          } else {
+            write_o<K>(p, pv, st, o, slot + (tile - tile_begin) / split_tiles - 1, g, row_sum);
+          }
+          st = SoftmaxState{{-INFINITY, -INFINITY}, {0.f, 0.f}};
+#pragma unroll
+          for (int i = 0; i < K::kColsPerWarpgroup / 2; ++i) o[i] = 0.f;
+        }
+      }
       const int s = it % K::kStages, round = it / K::kStages;
       uint8_t* kv = kv_smem + s * K::kKVTileBytes;
       mbarrier_wait(&full[s], round & 1);
@@ -122,7 +153,20 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       compute_pv<K>(p_smem, kv, g, o, alpha);
       mbarrier_arrive(&empty[s]);  // this thread's wgmmas have read the stage
     }
-    write_o<K>(p, pv, st, o, slot, g, row_sum);
+    if constexpr (kFold) {
+      if (fold) {
+        fold_split<K>(p, pv, folded, st, o, g, row_sum, true);  // the folded values, in o
+        // Final, or the fold of the piece's splits into its last split's slot.
+        const int last = (tile_end - 1) / split_tiles;
+        write_folded<K>(p, pv, folded, o, slot < 0 ? -1 : slot + last, last, g);
+      } else if (multi) {
+        write_o<K>(p, pv, st, o, slot + (tile_end - 1) / split_tiles - tile_begin / split_tiles, g, row_sum);
+      } else {
+        write_o<K>(p, pv, st, o, slot, g, row_sum);
+      }
+    } else {
+      write_o<K>(p, pv, st, o, slot, g, row_sum);
+    }
   });
 #endif
 }

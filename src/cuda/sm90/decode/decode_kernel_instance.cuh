@@ -13,6 +13,13 @@ template <class T>
 void DecodeKernelInstance<T>::launch(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
                                      cudaStream_t stream) {
   using K = DecodeTraits<T>;
+  // Batch-invariant plans whose parts fold several splits of a request
+  // (decode_split_fold.cuh) take the folding kernel.
+  if (p.plan.batch_invariant && p.plan.fold_splits) {
+    detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K, true>>(p, cache_map, m_tiles, kv_hint, stream);
+    LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_kernel (folding)");
+    return;
+  }
   detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);
   LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_kernel");
 }

@@ -40,6 +40,7 @@
 #include "cuda/sm90/prefill/prefill_epilogue.cuh"
 #include "cuda/sm90/prefill/prefill_mainloop.cuh"
 #include "cuda/sm90/prefill/prefill_tile_scheduler.cuh"
+#include "cuda/sm90/prefill/prefill_trace.cuh"
 #include "cuda/sm90/prefill/prefill_traits.cuh"
 
 namespace lattn::cuda::sm90 {
@@ -90,6 +91,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
   } else {
     setmaxnreg_inc<Traits::kConsumerRegs>();
+    PrefillTrace::begin(sched);  // diagnostics only (sched.trace, off in the library)
     const int cwg = wg - 1;  // consumer warpgroup: rows [64 cwg, 64 cwg + 64) of the tile
     const int wg_thread = warpgroup_thread();
     const int warp = warp_in_warpgroup();
@@ -130,6 +132,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       id.head = __shfl_sync(0xffffffffu, int(name.y), 0);
       id.m_block = __shfl_sync(0xffffffffu, int(name.z), 0);
       if (id.batch < 0) break;
+      PrefillTrace::tile(sched, q_iter, id.batch, id.head, id.m_block);
       PrefillTile t;
       Scheduler::make_tile(params, id, t);
       const int wg_row0 = t.row0 + cwg * Traits::kRowsPerWarpgroup;              // request-relative
@@ -274,6 +277,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     }
     if (cwg == 0) section_begin();  // takes the last turn warpgroup 1 handed over
+    PrefillTrace::end(sched, q_iter);
   }
 #endif
 }

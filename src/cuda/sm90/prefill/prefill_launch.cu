@@ -218,7 +218,8 @@ bool hopper_prefill_compiled() {
 }
 
 void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_t kv_rows, Stream stream, int config,
-                                  HopperPrefillSchedule schedule, int max_ctas) {
+                                  HopperPrefillSchedule schedule, int max_ctas,
+                                  const HopperPrefillDiagnostics* diagnostics) {
   if (config < 0) {
     config = hopper_prefill_config(p.head_dim_qk, p.head_dim_v);
     if (config < 0) {
@@ -288,6 +289,7 @@ void run_hopper_prefill_attention(const PrefillParams& p, int64_t q_rows, int64_
   }
   PrefillSchedule sched = make_schedule(p, q_rows, kv_rows, schedule, device, stream);
   sched.max_ctas = max_ctas;
+  if (diagnostics != nullptr) sched.trace = diagnostics->trace;
   fn(p, sched, tq, tk, tv, stream);
 }
 

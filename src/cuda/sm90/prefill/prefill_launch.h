@@ -27,10 +27,20 @@ bool hopper_prefill_compiled();
 // the static one while `stream` is being captured into a CUDA graph before
 // the device's tile counters exist: reserve_hopper_prefill_counters).
 // max_ctas: at most this many persistent CTAs (0: one per SM; tests use a
-// small grid to walk many rounds on small problems).
+// small grid to walk many rounds on small problems). diagnostics: see
+// HopperPrefillDiagnostics (benchmarks and tests; nullptr: none).
+struct HopperPrefillDiagnostics;
 void run_hopper_prefill_attention(const sm80::PrefillParams& params, int64_t q_rows, int64_t kv_rows, Stream stream,
                                   int config = -1, HopperPrefillSchedule schedule = HopperPrefillSchedule::automatic,
-                                  int max_ctas = 0);
+                                  int max_ctas = 0, const HopperPrefillDiagnostics* diagnostics = nullptr);
+
+// Diagnostics of one launch (benchmarks and tests; the library passes
+// none). trace: a device buffer of grid x kPrefillTraceWords words that the
+// launch fills (PrefillSchedule::trace, prefill_schedule.h; grid =
+// min(SMs, max_ctas) at most).
+struct HopperPrefillDiagnostics {
+  unsigned long long* trace = nullptr;
+};
 
 // Allocates the tile counters of the dynamic walk on `device` if they do
 // not exist yet (4 KB, kept until the process ends). The backend calls it

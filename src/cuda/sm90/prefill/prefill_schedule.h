@@ -28,7 +28,23 @@ struct PrefillSchedule {
   int section_rows = 0;        // dynamic: key rows of one head's K + V that a section of heads may hold
   bool balanced_tail = false;  // static: deal the last rounds as single tiles (below)
   int max_ctas = 0;            // the launcher's grid cap (0: one CTA per SM; tests use small caps)
+  // Diagnostics (benchmarks only; nullptr in every library launch): when
+  // set, each CTA records where and when it ran (prefill_trace.cuh, layout
+  // below): grid x kPrefillTraceWords words, written by one consumer thread.
+  unsigned long long* trace = nullptr;
 };
+
+// ---- the diagnostic trace of a launch (PrefillSchedule::trace) -------------------------
+// Per CTA (blockIdx.x), kPrefillTraceWords 64-bit words:
+//   [0] %smid, [1] %globaltimer (ns) and [2] clock64 (SM cycles) when the
+//   consumers start, [3] and [4] the same when they leave their loop, [5]
+//   tiles seen; then per tile i < kPrefillTraceTiles, from word
+//   kPrefillTraceHeader + 3 i: globaltimer and clock64 when the tile's Q has
+//   landed, and its name (batch << 40 | head << 20 | m_block).
+// The ratio of clock64 to globaltimer over a CTA's life is its SM clock.
+inline constexpr int kPrefillTraceHeader = 8;
+inline constexpr int kPrefillTraceTiles = 192;
+inline constexpr int kPrefillTraceWords = kPrefillTraceHeader + 3 * kPrefillTraceTiles;
 
 // ---- the static walk's units inside one request (prefill_tile_scheduler.cuh)
 // Unit `local` (0 <= local < H units, units = ceil(M / 2)) of a request of
