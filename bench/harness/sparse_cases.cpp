@@ -166,7 +166,8 @@ std::string format_sparse_table(const Ceilings& ceil, const std::vector<SparseRo
   std::snprintf(buf, sizeof buf, "ceilings (%s, %d threads): %.1f GB/s triad, %.0f GFLOP/s f32, %.0f GFLOP/s bf16\n",
                 ceil.device_name.c_str(), ceil.threads, ceil.bandwidth_gbps, ceil.f32_gflops, ceil.bf16_gflops);
   s += buf;
-  s += "case                                                   median_us     min_us   GFLOP/s     GB/s  roofline  topk_us\n";
+  s += "case                                                   median_us     min_us   GFLOP/s     GB/s  roofline  "
+       "topk_us\n";
   for (const SparseRow& r : rows) {
     std::snprintf(buf, sizeof buf, "%-54s %10.1f %10.1f %9.1f %8.2f %9.2f %8.1f\n", r.c.name().c_str(), r.median_us,
                   r.min_us, r.gflops(), r.gbps(), r.roofline_fraction(ceil), r.topk_us);

@@ -34,8 +34,8 @@ constexpr int kDsTileDims = 128;  // latent elements per fp8_ds_mla scale (lattn
 // and those bits on top of its 7: (magnitude << 4) + (120 << 7). The 8
 // subnormal magnitudes (m · 2^-9) come from a table; 0x7f/0xff are NaN.
 inline __m512i fp8x32_to_bf16(__m256i bytes) {
-  alignas(64) static constexpr uint16_t kSubnormal[32] = {0x0000, 0x3b00, 0x3b80, 0x3bc0, 0x3c00, 0x3c20, 0x3c40,
-                                                          0x3c60};
+  alignas(64) static constexpr uint16_t kSubnormal[32] = {0x0000, 0x3b00, 0x3b80, 0x3bc0,
+                                                          0x3c00, 0x3c20, 0x3c40, 0x3c60};
   const __m512i w = _mm512_cvtepu8_epi16(bytes);
   const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7f));
   __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
@@ -150,12 +150,12 @@ void qk_tile_ds(const uint32_t* qp, int groups, int latent, int dim, const uint1
   const size_t group_q = size_t((dim + 1) / 2) * 16;
   int g = 0;
   for (; g + 2 <= groups; g += 2) {
-    qk_groups_ds<2, kQkKeys2, kQkUnroll2>(qp + g * group_q, latent, dim, krow, scales, n,
-                                          s + size_t(g) * kKeyTile * 16, pf);
+    qk_groups_ds<2, kQkKeys2, kQkUnroll2>(qp + g * group_q, latent, dim, krow, scales, n, s + size_t(g) * kKeyTile * 16,
+                                          pf);
   }
   if (g < groups) {
-    qk_groups_ds<1, kQkKeys1, kQkUnroll1>(qp + g * group_q, latent, dim, krow, scales, n,
-                                          s + size_t(g) * kKeyTile * 16, pf);
+    qk_groups_ds<1, kQkKeys1, kQkUnroll1>(qp + g * group_q, latent, dim, krow, scales, n, s + size_t(g) * kKeyTile * 16,
+                                          pf);
   }
 }
 
@@ -197,8 +197,7 @@ inline void pv_range_bf16(const uint32_t* p2, int pairs, const uint32_t* v2, int
 
 // pv_tile_bf16 with segment t's dims [128 t, 128 t + 128) taking segment t's
 // probability pairs. v2: the tile's raw value pairs [kKeyTile/2][latent].
-void pv_tile_ds(const uint32_t* p2t, int groups, int n, const uint32_t* v2, int latent, float* ot,
-                const float* alpha) {
+void pv_tile_ds(const uint32_t* p2t, int groups, int n, const uint32_t* v2, int latent, float* ot, const float* alpha) {
   const int pairs = (n + 1) / 2, tiles = latent / kDsTileDims;
   const size_t group_p = size_t(kKeyTile / 2) * 16;
   for (int t = 0; t < tiles; ++t) {
@@ -292,7 +291,8 @@ void decode_split_ds_mla(const DecodeSplitJob& job) {
     RowPrefetcher pf{sc.next_rows, next_n, entry_lines, lines > 0 ? int(imax(1, int(steps / lines))) : 1};
     for (int kk = 0; kk < n; ++kk) {
       uint16_t* dst = sc.keys + size_t(kk) * dim;
-      ds_entry_to_bf16(reinterpret_cast<const uint8_t*>(sc.rows[kk]), latent, rope, dst, sc.scales + size_t(kk) * tiles);
+      ds_entry_to_bf16(reinterpret_cast<const uint8_t*>(sc.rows[kk]), latent, rope, dst,
+                       sc.scales + size_t(kk) * tiles);
       sc.krow[kk] = dst;
     }
     for (int i = 0; 2 * i < n; ++i) {

@@ -128,8 +128,7 @@ void CpuSparseClass::run(const SparseMlaArgs& a, const LatentCache& cache, Strea
   float* partial_lse = partial + chunks.size() * size_t(N) * size_t(L);
   const size_t kernel_scratch =
       ((fused ? kt.decode_ds_mla_scratch_bytes(N, L, R) : kt.decode_scratch_bytes(N, L, R)) + 4095) / 4096 * 4096;
-  const size_t dequant_scratch =
-      ds && !fused ? size_t(kMaxChunk) * size_t(D) * size_t(dtype_size(ds_rows)) + 4096 : 0;
+  const size_t dequant_scratch = ds && !fused ? size_t(kMaxChunk) * size_t(D) * size_t(dtype_size(ds_rows)) + 4096 : 0;
   const size_t esize = size_t(dtype_size(q_dtype));
   const bool avx512 = cpu_isa() >= CpuIsa::avx512;
   static const std::vector<int32_t> identity = [] {
