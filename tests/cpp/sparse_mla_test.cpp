@@ -331,6 +331,38 @@ TEST(SparseMlaCpu, Fp8DsMlaNonFiniteAndExtremeBytesMatchTheReference) {
   set_cpu_isa(std::nullopt);
 }
 
+// Every selected entry holds only e4m3 subnormal codes (m · 2^-9, both
+// signs) with scale 1 and zero rope: the outputs are made of those values
+// alone, so a wrong subnormal conversion shows at full size.
+TEST(SparseMlaCpu, Fp8DsMlaSubnormalValuesAreExact) {
+  for (CpuIsa isa : cpu_isas_supported()) {
+    set_cpu_isa(isa);
+    SCOPED_TRACE(cpu_isa_name(isa));
+    SparseCase c;
+    c.T = 2, c.N = 17, c.topk = 9, c.cache_dtype = kFp8DsMla, c.seed = 91;
+    auto plant = [&](SparseData& d) {
+      for (int j = 0; j < c.T * c.topk; ++j) {
+        const int32_t slot = d.indices.data_as<int32_t>()[j];
+        uint8_t* e = static_cast<uint8_t*>(d.cache.cache().data.data()) + int64_t(slot) * d.cache.cache().entry_dim();
+        for (int i = 0; i < c.L; ++i) e[i] = uint8_t(((i + slot) % 8) | ((i / 3 + slot) % 2 ? 0x80 : 0));
+        const float one = 1.f;
+        for (int t = 0; t < c.L / 128; ++t) std::memcpy(e + c.L + 4 * t, &one, 4);
+        std::memset(e + c.L + 4 * (c.L / 128), 0, size_t(c.R) * 2);
+      }
+    };
+    SparseData ref = make_case(c);
+    plant(ref);
+    sparse_mla(args_of(ref, scale_of(c)), ref.cache, "reference");
+    SparseData got = make_case(c);
+    plant(got);
+    test::poison(got.out);
+    test::poison(got.lse);
+    sparse_mla(args_of(got, scale_of(c)), got.cache, "cpu");
+    expect_matches(c, got, ref.out, ref.lse, test::rel_tolerance(c.dtype));
+  }
+  set_cpu_isa(std::nullopt);
+}
+
 TEST(SparseMlaCpu, Fp8DsMlaStaysWithinFp8ErrorOfTheBf16Cache) {
   SparseCase c;
   c.T = 3;
