@@ -66,10 +66,10 @@ std::string CudaDecodeBackend::kernel_label() const {
     s += std::string(hopper_ ? "sm90a wgmma + TMA or sm80 mma.sync" : "sm80 mma.sync") +
          " tensor-core decode; tile configuration and split-KV parts are chosen by each step's plan (none yet)";
   } else {
-    // The wgmma kernel's schedule (LATTN_HOPPER_DECODE: "serial", "ring32";
-    // docs/hopper.md, "Schedules").
+    // The wgmma kernel runs S, softmax and P V of each tile in turn: its
+    // "serial schedule" (docs/hopper.md).
     // The fp8-cache kernel puts the keys in the MMAs' M dimension ("key-major", docs/hopper.md).
-    s += sm90_       ? std::string("sm90a wgmma + TMA decode (") + sm90::decode_sm90_schedule() + " schedule)"
+    s += sm90_       ? std::string("sm90a wgmma + TMA decode (serial schedule)")
          : sm90_fp8_ ? std::string("sm90a wgmma + TMA decode (fp8 cache, key-major)")
                      : std::string("sm80 mma.sync decode");
     if (hopper_ && !sm90_ && !sm90_fp8_) {

@@ -325,11 +325,8 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
   const bool fp8_wgmma = name == "hopper" && c.cache_dtype == DType::fp8_e4m3 && c.L == 512 && c.R == 64 &&
                          c.block_size % 64 == 0 && c.heads * max_s_q <= 16 &&
                          std::getenv("LATTN_HOPPER_FP8") == nullptr;
-  // The wgmma kernel's schedule: LATTN_HOPPER_DECODE, serial when unset.
-  const char* schedule_env = std::getenv("LATTN_HOPPER_DECODE");
-  const std::string schedule = schedule_env && *schedule_env ? schedule_env : "serial";
   const std::string expected = name + ": " +
-                               (wgmma       ? std::string("sm90a wgmma + TMA decode (") + schedule + " schedule)"
+                               (wgmma       ? std::string("sm90a wgmma + TMA decode (serial schedule)")
                                 : fp8_wgmma ? std::string("sm90a wgmma + TMA decode (fp8 cache, key-major)")
                                 : generic   ? std::string("generic SIMT decode kernel")
                                             : std::string("sm80 mma.sync decode"));

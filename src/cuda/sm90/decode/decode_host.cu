@@ -8,13 +8,10 @@
 
 #include <array>
 #include <cstdlib>
-#include <iterator>
-#include <string>
 
 #include "cuda/sm90/common/tma.cuh"
 #include "cuda/sm90/common/tma_host.h"
 #include "cuda/sm90/decode/decode_kernel_instance.h"
-#include "cuda/sm90/decode/ring32_instance.h"
 #include "lattn/errors.h"
 
 namespace lattn::cuda::sm90 {
@@ -24,11 +21,10 @@ constexpr int kD = 576;
 
 // The latent cache as a 3D tensor {576 columns, block_size keys, num_blocks
 // pages}; a box is {64 columns, 64 keys, 1 page}: 9 boxes make a KV tile.
-// box_keys: 64 (serial), 32 (ring32).
-CUtensorMap cache_tensor_map(const DecodeParams& p, DType dtype, int64_t num_blocks, int box_keys) {
+CUtensorMap cache_tensor_map(const DecodeParams& p, DType dtype, int64_t num_blocks) {
   const std::array<cuuint64_t, 3> dims{kD, cuuint64_t(p.block_size), cuuint64_t(num_blocks)};
   const std::array<cuuint64_t, 2> strides{kD * 2, cuuint64_t(p.cache_block_stride) * 2};
-  const std::array<cuuint32_t, 3> box{64, cuuint32_t(box_keys), 1};
+  const std::array<cuuint32_t, 3> box{64, kDecodeBlockN, 1};
   TensorMapSpec s;
   s.name = "latent cache";
   s.dtype = dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -75,33 +71,7 @@ uint64_t kv_cache_hint() {
   return uint64_t(CacheHint::kEvictFirst);
 }
 
-// LATTN_HOPPER_DECODE's values: the schedules, then the copy probes
-// (variant i of launch_decode_sm90_copy_probe is kProbes[i]).
-constexpr const char* kSchedules[] = {"serial", "ring32"};
-constexpr const char* kProbes[] = {"probe-copy64x2", "probe-copy64x3", "probe-copy32x4", "probe-half64x2",
-                                   "probe-half64x3"};
-constexpr int kProbeKeys[] = {64, 64, 32, 64, 64};
-
 }  // namespace
-
-const char* decode_sm90_schedule() {
-  static const char* const name = [] {
-    const char* env = std::getenv("LATTN_HOPPER_DECODE");
-    if (!env || !*env) return kSchedules[0];
-    const std::string v = env;
-    std::string all;
-    for (const char* s : kSchedules) {
-      if (v == s) return s;
-      all += std::string(all.empty() ? "" : ", ") + s;
-    }
-    for (const char* s : kProbes) {
-      if (v == s) return s;
-      all += std::string(", ") + s;
-    }
-    throw ValueError("LATTN_HOPPER_DECODE: expected one of " + all + "; got '" + v + "'");
-  }();
-  return name;
-}
 
 std::string decode_sm90_unsupported_reason(DType dtype, DType cache_dtype, int L, int R, int block_size,
                                            const void* cache, int64_t block_stride_elems) {
@@ -144,26 +114,8 @@ void launch_decode_sm90_fp8(const DecodeParams& p, DType dtype, int64_t num_bloc
 }
 
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream) {
+  const CUtensorMap map = cache_tensor_map(p, dtype, num_blocks);
   const uint64_t hint = kv_cache_hint();
-  const std::string schedule = decode_sm90_schedule();
-  for (int v = 0; v < int(std::size(kProbes)); ++v) {
-    if (schedule != kProbes[v]) continue;
-    if (dtype != DType::bf16) throw NotImplementedError("hopper decode: the copy probes take a bf16 cache");
-    return launch_decode_sm90_copy_probe(p, cache_tensor_map(p, dtype, num_blocks, kProbeKeys[v]), m_tiles, hint, v,
-                                         stream);
-  }
-  if (schedule == "ring32") {
-    const CUtensorMap map = cache_tensor_map(p, dtype, num_blocks, 32);
-    switch (dtype) {
-      case DType::bf16:
-        return DecodeRing32Instance<__nv_bfloat16>::launch(p, map, m_tiles, hint, stream);
-      case DType::f16:
-        return DecodeRing32Instance<__half>::launch(p, map, m_tiles, hint, stream);
-      default:
-        break;
-    }
-  }
-  const CUtensorMap map = cache_tensor_map(p, dtype, num_blocks, kDecodeBlockN);
   switch (dtype) {
     case DType::bf16:
       return DecodeKernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, stream);

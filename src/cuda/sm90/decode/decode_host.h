@@ -32,13 +32,6 @@ std::string decode_sm90_fp8_unsupported_reason(DType dtype, DType cache_dtype, i
 // Launches it: grid (m_tiles, p.plan.num_parts), 384 threads.
 void launch_decode_sm90_fp8(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream);
 
-// The wgmma kernel's schedule (docs/hopper.md, "Schedules"): "serial" (the
-// default) or "ring32"; LATTN_HOPPER_DECODE forces one, read once per
-// process. It also takes the copy probes "probe-copy64x2", "probe-copy64x3",
-// "probe-copy32x4", "probe-half64x2", "probe-half64x3" (benchmark
-// diagnostics: the copy ring with no math, wrong results; docs/perf.md).
-const char* decode_sm90_schedule();
-
 // Launches the kernel (docs/hopper.md, "Decode"): grid (m_tiles, p.plan.num_parts), 384 threads.
 // num_blocks = the cache's page count (the tensor map's outer extent).
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream);
