@@ -72,13 +72,8 @@ __device__ __forceinline__ void producer_load_tile(const CUtensorMap* cache_map,
 }
 
 // Consumers (256 threads): Q tile rows [row0, +64) of [q_nope | q_pe] into 9
-// swizzled boxes; rows past the request's rows are zero. With 16-byte
-// aligned rows (p.q_vec) every 16-byte chunk is a cp.async, all 18 of a
-// thread in flight together, so a piece starts after about one global-memory
-// round trip; ordinary loads and stores in a loop waited for each load in
-// turn (18 round trips under the copies' DRAM traffic, at every piece start:
-// docs/perf.md, "Copy probes"). Other views take the element loop. Then
-// fence.proxy.async so wgmma (async proxy) may read the tile after the
+// swizzled boxes; rows past the request's rows are zero. Ordinary loads and
+// stores, then fence.proxy.async so wgmma (async proxy) may read it after the
 // caller's barrier.
 template <class K>
 __device__ __forceinline__ void load_q(const DecodeParams& p, const PieceView& pv, uint8_t* q_smem) {
@@ -88,29 +83,25 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const PieceView& p
     const int row = c / kChunks, chunk = c % kChunks;
     const int gr = pv.row0 + row;
     const int col = chunk * 8;
-    const T* src = static_cast<const T*>(p.q_nope);  // not read for rows past the request's
+    uint4 v = make_uint4(0, 0, 0, 0);
     if (gr < pv.rows) {
       const int j = gr / p.num_heads, h = gr % p.num_heads;
-      src = col < K::kL
-                ? static_cast<const T*>(p.q_nope) + (pv.q0 + j) * p.q_nope_stride_t + h * p.q_nope_stride_h + col
-                : static_cast<const T*>(p.q_pe) + (pv.q0 + j) * p.q_pe_stride_t + h * p.q_pe_stride_h + (col - K::kL);
-    }
-    uint8_t* dst = q_smem + (col / K::kBoxCols) * K::kBoxBytes + swizzle128_offset(row, col % K::kBoxCols);
-    if (p.q_vec) {
-      sm80::cp_async_16(smem_u32(dst), src, gr < pv.rows ? 16 : 0);  // zero-filled past the rows
-    } else {
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (gr < pv.rows) {
+      const T* src =
+          col < K::kL
+              ? static_cast<const T*>(p.q_nope) + (pv.q0 + j) * p.q_nope_stride_t + h * p.q_nope_stride_h + col
+              : static_cast<const T*>(p.q_pe) + (pv.q0 + j) * p.q_pe_stride_t + h * p.q_pe_stride_h + (col - K::kL);
+      if (p.q_vec) {
+        v = *reinterpret_cast<const uint4*>(src);
+      } else {
         T e[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) e[i] = src[i];
         memcpy(&v, e, 16);
       }
-      *reinterpret_cast<uint4*>(dst) = v;
     }
+    const int box = col / K::kBoxCols;
+    *reinterpret_cast<uint4*>(q_smem + box * K::kBoxBytes + swizzle128_offset(row, col % K::kBoxCols)) = v;
   }
-  sm80::cp_async_commit();
-  sm80::cp_async_wait<0>();
   fence_proxy_async_shared();
 }
 
