@@ -21,6 +21,47 @@ __device__ __forceinline__ void zero_o(float (&o)[K::kMTiles][K::kNTilesO][4]) {
     for (int ni = 0; ni < K::kNTilesO; ++ni) o[mi][ni][0] = o[mi][ni][1] = o[mi][ni][2] = o[mi][ni][3] = 0.f;
 }
 
+// The first half of a row sum over the column groups (write_rows and
+// decode_split_fold.cuh's fold_split): each warp's quad-reduced row sums
+// st.l go to reduce[cg][row] (the main loop's shared-memory scratch,
+// kColGroups x kBlockM floats), then a barrier. The second half,
+// column_group_sum, runs on the rows' owners: true for this thread when it
+// owns its two rows owned_row<K>(0 | 1) (column group 0, lane % 4 == 0).
+template <class K>
+__device__ __forceinline__ bool publish_row_sums(const SoftmaxState& st, float* reduce) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float l = quad_sum(st.l[i]);
+    if (lane % 4 == 0) reduce[cg * K::kBlockM + rg * 16 + lane / 4 + 8 * i] = l;
+  }
+  __syncthreads();
+  return cg == 0 && lane % 4 == 0;
+}
+
+// This thread's phase-1 row i (0 or 1) of the CTA's kBlockM rows.
+template <class K>
+__device__ __forceinline__ int owned_row(int i) {
+  return (threadIdx.x / 32 % K::kRowGroups) * 16 + threadIdx.x % 32 / 4 + 8 * i;
+}
+
+// Row `row`'s sum over the column groups, in group order (the fold relies
+// on the same order in both callers).
+template <class K>
+__device__ __forceinline__ float column_group_sum(const float* reduce, int row) {
+  float l = 0.f;
+#pragma unroll
+  for (int g = 0; g < K::kColGroups; ++g) l += reduce[g * K::kBlockM + row];
+  return l;
+}
+
+// A row's natural-log LSE from its running max m (log2 units) and sum l:
+// -inf for a row that saw no key, NaN for a NaN sum.
+__device__ __forceinline__ float row_lse(float m, float l) {
+  return l == 0.f ? -INFINITY : (m + log2f(l)) * 0.69314718055994531f;
+}
+
 // Rows [0, n_rows) of the CTA are written (the rest are padding):
 //   1. row sums over all column groups give each row's natural-log LSE and
 //      its output factor factor(row, l, lse) (1 / l times what the caller
@@ -37,28 +78,18 @@ template <class K, class Factor, class StoreRow, class StoreLse>
 __device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (&o)[K::kMTiles][K::kNTilesO][4],
                                            int n_rows, float* reduce, float* row_vec, Factor factor, StoreRow store_row,
                                            StoreLse store_lse) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float l = quad_sum(st.l[i]);
-    if (lane % 4 == 0) reduce[cg * K::kBlockM + rg * 16 + lane / 4 + 8 * i] = l;
-  }
-  __syncthreads();
-  if (cg == 0 && lane % 4 == 0) {
+  if (publish_row_sums<K>(st, reduce)) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int row = rg * 16 + lane / 4 + 8 * i;
-      float l = 0.f;
-#pragma unroll
-      for (int g = 0; g < K::kColGroups; ++g) l += reduce[g * K::kBlockM + row];
-      const float lse = l == 0.f ? -INFINITY : (st.m[i] + log2f(l)) * 0.69314718055994531f;
+      const int row = owned_row<K>(i);
+      const float l = column_group_sum<K>(reduce, row), lse = row_lse(st.m[i], l);
       row_vec[row] = l == 0.f ? 0.f : factor(row, l, lse);
       row_vec[K::kBlockM + row] = lse;
     }
   }
   __syncthreads();
 
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int col_base = warp * K::kColsPerWarp + (lane % 4) * 2;
 #pragma unroll
   for (int mi = 0; mi < K::kMTiles; ++mi) {
@@ -80,7 +111,7 @@ __device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (
 // slot < 0: the final output (times out_scale) and LSE; else the partial O
 // and LSE of plan slot `slot`.
 template <class K>
-__device__ __forceinline__ void write_o(const DecodeParams& p, const RequestView& rv, const SoftmaxState& st,
+__device__ __forceinline__ void write_o(const DecodeParams& p, const DecodeRequestView& rv, const SoftmaxState& st,
                                         const float (&o)[K::kMTiles][K::kNTilesO][4], int slot, float* reduce,
                                         float* row_vec) {
   using T = typename K::T;
