@@ -70,7 +70,7 @@ struct ViewArrays {
 
 void check_view_arrays(const std::string& kind, int64_t metadata_tokens, const ViewArrays& v) {
   const std::string view = "metadata." + kind, tokens = "num_" + kind + "_tokens";
-  check_arg(v.tokens == metadata_tokens, kOp, view + "." + tokens,
+  check_arg(v.tokens == metadata_tokens, kOp, (view + "." + tokens).c_str(),
             "equal metadata." + tokens + " = " + str(metadata_tokens), str(v.tokens));
   check_query_start_loc((view + ".query_start_loc").c_str(), v.query_start_loc, v.requests, v.tokens);
   check_index_array((view + ".seq_lens").c_str(), v.seq_lens, {v.requests}, DType::i32);

@@ -25,10 +25,12 @@ __device__ __forceinline__ void zero_o(float (&o)[K::kMTiles][K::kNTilesO][4]) {
 // decode_split_fold.cuh's fold_split): each warp's quad-reduced row sums
 // st.l go to reduce[cg][row] (the main loop's shared-memory scratch,
 // kColGroups x kBlockM floats), then a barrier. The second half,
-// column_group_sum, runs on the rows' owners: true for this thread when it
-// owns its two rows owned_row<K>(0 | 1) (column group 0, lane % 4 == 0).
+// column_group_sum, runs on the row's owner (column group 0, lane % 4 == 0),
+// in the caller's loop: a helper that also owned that loop (a lambda for its
+// body, or the owner test and row index returned from here) made ptxas spill
+// 4 bytes in the 16-row, 3-stage fp8-cache folding kernel, at 255 registers.
 template <class K>
-__device__ __forceinline__ bool publish_row_sums(const SoftmaxState& st, float* reduce) {
+__device__ __forceinline__ void publish_row_sums(const SoftmaxState& st, float* reduce) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
 #pragma unroll
@@ -37,13 +39,6 @@ __device__ __forceinline__ bool publish_row_sums(const SoftmaxState& st, float* 
     if (lane % 4 == 0) reduce[cg * K::kBlockM + rg * 16 + lane / 4 + 8 * i] = l;
   }
   __syncthreads();
-  return cg == 0 && lane % 4 == 0;
-}
-
-// This thread's phase-1 row i (0 or 1) of the CTA's kBlockM rows.
-template <class K>
-__device__ __forceinline__ int owned_row(int i) {
-  return (threadIdx.x / 32 % K::kRowGroups) * 16 + threadIdx.x % 32 / 4 + 8 * i;
 }
 
 // Row `row`'s sum over the column groups, in group order (the fold relies
@@ -78,10 +73,13 @@ template <class K, class Factor, class StoreRow, class StoreLse>
 __device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (&o)[K::kMTiles][K::kNTilesO][4],
                                            int n_rows, float* reduce, float* row_vec, Factor factor, StoreRow store_row,
                                            StoreLse store_lse) {
-  if (publish_row_sums<K>(st, reduce)) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
+  publish_row_sums<K>(st, reduce);
+  if (cg == 0 && lane % 4 == 0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int row = owned_row<K>(i);
+      const int row = rg * 16 + lane / 4 + 8 * i;
       const float l = column_group_sum<K>(reduce, row), lse = row_lse(st.m[i], l);
       row_vec[row] = l == 0.f ? 0.f : factor(row, l, lse);
       row_vec[K::kBlockM + row] = lse;
@@ -89,7 +87,6 @@ __device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (
   }
   __syncthreads();
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int col_base = warp * K::kColsPerWarp + (lane % 4) * 2;
 #pragma unroll
   for (int mi = 0; mi < K::kMTiles; ++mi) {

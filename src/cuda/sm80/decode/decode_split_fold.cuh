@@ -51,10 +51,13 @@ template <class K>
 __device__ __forceinline__ void fold_split(const DecodeParams& p, SplitFold<K>& f, SoftmaxState& st,
                                            float (&o)[K::kMTiles][K::kNTilesO][4], float* reduce, float* row_vec,
                                            bool last) {
-  if (publish_row_sums<K>(st, reduce)) {  // decode_epilogue.cuh
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
+  publish_row_sums<K>(st, reduce);  // decode_epilogue.cuh
+  if (cg == 0 && lane % 4 == 0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int row = owned_row<K>(i);
+      const int row = rg * 16 + lane / 4 + 8 * i;
       const float l = column_group_sum<K>(reduce, row), lse = row_lse(st.m[i], l);
       const float factor = l == 0.f ? 0.f : p.out_scale / l;
       const FoldWeights w = fold_weights(f.lse[i], lse);
@@ -66,7 +69,6 @@ __device__ __forceinline__ void fold_split(const DecodeParams& p, SplitFold<K>& 
     }
   }
   __syncthreads();
-  const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = lane / 4 + 8 * half;
