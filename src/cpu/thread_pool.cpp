@@ -38,6 +38,20 @@ constexpr int64_t kMaxJobsPerCall = int64_t(kCountMask);  // per slot, hence per
 // projection, next layer); the caller spins for about one job's length.
 constexpr auto kWorkerSpin = std::chrono::microseconds(200);
 constexpr auto kCallerSpin = std::chrono::microseconds(50);
+// Contention backoff (docs/cpu.md, "Threads and memory"). Signs that another
+// process holds a core: a call of at least kJudgedCall in which the caller,
+// or an awake worker, ran no job (a worker woken by the call can take the
+// caller's core), or after which the caller waited kStalledWait for a
+// claimed job. After two such calls in a row the next calls run on the
+// caller alone for a window that doubles (kFirstWindow ... kLastWindow) while
+// the signs repeat, and resets after a call of at least kJudgedCall in which
+// both sides ran jobs (a woken worker that did not come in time is neither:
+// the call cost what the caller alone costs). Measured beside one busy process on two cores (H16
+// B1 S4096): two threads 810-970 us a step, one 757 us.
+constexpr auto kJudgedCall = std::chrono::microseconds(50);
+constexpr auto kStalledWait = std::chrono::microseconds(200);
+constexpr auto kFirstWindow = std::chrono::milliseconds(10);
+constexpr auto kLastWindow = std::chrono::milliseconds(160);
 
 uint64_t claim_word(uint64_t gen, int threads, uint64_t jobs, uint64_t next) {
   return gen << 40 | uint64_t(threads - 1) << 32 | jobs << kCountBits | next;
@@ -85,8 +99,15 @@ class Pool {
       run_inline(jobs, ctx, body);
       return;
     }
+    const auto start = std::chrono::steady_clock::now();
+    if (backing_off(start)) {  // another process holds a core
+      run_inline(jobs, ctx, body);
+      return;
+    }
     if (threads > kMaxSlots) threads = kMaxSlots;
     grow(threads - 1);
+    // A worker that has not started yet says nothing about the machine.
+    const bool all_started = started_.load(std::memory_order_acquire) >= threads - 1;
     ++gen_;
     ctx_.store(ctx, std::memory_order_relaxed);
     body_.store(body, std::memory_order_relaxed);
@@ -98,9 +119,11 @@ class Pool {
       slots_[s].claim.store(claim_word(gen, threads, own, 0), std::memory_order_release);
     }
     wake_.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(wake_, INT_MAX);
+    const int sleeping = sleepers_.load(std::memory_order_seq_cst);
+    if (sleeping > 0) futex_wake(wake_, INT_MAX);
 
-    work(0);
+    const int64_t own_jobs = work(0);
+    const auto own_end = std::chrono::steady_clock::now();
     const uint32_t all = uint32_t(jobs);
     if (!spin_until([&] { return done_.load(std::memory_order_acquire) == all; }, kCallerSpin)) {
       // Sleep: a worker that the OS preempted in its job may then run here.
@@ -108,9 +131,41 @@ class Pool {
       for (uint32_t d; (d = done_.load(std::memory_order_seq_cst)) != all;) futex_wait(done_, d);
       caller_sleeping_.store(0, std::memory_order_relaxed);
     }
+    if (all_started) judge_contention(start, own_end, own_jobs, jobs, sleeping > 0);
+  }
+
+  bool backing_off(std::chrono::steady_clock::time_point now) const {
+    return now.time_since_epoch().count() < alone_until_.load(std::memory_order_relaxed);
   }
 
  private:
+  // After a parallel call of `jobs` jobs, `own_jobs` run by the caller; `woken`:
+  // a worker was asleep when it started. A stall = the caller waited
+  // kStalledWait and longer than it worked (a worker finishing its last job
+  // on its own core takes about one job, and the caller ran at least one
+  // when there were more than a few: a long causal prefill's last jobs are
+  // longer than its first, so "a few of the caller's jobs" is no bound).
+  void judge_contention(std::chrono::steady_clock::time_point start, std::chrono::steady_clock::time_point own_end,
+                        int64_t own_jobs, int64_t jobs, bool woken) {
+    const auto end = std::chrono::steady_clock::now();
+    const auto own = own_end - start, wait = end - own_end;
+    const bool long_call = end - start >= kJudgedCall;
+    const bool caller_idle = own_jobs == 0 && long_call;
+    const bool worker_idle = own_jobs == jobs && long_call;
+    const bool stalled = wait >= kStalledWait && wait > own;
+    if (!long_call || (worker_idle && woken && !stalled)) return;  // too short to tell; a late wake-up: no sign
+    const bool contended = caller_idle || worker_idle || stalled;
+    if (!contended) {
+      strikes_ = 0;
+      window_ = kFirstWindow;
+      return;
+    }
+    if (++strikes_ < 2) return;
+    alone_until_.store(end.time_since_epoch().count() + std::chrono::steady_clock::duration(window_).count(),
+                       std::memory_order_relaxed);
+    if (window_ < kLastWindow) window_ *= 2;
+  }
+
   static void run_inline(int64_t jobs, void* ctx, JobBody body) {
     const bool outer = t_in_job;
     t_in_job = true;
@@ -119,11 +174,12 @@ class Pool {
   }
 
   // Claims and runs jobs of the current call until none is left: this
-  // slot's own first, then the other slots'.
-  void work(int slot) {
+  // slot's own first, then the other slots'. Returns how many it ran.
+  int64_t work(int slot) {
     const uint64_t mine = slots_[slot].claim.load(std::memory_order_acquire);
     const int threads = word_threads(mine);
-    if (slot >= threads) return;  // not part of this call (or a stale word: nothing to do)
+    int64_t ran = 0;
+    if (slot >= threads) return ran;  // not part of this call (or a stale word: nothing to do)
     for (int k = 0; k < threads; ++k) {
       const int owner = (slot + k) % threads;
       std::atomic<uint64_t>& word = slots_[owner].claim;
@@ -138,6 +194,7 @@ class Pool {
         t_in_job = true;
         body(ctx, int64_t(owner) + int64_t(next) * threads, slot);
         t_in_job = slot != 0;
+        ++ran;
         const uint32_t all = calls_jobs_.load(std::memory_order_relaxed);
         if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == all &&
             caller_sleeping_.load(std::memory_order_seq_cst)) {
@@ -146,9 +203,11 @@ class Pool {
         w = word.load(std::memory_order_acquire);
       }
     }
+    return ran;
   }
 
   void worker(int slot) {
+    started_.fetch_add(1, std::memory_order_release);
     t_in_job = true;  // a job's own parallel_jobs calls run inline
     uint32_t seen = wake_.load(std::memory_order_acquire);
     for (;;) {
@@ -164,15 +223,20 @@ class Pool {
 
   // Workers are created on first need and live as long as the process.
   void grow(int workers) {
-    while (int(workers_) < workers) {
+    while (workers_ < workers) {
       const int slot = ++workers_;
       std::thread([this, slot] { worker(slot); }).detach();
     }
   }
 
   std::mutex caller_;
+  // Contention backoff, touched only by the thread holding caller_.
+  std::atomic<std::chrono::steady_clock::rep> alone_until_{0};  // steady_clock ticks
+  std::chrono::milliseconds window_ = kFirstWindow;
+  int strikes_ = 0;  // contended calls in a row
   uint64_t gen_ = 0;
   int workers_ = 0;
+  std::atomic<int> started_{0};  // workers that have begun to run
   struct alignas(64) Slot {  // one cache line each: slots are claimed from concurrently
     std::atomic<uint64_t> claim{0};
   };
@@ -193,6 +257,8 @@ Pool& pool() {
 }
 
 }  // namespace
+
+bool parallel_jobs_backing_off() { return pool().backing_off(std::chrono::steady_clock::now()); }
 
 void parallel_jobs(int64_t jobs, int threads, void* ctx, JobBody body) {
   for (int64_t base = 0; base < jobs; base += kMaxJobsPerCall) {

@@ -18,6 +18,11 @@
 // short while for jobs that other threads still run, then sleeps, so that
 // the OS may run a preempted worker on its core.
 //
+// Under contention: calls whose workers were off their cores (another
+// process holds a core) are followed by calls on the caller alone for a
+// while, since two threads sharing one free core take longer than one
+// (docs/cpu.md, "Threads and memory").
+//
 // One call at a time: a call made while another thread's call runs, or from
 // inside a job, runs its jobs on the calling thread alone (slot 0).
 #pragma once
@@ -32,6 +37,10 @@ namespace lattn::cpu {
 // one slot never runs two jobs at once. Jobs must not throw.
 using JobBody = void (*)(void* ctx, int64_t job, int slot);
 void parallel_jobs(int64_t jobs, int threads, void* ctx, JobBody body);
+
+// True while calls run on the caller alone after signs of contention (for
+// tests and diagnostics).
+bool parallel_jobs_backing_off();
 
 // The same with any callable f(int64_t job, int slot).
 template <class F>

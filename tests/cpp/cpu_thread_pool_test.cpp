@@ -2,10 +2,12 @@
 // slots are in range and never run two jobs at once, a call returns only
 // after all its jobs finished, nested and concurrent calls run inline, and
 // thousands of back-to-back calls (the claim word's generation changing
-// under late workers) lose or repeat nothing.
+// under late workers) lose or repeat nothing, and calls whose workers keep
+// stalling them fall back to the caller alone.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -92,6 +94,35 @@ TEST(CpuThreadPool, ConcurrentCallersBothFinish) {
   }
   for (std::thread& t : callers) t.join();
   EXPECT_EQ(total.load(), 3 * 300 * 15);
+}
+
+TEST(CpuThreadPool, StalledCallsFallBackToTheCaller) {
+  // What another process holding a core looks like to the pool: a job a
+  // worker runs takes 2 ms (the caller's take 50 us, time for a worker to
+  // claim its own), so the caller waits for it. Two such calls in a row make
+  // the pool run the next calls on the caller alone for a while (docs/cpu.md,
+  // "Threads and memory"); a call made then runs every job on slot 0.
+  const auto stalling_call = [](int64_t jobs) {
+    std::atomic<int> worker_jobs{0};
+    parallel_jobs(jobs, 2, [&](int64_t, int slot) {
+      if (slot == 0) {
+        const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+        while (std::chrono::steady_clock::now() < end) {}
+        return;
+      }
+      worker_jobs.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    });
+    return worker_jobs.load();
+  };
+  bool backed_off = false;
+  for (int call = 0; call < 200 && !backed_off; ++call) {
+    stalling_call(4);
+    backed_off = parallel_jobs_backing_off();
+  }
+  ASSERT_TRUE(backed_off) << "200 calls stalled by their worker and the pool still used it";
+  EXPECT_EQ(stalling_call(8), 0) << "a call while backing off ran a job on a worker";
+  check_call(64, 2);  // and whatever the pool decides, every job still runs once
 }
 
 }  // namespace
