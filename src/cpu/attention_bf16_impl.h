@@ -238,9 +238,7 @@ struct PrefillScratchBf16 {
   float* s;      // [G][kKeyTile][16]
   uint32_t* p2;  // [G][kKeyTile/2][16]
   float* ot;     // [G][dv][16]
-  float *m, *l, *alpha;
-  int32_t* lane_end;
-  int32_t* group_min_end;
+  LaneStates softmax;     // m, l, alpha, lane_end, group_min_end
   float* row;             // [16][dv] a group's output rows
   float* lse;             // [16]
   const uint16_t** krow;  // [kKeyTile]
@@ -250,11 +248,7 @@ struct PrefillScratchBf16 {
     s = a.take<float>(size_t(groups) * kKeyTile * 16);
     p2 = a.take<uint32_t>(size_t(groups) * (kKeyTile / 2) * 16);
     ot = a.take<float>(size_t(groups) * dv * 16);
-    m = a.take<float>(size_t(groups) * 16);
-    l = a.take<float>(size_t(groups) * 16);
-    alpha = a.take<float>(size_t(groups) * 16);
-    lane_end = a.take<int32_t>(size_t(groups) * 16);
-    group_min_end = a.take<int32_t>(size_t(groups));
+    softmax = LaneStates(a, groups, 16);
     row = a.take<float>(size_t(16) * dv);
     lse = a.take<float>(16);
     krow = a.take<const uint16_t*>(kKeyTile);
@@ -279,9 +273,7 @@ void pack_prefill_query_pairs(const PrefillTileJob& job, uint32_t* qp) {
 }
 
 size_t prefill_scratch_bytes_bf16(int tile_rows, int dqk, int dv) {
-  Arena a(nullptr);
-  PrefillScratchBf16 layout(a, div_up(tile_rows, 16), dqk, dv);
-  return a.used();
+  return layout_bytes<PrefillScratchBf16>(div_up(tile_rows, 16), dqk, dv);
 }
 
 void prefill_tile_bf16(const PrefillTileJob& job) {
@@ -293,10 +285,10 @@ void prefill_tile_bf16(const PrefillTileJob& job) {
     pack_prefill_query_pairs(job, sc.qp);
     qp = sc.qp;
   }
-  const int kmax = prefill_lane_ends(job, groups, 16, sc.lane_end, sc.group_min_end);
-  const int min_end = visible_min_end(sc.lane_end, groups * 16, 0);
-  init_state<Bf16Isa>(groups, sc.m, sc.l, sc.ot, job.dv);
-  const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};
+  const int kmax = prefill_lane_ends(job, groups, 16, sc.softmax.lane_end, sc.softmax.group_min_end);
+  const int min_end = visible_min_end(sc.softmax.lane_end, groups * 16, 0);
+  init_state<Bf16Isa>(groups, sc.softmax.m, sc.softmax.l, sc.ot, job.dv);
+  const SoftmaxState st = sc.softmax.state();
   const float c = job.scale * kLog2e;
   const uint16_t* k = static_cast<const uint16_t*>(job.k);
   const uint32_t* v = static_cast<const uint32_t*>(job.v);
@@ -308,14 +300,14 @@ void prefill_tile_bf16(const PrefillTileJob& job) {
     pack_probability_pairs(sc.s, groups, n, sc.p2);
     const uint32_t* vt = v + size_t(k0 / 2) * job.v_stride;
     const int n_fast = fast_keys(n, min_end - k0);
-    pv_tile_bf16(sc.p2, groups, n_fast, vt, job.v_stride, sc.ot, job.dv, sc.alpha);
+    pv_tile_bf16(sc.p2, groups, n_fast, vt, job.v_stride, sc.ot, job.dv, sc.softmax.alpha);
     if (n_fast < n) {
-      pv_masked_tail<Bf16Isa>(sc.s, groups, n_fast, n, k0, sc.lane_end, sc.ot, job.dv, [&](int kk, int d) {
+      pv_masked_tail<Bf16Isa>(sc.s, groups, n_fast, n, k0, sc.softmax.lane_end, sc.ot, job.dv, [&](int kk, int d) {
         return bf16_bits_to_f32(uint16_t(vt[size_t(kk / 2) * job.v_stride + d] >> (16 * (kk & 1))));
       });
     }
   }
-  prefill_write_rows<Bf16Isa>(job, sc.ot, sc.m, sc.l, sc.row, sc.lse);
+  prefill_write_rows<Bf16Isa>(job, sc.ot, sc.softmax.m, sc.softmax.l, sc.row, sc.lse);
 }
 
 // ---------------------------------------------------------------------------
@@ -328,9 +320,7 @@ struct DecodeScratchBf16 {
   float* s;      // [G][kKeyTile][16]
   uint32_t* p2;  // [G][kKeyTile/2][16]
   float* ot;     // [G][L][16]
-  float *m, *l, *alpha;
-  int32_t* lane_end;
-  int32_t* group_min_end;
+  LaneStates softmax;      // m, l, alpha, lane_end, group_min_end
   uint32_t* qstage;        // [16][round_up(ceil((L+R)/2), 16)] a group's query rows as pairs, before the transpose
   float* out_rows;         // [16][L] a group's output rows
   float* lse;              // [16]
@@ -346,11 +336,7 @@ struct DecodeScratchBf16 {
     s = a.take<float>(size_t(groups) * kKeyTile * 16);
     p2 = a.take<uint32_t>(size_t(groups) * (kKeyTile / 2) * 16);
     ot = a.take<float>(size_t(groups) * latent * 16);
-    m = a.take<float>(size_t(groups) * 16);
-    l = a.take<float>(size_t(groups) * 16);
-    alpha = a.take<float>(size_t(groups) * 16);
-    lane_end = a.take<int32_t>(size_t(groups) * 16);
-    group_min_end = a.take<int32_t>(size_t(groups));
+    softmax = LaneStates(a, groups, 16);
     qstage = a.take<uint32_t>(size_t(16) * div_up((dim + 1) / 2, 16) * 16);
     out_rows = a.take<float>(size_t(16) * latent);
     lse = a.take<float>(16);
@@ -363,9 +349,7 @@ struct DecodeScratchBf16 {
 };
 
 size_t decode_scratch_bytes_bf16(int lanes, int latent, int rope) {
-  Arena a(nullptr);
-  DecodeScratchBf16 layout(a, div_up(lanes, 16), latent, rope);
-  return a.used();
+  return layout_bytes<DecodeScratchBf16>(div_up(lanes, 16), latent, rope);
 }
 
 // fp8 e4m3 row -> bf16 bits (exact: 3 mantissa bits fit in bf16's 7).
@@ -422,10 +406,10 @@ void decode_split_bf16(const DecodeSplitJob& job) {
   Arena arena(job.scratch);
   DecodeScratchBf16 sc(arena, groups, latent, job.rope_dim);
   pack_decode_query_pairs(job, groups, sc.qstage, sc.qp);
-  const int kmax = decode_lane_ends(job, groups, 16, sc.lane_end, sc.group_min_end);
-  const int min_end = visible_min_end(sc.lane_end, groups * 16, job.key_begin);
-  init_state<Bf16Isa>(groups, sc.m, sc.l, sc.ot, latent);
-  const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};
+  const int kmax = decode_lane_ends(job, groups, 16, sc.softmax.lane_end, sc.softmax.group_min_end);
+  const int min_end = visible_min_end(sc.softmax.lane_end, groups * 16, job.key_begin);
+  init_state<Bf16Isa>(groups, sc.softmax.m, sc.softmax.l, sc.ot, latent);
+  const SoftmaxState st = sc.softmax.state();
   const float c = job.scale * job.cache_scale * kLog2e;
   const bool fp8 = job.cache_dtype == DType::fp8_e4m3;
   tile_rows(job, job.key_begin, imin(kKeyTile, kmax - job.key_begin), sc.rows);
@@ -450,16 +434,16 @@ void decode_split_bf16(const DecodeSplitJob& job) {
     softmax_tile<Bf16Isa>(sc.s, groups, n, k0, c, st);
     pack_probability_pairs(sc.s, groups, n, sc.p2);
     const int n_fast = fast_keys(n, min_end - k0);
-    pv_tile_bf16(sc.p2, groups, n_fast, sc.values, latent, sc.ot, latent, sc.alpha);
+    pv_tile_bf16(sc.p2, groups, n_fast, sc.values, latent, sc.ot, latent, sc.softmax.alpha);
     if (n_fast < n) {
-      pv_masked_tail<Bf16Isa>(sc.s, groups, n_fast, n, k0, sc.lane_end, sc.ot, latent,
+      pv_masked_tail<Bf16Isa>(sc.s, groups, n_fast, n, k0, sc.softmax.lane_end, sc.ot, latent,
                               [&](int kk, int d) { return bf16_bits_to_f32(sc.krow[kk][d]); });
     }
     const char** done = sc.rows;
     sc.rows = sc.next_rows;
     sc.next_rows = done;
   }
-  decode_write_partials<Bf16Isa>(job, sc.ot, sc.m, sc.l, sc.out_rows, sc.lse);
+  decode_write_partials<Bf16Isa>(job, sc.ot, sc.softmax.m, sc.softmax.l, sc.out_rows, sc.lse);
 }
 
 }  // namespace

@@ -17,9 +17,7 @@ struct DecodeScratchF32 {
   float* qt;  // [G][L+R][W]
   float* s;   // [G][kKeyTile][W]
   float* ot;  // [G][L][W]
-  float *m, *l, *alpha;
-  int32_t* lane_end;
-  int32_t* group_min_end;
+  LaneStates softmax;      // m, l, alpha, lane_end, group_min_end
   float* row;              // [W][L+R]: a query row, or a group's output rows
   float* lse;              // [W]
   float* keys;             // [kKeyTile][L+R] the tile's cache rows in f32
@@ -32,11 +30,7 @@ struct DecodeScratchF32 {
     qt = a.take<float>(size_t(groups) * dim * w);
     s = a.take<float>(size_t(groups) * kKeyTile * w);
     ot = a.take<float>(size_t(groups) * latent * w);
-    m = a.take<float>(size_t(groups) * w);
-    l = a.take<float>(size_t(groups) * w);
-    alpha = a.take<float>(size_t(groups) * w);
-    lane_end = a.take<int32_t>(size_t(groups) * w);
-    group_min_end = a.take<int32_t>(size_t(groups));
+    softmax = LaneStates(a, groups, w);
     row = a.take<float>(size_t(w) * dim);
     lse = a.take<float>(size_t(w));
     keys = a.take<float>(size_t(kKeyTile) * dim);
@@ -160,9 +154,7 @@ void combine_row(const float* const* parts, const float* weights, int num_parts,
 
 template <class I>
 size_t decode_scratch_bytes_f32(int lanes, int latent, int rope) {
-  Arena a(nullptr);
-  DecodeScratchF32 layout(a, div_up(lanes, I::W), I::W, latent, rope);
-  return a.used();
+  return layout_bytes<DecodeScratchF32>(div_up(lanes, I::W), I::W, latent, rope);
 }
 
 template <class I>
@@ -182,10 +174,10 @@ void decode_split_f32(const DecodeSplitJob& job) {
     float* dst = sc.qt + size_t(lane / W) * dim * W + lane % W;
     for (int d = 0; d < dim; ++d) dst[size_t(d) * W] = sc.row[d];
   }
-  const int kmax = decode_lane_ends(job, groups, W, sc.lane_end, sc.group_min_end);
-  const int min_end = visible_min_end(sc.lane_end, groups * W, job.key_begin);
-  init_state<I>(groups, sc.m, sc.l, sc.ot, job.kv_lora_rank);
-  const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};
+  const int kmax = decode_lane_ends(job, groups, W, sc.softmax.lane_end, sc.softmax.group_min_end);
+  const int min_end = visible_min_end(sc.softmax.lane_end, groups * W, job.key_begin);
+  init_state<I>(groups, sc.softmax.m, sc.softmax.l, sc.ot, job.kv_lora_rank);
+  const SoftmaxState st = sc.softmax.state();
   // fp8: S = q · (stored * scale) = scale * (q · stored); O likewise.
   const float c = job.scale * job.cache_scale * kLog2e;
   tile_rows(job, job.key_begin, imin(kKeyTile, kmax - job.key_begin), sc.rows);
@@ -201,16 +193,16 @@ void decode_split_f32(const DecodeSplitJob& job) {
     qk_tile_f32<I>(sc.qt, groups, dim, sc.krow, n, sc.s, &pf);
     softmax_tile<I>(sc.s, groups, n, k0, c, st);
     const int n_all = imax(0, imin(n, min_end - k0));  // keys every lane sees (s_q > 1: not the last s_q - 1)
-    pv_tile_f32<I>(sc.s, groups, n_all, sc.krow, sc.ot, job.kv_lora_rank, sc.alpha);
+    pv_tile_f32<I>(sc.s, groups, n_all, sc.krow, sc.ot, job.kv_lora_rank, sc.softmax.alpha);
     if (n_all < n) {
-      pv_masked_tail<I>(sc.s, groups, n_all, n, k0, sc.lane_end, sc.ot, job.kv_lora_rank,
+      pv_masked_tail<I>(sc.s, groups, n_all, n, k0, sc.softmax.lane_end, sc.ot, job.kv_lora_rank,
                         [&](int kk, int d) { return sc.krow[kk][d]; });
     }
     const char** done = sc.rows;
     sc.rows = sc.next_rows;
     sc.next_rows = done;
   }
-  decode_write_partials<I>(job, sc.ot, sc.m, sc.l, sc.row, sc.lse);
+  decode_write_partials<I>(job, sc.ot, sc.softmax.m, sc.softmax.l, sc.row, sc.lse);
 }
 
 }  // namespace

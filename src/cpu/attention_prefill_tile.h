@@ -16,9 +16,7 @@ struct PrefillScratchF32 {
   float* qt;               // [G][dqk][W]
   float* s;                // [G][kKeyTile][W]
   float* ot;               // [G][dv][W]
-  float *m, *l, *alpha;    // [G][W]
-  int32_t* lane_end;       // [G][W]
-  int32_t* group_min_end;  // [G]
+  LaneStates softmax;      // m, l, alpha, lane_end, group_min_end
   float* row;              // [W][max(dqk, dv)]: a query row, or a group's output rows
   float* lse;              // [W]
   const float** krow;      // [kKeyTile]
@@ -28,11 +26,7 @@ struct PrefillScratchF32 {
     qt = a.take<float>(size_t(groups) * dqk * w);
     s = a.take<float>(size_t(groups) * kKeyTile * w);
     ot = a.take<float>(size_t(groups) * dv * w);
-    m = a.take<float>(size_t(groups) * w);
-    l = a.take<float>(size_t(groups) * w);
-    alpha = a.take<float>(size_t(groups) * w);
-    lane_end = a.take<int32_t>(size_t(groups) * w);
-    group_min_end = a.take<int32_t>(size_t(groups));
+    softmax = LaneStates(a, groups, w);
     row = a.take<float>(size_t(w) * imax(dqk, dv));
     lse = a.take<float>(size_t(w));
     krow = a.take<const float*>(kKeyTile);
@@ -125,9 +119,7 @@ void pack_prefill_queries_f32(const PrefillTileJob& job, void* dst) {
 
 template <class I>
 size_t prefill_scratch_bytes_f32(int tile_rows, int dqk, int dv) {
-  Arena a(nullptr);
-  PrefillScratchF32 layout(a, div_up(tile_rows, I::W), I::W, dqk, dv);
-  return a.used();
+  return layout_bytes<PrefillScratchF32>(div_up(tile_rows, I::W), I::W, dqk, dv);
 }
 
 template <class I>
@@ -141,10 +133,10 @@ void prefill_tile_f32(const PrefillTileJob& job) {
     pack_queries_f32<I>(job, groups, sc.row, sc.qt);
     qt = sc.qt;
   }
-  const int kmax = prefill_lane_ends(job, groups, W, sc.lane_end, sc.group_min_end);
-  const int min_end = visible_min_end(sc.lane_end, groups * W, 0);
-  init_state<I>(groups, sc.m, sc.l, sc.ot, job.dv);
-  const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};
+  const int kmax = prefill_lane_ends(job, groups, W, sc.softmax.lane_end, sc.softmax.group_min_end);
+  const int min_end = visible_min_end(sc.softmax.lane_end, groups * W, 0);
+  init_state<I>(groups, sc.softmax.m, sc.softmax.l, sc.ot, job.dv);
+  const SoftmaxState st = sc.softmax.state();
   const float c = job.scale * kLog2e;
   const float* k = static_cast<const float*>(job.k);
   const float* v = static_cast<const float*>(job.v);
@@ -157,13 +149,13 @@ void prefill_tile_f32(const PrefillTileJob& job) {
     qk_tile_f32<I>(qt, groups, job.dqk, sc.krow, n, sc.s);
     softmax_tile<I>(sc.s, groups, n, k0, c, st);
     const int n_all = imax(0, imin(n, min_end - k0));  // keys every lane sees
-    pv_tile_f32<I>(sc.s, groups, n_all, sc.vrow, sc.ot, job.dv, sc.alpha);
+    pv_tile_f32<I>(sc.s, groups, n_all, sc.vrow, sc.ot, job.dv, sc.softmax.alpha);
     if (n_all < n) {
-      pv_masked_tail<I>(sc.s, groups, n_all, n, k0, sc.lane_end, sc.ot, job.dv,
+      pv_masked_tail<I>(sc.s, groups, n_all, n, k0, sc.softmax.lane_end, sc.ot, job.dv,
                         [&](int kk, int d) { return sc.vrow[kk][d]; });
     }
   }
-  prefill_write_rows<I>(job, sc.ot, sc.m, sc.l, sc.row, sc.lse);
+  prefill_write_rows<I>(job, sc.ot, sc.softmax.m, sc.softmax.l, sc.row, sc.lse);
 }
 
 }  // namespace

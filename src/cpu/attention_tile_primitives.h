@@ -76,6 +76,14 @@ class Arena {
   size_t used_ = 0;
 };
 
+// Bytes of scratch a Layout(arena, args...) takes (the *_scratch_bytes functions).
+template <class Layout, class... Args>
+size_t layout_bytes(Args... args) {
+  Arena a(nullptr);
+  Layout layout(a, args...);
+  return a.used();
+}
+
 inline size_t dtype_bytes(DType t) { return t == DType::f32 ? 4 : (t == DType::fp8_e4m3 ? 1 : 2); }
 
 inline uint32_t load_u32(const uint16_t* p) {
@@ -286,6 +294,24 @@ struct SoftmaxState {
   float* alpha;                  // [G][W] this tile's rescale factor
   const int32_t* lane_end;       // [G][W] keys [0, lane_end) visible to the lane
   const int32_t* group_min_end;  // [G] smallest lane_end of the group
+};
+
+// The arrays behind a SoftmaxState for `groups` groups of w lanes, taken
+// from a tile's scratch arena (every tile scratch layout holds one).
+struct LaneStates {
+  float *m, *l, *alpha;    // [G][W]
+  int32_t* lane_end;       // [G][W]
+  int32_t* group_min_end;  // [G]
+
+  LaneStates() = default;
+  LaneStates(Arena& a, int groups, int w) {
+    m = a.take<float>(size_t(groups) * w);
+    l = a.take<float>(size_t(groups) * w);
+    alpha = a.take<float>(size_t(groups) * w);
+    lane_end = a.take<int32_t>(size_t(groups) * w);
+    group_min_end = a.take<int32_t>(size_t(groups));
+  }
+  SoftmaxState state() const { return {m, l, alpha, lane_end, group_min_end}; }
 };
 
 template <class I>

@@ -60,18 +60,33 @@ void check_block_row(const char* name, const Tensor& block_table, int64_t r, int
   }
 }
 
+// What the decode and prefill views share (kind "decode" or "prefill"):
+// their token count is the metadata's, and query_start_loc, seq_lens and
+// block_table hold their `requests` rows.
+struct ViewArrays {
+  int64_t tokens, requests;
+  const Tensor &query_start_loc, &seq_lens, &block_table;  // the host copies
+};
+
+void check_view_arrays(const std::string& kind, int64_t metadata_tokens, const ViewArrays& v) {
+  const std::string view = "metadata." + kind, tokens = "num_" + kind + "_tokens";
+  check_arg(v.tokens == metadata_tokens, kOp, (view + "." + tokens).c_str(),
+            "equal metadata." + tokens + " = " + str(metadata_tokens), str(v.tokens));
+  check_query_start_loc((view + ".query_start_loc").c_str(), v.query_start_loc, v.requests, v.tokens);
+  check_index_array((view + ".seq_lens").c_str(), v.seq_lens, {v.requests}, DType::i32);
+  const std::string table = view + ".block_table";
+  check_dim(kOp, table.c_str(), v.block_table, 2);
+  check_index_array(table.c_str(), v.block_table, {v.requests, kAnySize}, DType::i32);
+}
+
 void check_decode_view(const MlaAttention::Impl& impl, const MlaMetadata& md, const LatentCache& cache) {
   check_arg(md.decode.has_value() == (md.num_decode_tokens > 0), kOp, "metadata.decode",
             "be present exactly when num_decode_tokens > 0", md.decode ? "present" : "absent");
   if (!md.decode) return;
   const DecodeMetadata& dm = *md.decode;
-  check_arg(dm.num_decode_tokens == md.num_decode_tokens, kOp, "metadata.decode.num_decode_tokens",
-            "equal metadata.num_decode_tokens = " + str(md.num_decode_tokens), str(dm.num_decode_tokens));
-  check_query_start_loc("metadata.decode.query_start_loc", dm.query_start_loc_cpu, dm.num_decodes,
-                        dm.num_decode_tokens);
-  check_index_array("metadata.decode.seq_lens", dm.seq_lens_cpu, {dm.num_decodes}, DType::i32);
-  check_dim(kOp, "metadata.decode.block_table", dm.block_table_cpu, 2);
-  check_index_array("metadata.decode.block_table", dm.block_table_cpu, {dm.num_decodes, kAnySize}, DType::i32);
+  check_view_arrays(
+      "decode", md.num_decode_tokens,
+      {dm.num_decode_tokens, dm.num_decodes, dm.query_start_loc_cpu, dm.seq_lens_cpu, dm.block_table_cpu});
   // A sparse layer's rows all take the same path: any query length.
   const int64_t max_queries = impl.decode_class ? impl.decode_class->max_query_tokens_per_request() : INT64_MAX;
   for (int64_t r = 0; r < dm.num_decodes; ++r) {
@@ -137,14 +152,10 @@ void check_prefill_view(const MlaMetadata& md, const LatentCache& cache, Device 
             "be present exactly when num_prefill_tokens > 0", md.prefill ? "present" : "absent");
   if (!md.prefill) return;
   const PrefillMetadata& pm = *md.prefill;
-  check_arg(pm.num_prefill_tokens == md.num_prefill_tokens, kOp, "metadata.prefill.num_prefill_tokens",
-            "equal metadata.num_prefill_tokens = " + str(md.num_prefill_tokens), str(pm.num_prefill_tokens));
-  check_query_start_loc("metadata.prefill.query_start_loc", pm.query_start_loc_cpu, pm.num_prefills,
-                        pm.num_prefill_tokens);
-  check_index_array("metadata.prefill.seq_lens", pm.seq_lens_cpu, {pm.num_prefills}, DType::i32);
+  check_view_arrays(
+      "prefill", md.num_prefill_tokens,
+      {pm.num_prefill_tokens, pm.num_prefills, pm.query_start_loc_cpu, pm.seq_lens_cpu, pm.block_table_cpu});
   check_index_array("metadata.prefill.context_lens", pm.context_lens_cpu, {pm.num_prefills}, DType::i32);
-  check_dim(kOp, "metadata.prefill.block_table", pm.block_table_cpu, 2);
-  check_index_array("metadata.prefill.block_table", pm.block_table_cpu, {pm.num_prefills, kAnySize}, DType::i32);
   for (int64_t p = 0; p < pm.num_prefills; ++p) {
     const int64_t context = index_at(pm.context_lens_cpu, p);
     const int64_t query = index_at(pm.query_start_loc_cpu, p + 1) - index_at(pm.query_start_loc_cpu, p);

@@ -18,18 +18,20 @@ namespace lattn::cuda {
 
 }  // namespace lattn::cuda
 
+// One case of the switches below: binds `Alias` to `Type` for DType::value
+// and returns what the dispatched callable returns.
+#define LATTN_DISPATCH_CASE(value, Alias, Type, ...) \
+  case ::lattn::DType::value: {                      \
+    using Alias = Type;                              \
+    return __VA_ARGS__();                            \
+  }
+
 // Binds `T` to the C++ type of a 16-bit activation dtype (f16 or bf16).
 #define LATTN_DISPATCH_HALF_TYPES(dtype, op, what, ...)                 \
   [&] {                                                                 \
     switch (dtype) {                                                    \
-      case ::lattn::DType::f16: {                                       \
-        using T = ::lattn::cuda::f16_t;                                 \
-        return __VA_ARGS__();                                           \
-      }                                                                 \
-      case ::lattn::DType::bf16: {                                      \
-        using T = ::lattn::cuda::bf16_t;                                \
-        return __VA_ARGS__();                                           \
-      }                                                                 \
+      LATTN_DISPATCH_CASE(f16, T, ::lattn::cuda::f16_t, __VA_ARGS__)    \
+      LATTN_DISPATCH_CASE(bf16, T, ::lattn::cuda::bf16_t, __VA_ARGS__)  \
       default:                                                          \
         ::lattn::cuda::unsupported_dtype(op, what, dtype, "f16, bf16"); \
     }                                                                   \
@@ -39,18 +41,9 @@ namespace lattn::cuda {
 #define LATTN_DISPATCH_FLOAT_TYPES(dtype, op, what, ...)                     \
   [&] {                                                                      \
     switch (dtype) {                                                         \
-      case ::lattn::DType::f32: {                                            \
-        using T = float;                                                     \
-        return __VA_ARGS__();                                                \
-      }                                                                      \
-      case ::lattn::DType::f16: {                                            \
-        using T = ::lattn::cuda::f16_t;                                      \
-        return __VA_ARGS__();                                                \
-      }                                                                      \
-      case ::lattn::DType::bf16: {                                           \
-        using T = ::lattn::cuda::bf16_t;                                     \
-        return __VA_ARGS__();                                                \
-      }                                                                      \
+      LATTN_DISPATCH_CASE(f32, T, float, __VA_ARGS__)                        \
+      LATTN_DISPATCH_CASE(f16, T, ::lattn::cuda::f16_t, __VA_ARGS__)         \
+      LATTN_DISPATCH_CASE(bf16, T, ::lattn::cuda::bf16_t, __VA_ARGS__)       \
       default:                                                               \
         ::lattn::cuda::unsupported_dtype(op, what, dtype, "f32, f16, bf16"); \
     }                                                                        \
@@ -60,18 +53,9 @@ namespace lattn::cuda {
 #define LATTN_DISPATCH_CACHE_TYPES(dtype, op, what, ...)                          \
   [&] {                                                                           \
     switch (dtype) {                                                              \
-      case ::lattn::DType::f16: {                                                 \
-        using C = ::lattn::cuda::f16_t;                                           \
-        return __VA_ARGS__();                                                     \
-      }                                                                           \
-      case ::lattn::DType::bf16: {                                                \
-        using C = ::lattn::cuda::bf16_t;                                          \
-        return __VA_ARGS__();                                                     \
-      }                                                                           \
-      case ::lattn::DType::fp8_e4m3: {                                            \
-        using C = ::lattn::cuda::fp8_t;                                           \
-        return __VA_ARGS__();                                                     \
-      }                                                                           \
+      LATTN_DISPATCH_CASE(f16, C, ::lattn::cuda::f16_t, __VA_ARGS__)              \
+      LATTN_DISPATCH_CASE(bf16, C, ::lattn::cuda::bf16_t, __VA_ARGS__)            \
+      LATTN_DISPATCH_CASE(fp8_e4m3, C, ::lattn::cuda::fp8_t, __VA_ARGS__)         \
       default:                                                                    \
         ::lattn::cuda::unsupported_dtype(op, what, dtype, "f16, bf16, fp8_e4m3"); \
     }                                                                             \

@@ -78,6 +78,50 @@ struct CombineWeights {
   }
 };
 
+// Where packed row `row` (< s_q * num_heads) of request r is written: its
+// output row, and its LSE (nullptr where p.lse is, or for a caller that
+// leaves the LSE to another warp: with_lse false).
+template <class T>
+struct CombineRowOut {
+  T* out;      // [L]
+  float* lse;  // one float, may be nullptr
+};
+
+template <class T>
+__device__ __forceinline__ CombineRowOut<T> combine_row_out(const DecodeParams& p, int r, int row, bool with_lse) {
+  const int q0 = p.query_start_loc[r];
+  const int j = row / p.num_heads, h = row % p.num_heads;
+  return {static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h,
+          p.lse && with_lse ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr};
+}
+
+// One warp's 128-column slice of a row (the slice merges below): lane i
+// owns float4 column c4 = 32 * slice + i (in: c4 < L / 4); slice 0 writes the
+// LSE. The row's n parts: LSE s at lse[s * rows_capacity], the lane's float4
+// of part s at part[s * part_stride4].
+template <class T>
+struct CombineSlice {
+  int c4;
+  bool in;
+  CombineRowOut<T> dst;
+  const float* lse;
+  int64_t part_stride4;  // float4s from one part to the next
+  const float4* part;
+};
+
+template <class T>
+__device__ __forceinline__ CombineSlice<T> combine_slice(const DecodeParams& p, int r, int row, int slot0, int slice) {
+  const DecodePlan& plan = p.plan;
+  CombineSlice<T> v;
+  v.c4 = slice * 32 + threadIdx.x % 32;
+  v.in = v.c4 < p.L / 4;
+  v.dst = combine_row_out<T>(p, r, row, slice == 0);
+  v.lse = plan.partial_lse + int64_t(slot0) * plan.rows_capacity + row;
+  v.part_stride4 = int64_t(plan.rows_capacity) * (p.L / 4);
+  v.part = reinterpret_cast<const float4*>(plan.partial_o + (int64_t(slot0) * plan.rows_capacity + row) * p.L) + v.c4;
+  return v;
+}
+
 // Row `row` (< s_q * num_heads) of request r, whose n parts' partials start
 // at slot slot0 (n == 0: no keys, output 0 and LSE -inf; n == 1 is never
 // merged: its only part wrote the output). The calling warp's lanes all take
@@ -92,10 +136,9 @@ __device__ __forceinline__ void combine_decode_row(const DecodeParams& p, int r,
   const int lane = threadIdx.x % 32;
   const int cols4 = p.L / 4;
   const int64_t part_stride = int64_t(plan.rows_capacity) * p.L;
-  const int q0 = p.query_start_loc[r];
-  const int j = row / p.num_heads, h = row % p.num_heads;
-  T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
-  float* lse_out = p.lse ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
+  const CombineRowOut<T> dst = combine_row_out<T>(p, r, row, true);
+  T* const out = dst.out;
+  float* const lse_out = dst.lse;
   if (n == 0) {  // no keys: output 0, LSE -inf
     for (int c4 = lane; c4 < cols4; c4 += 32) combine_store4(out + 4 * c4, make_float4(0.f, 0.f, 0.f, 0.f));
     if (lse_out && lane == 0) *lse_out = -INFINITY;
@@ -165,44 +208,34 @@ template <class T, class Load>
 __device__ __forceinline__ void combine_decode_row_slice_sum(const DecodeParams& p, int r, int row, int n, int slot0,
                                                              int slice, Load ld) {
   constexpr int kDepth = 8;
-  const DecodePlan& plan = p.plan;
   const int lane = threadIdx.x % 32;
-  const int c4 = slice * 32 + lane;
-  const bool in = c4 < p.L / 4;
-  const int q0 = p.query_start_loc[r];
-  const int j = row / p.num_heads, h = row % p.num_heads;
-  T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
-  float* lse_out = p.lse && slice == 0 ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
+  const CombineSlice<T> v = combine_slice<T>(p, r, row, slot0, slice);
   if (n == 0) {  // no keys: output 0, LSE -inf
-    if (in) combine_store4(out + 4 * c4, make_float4(0.f, 0.f, 0.f, 0.f));
-    if (lse_out && lane == 0) *lse_out = -INFINITY;
+    if (v.in) combine_store4(v.dst.out + 4 * v.c4, make_float4(0.f, 0.f, 0.f, 0.f));
+    if (v.dst.lse && lane == 0) *v.dst.lse = -INFINITY;
     return;
   }
-  const float* lse = plan.partial_lse + int64_t(slot0) * plan.rows_capacity + row;
-  const CombineWeights<Load> weight(lse, plan.rows_capacity, n, ld);
+  const CombineWeights<Load> weight(v.lse, p.plan.rows_capacity, n, ld);
   const float inv = weight.inv, final_lse = weight.lse_total;
 
-  const int64_t part_stride4 = int64_t(plan.rows_capacity) * (p.L / 4);  // float4s from one part to the next
-  const float4* part =
-      reinterpret_cast<const float4*>(plan.partial_o + (int64_t(slot0) * plan.rows_capacity + row) * p.L) + c4;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int s0 = 0; s0 < n; s0 += kDepth) {
     float w[kDepth];
-    float4 v[kDepth];
+    float4 x[kDepth];
 #pragma unroll
     for (int k = 0; k < kDepth; ++k) {
       const int s = s0 + k;
       w[k] = s < n ? weight(s) : 0.f;
-      v[k] = in && s < n ? ld(part + s * part_stride4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      x[k] = v.in && s < n ? ld(v.part + s * v.part_stride4) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     // Parts with weight 0 (no key for this row) add nothing (their partials may be stale).
 #pragma unroll
     for (int k = 0; k < kDepth; ++k) {
-      if (w[k] != 0.f) combine_fma4(acc, w[k], v[k]);
+      if (w[k] != 0.f) combine_fma4(acc, w[k], x[k]);
     }
   }
-  if (in) combine_store4(out + 4 * c4, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-  if (lse_out && lane == 0) *lse_out = final_lse;
+  if (v.in) combine_store4(v.dst.out + 4 * v.c4, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+  if (v.dst.lse && lane == 0) *v.dst.lse = final_lse;
 }
 
 // The batch-invariant plans' left fold (decode_fold.cuh) over the
@@ -218,39 +251,29 @@ template <class T, class Load>
 __device__ __forceinline__ void combine_decode_row_slice_fold(const DecodeParams& p, int r, int row, int n, int slot0,
                                                               int slice, Load ld) {
   constexpr int kDepth = 8;
-  const DecodePlan& plan = p.plan;
   const int lane = threadIdx.x % 32;
-  const int c4 = slice * 32 + lane;
-  const bool in = c4 < p.L / 4;
-  const int q0 = p.query_start_loc[r];
-  const int j = row / p.num_heads, h = row % p.num_heads;
-  T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
-  float* lse_out = p.lse && slice == 0 ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
-  const float* lse = plan.partial_lse + int64_t(slot0) * plan.rows_capacity + row;
-  const int64_t part_stride4 = int64_t(plan.rows_capacity) * (p.L / 4);  // float4s from one slot to the next
-  const float4* part =
-      reinterpret_cast<const float4*>(plan.partial_o + (int64_t(slot0) * plan.rows_capacity + row) * p.L) + c4;
+  const CombineSlice<T> v = combine_slice<T>(p, r, row, slot0, slice);
   // n == 0 (no keys): nothing folded, output 0 and LSE -inf.
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float acc_lse = -INFINITY;
   for (int s0 = 0; s0 < n; s0 += kDepth) {
     float l[kDepth];
-    float4 v[kDepth];
+    float4 x[kDepth];
 #pragma unroll
     for (int k = 0; k < kDepth; ++k) {
       const int s = s0 + k;
-      l[k] = s < n ? ld(lse + int64_t(s) * plan.rows_capacity) : -INFINITY;
-      v[k] = in && s < n ? ld(part + s * part_stride4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      l[k] = s < n ? ld(v.lse + int64_t(s) * p.plan.rows_capacity) : -INFINITY;
+      x[k] = v.in && s < n ? ld(v.part + s * v.part_stride4) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int k = 0; k < kDepth; ++k) {
       const FoldWeights w = fold_weights(acc_lse, l[k]);  // -inf past n: keeps acc
       acc_lse = w.lse;
-      acc = fold_elem4(acc, v[k], w);
+      acc = fold_elem4(acc, x[k], w);
     }
   }
-  if (in) combine_store4(out + 4 * c4, acc);
-  if (lse_out && lane == 0) *lse_out = acc_lse;
+  if (v.in) combine_store4(v.dst.out + 4 * v.c4, acc);
+  if (v.dst.lse && lane == 0) *v.dst.lse = acc_lse;
 }
 
 // Which merge a batch-invariant plan's requests get — fixed by the kernel's

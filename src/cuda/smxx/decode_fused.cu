@@ -286,7 +286,7 @@ __device__ __forceinline__ void fused_body(const DecodeParams& p, uint32_t* grid
       slot = sp.splits[r] >= 2 ? sp.slot0[r] + a : -1;
     }
     if (tile_end <= tile_begin) continue;
-    const sm80::RequestView rv = sm80::make_request_view<K>(p, r);
+    const DecodeRequestView rv = make_decode_request_view(p, r, blockIdx.x * K::kBlockM);
     if (rv.row0 >= rv.rows) continue;
     sm80::attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);  // one split a part (no folding here)
   }

@@ -1,8 +1,9 @@
 // src/cuda/smxx/decode_pieces.cuh — the walk over the (request, key-tile
 // range) pieces that the split-KV plan (decode_params.h, DecodePlan) gives to
-// one part; shared by the decode kernels (sm80/decode, sm90/decode) so they
-// cannot disagree with each other or with decode_combine about which part
-// writes which slot.
+// one part, and the view of a piece's request that a CTA works from; shared
+// by the decode kernels (sm80/decode, sm90/decode, the one-launch kernel) so
+// they cannot disagree with each other or with decode_combine about which
+// part writes which slot.
 #pragma once
 
 #include "cuda/smxx/batch_invariant_split.h"
@@ -46,6 +47,50 @@ __device__ __forceinline__ void for_each_decode_piece(const DecodeParams& p, int
     const int slot = plan.num_splits[r] >= 2 ? plan.split_offset[r] + slot_index : -1;
     fn(r, tile_begin, tile_end, slot);
   }
+}
+
+// What a CTA knows about the request of the piece it works on.
+struct DecodeRequestView {
+  int q0;                // first token row of the request
+  int s_q;               // query tokens
+  int seq_len;           // keys
+  int rows;              // s_q * num_heads (packed rows: token-major, head fastest)
+  int row0;              // first packed row of this CTA's M tile
+  const int32_t* table;  // the request's block-table row
+};
+
+// Request r as the CTA whose M tile starts at packed row row0 sees it; the
+// CTA has no rows in it when row0 >= rows.
+__device__ __forceinline__ DecodeRequestView make_decode_request_view(const DecodeParams& p, int r, int row0) {
+  DecodeRequestView v;
+  v.q0 = p.query_start_loc[r];
+  v.s_q = p.query_start_loc[r + 1] - v.q0;
+  v.seq_len = p.seq_lens[r];
+  v.rows = v.s_q * p.num_heads;
+  v.row0 = row0;
+  v.table = p.block_table + r * p.block_table_stride;
+  return v;
+}
+
+// Where the query's columns [col, col + 8) of the view's packed row gr
+// (< rows) start: token q0 + gr / num_heads, head gr % num_heads; columns
+// below kL in q_nope, the rest in q_pe (at col - kL).
+template <class T, int kL>
+__device__ __forceinline__ const T* decode_q_src(const DecodeParams& p, const DecodeRequestView& v, int gr, int col) {
+  const int j = gr / p.num_heads, h = gr % p.num_heads;
+  return col < kL ? static_cast<const T*>(p.q_nope) + (v.q0 + j) * p.q_nope_stride_t + h * p.q_nope_stride_h + col
+                  : static_cast<const T*>(p.q_pe) + (v.q0 + j) * p.q_pe_stride_t + h * p.q_pe_stride_h + (col - kL);
+}
+
+// for_each_decode_piece restricted to the pieces that have rows of this
+// CTA's M tile (kBlockM packed rows from blockIdx.x * kBlockM):
+// fn(view, tile_begin, tile_end, slot), still one call site of fn.
+template <int kBlockM, class Fn>
+__device__ __forceinline__ void for_each_tile_piece(const DecodeParams& p, int part, int tile_keys, Fn&& fn) {
+  for_each_decode_piece(p, part, tile_keys, [&](int r, int tile_begin, int tile_end, int slot) {
+    const DecodeRequestView v = make_decode_request_view(p, r, blockIdx.x * kBlockM);
+    if (v.row0 < v.rows) fn(v, tile_begin, tile_end, slot);
+  });
 }
 
 }  // namespace lattn::cuda

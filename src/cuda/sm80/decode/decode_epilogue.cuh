@@ -21,6 +21,42 @@ __device__ __forceinline__ void zero_o(float (&o)[K::kMTiles][K::kNTilesO][4]) {
     for (int ni = 0; ni < K::kNTilesO; ++ni) o[mi][ni][0] = o[mi][ni][1] = o[mi][ni][2] = o[mi][ni][3] = 0.f;
 }
 
+// The first half of a row sum over the column groups (write_rows and
+// decode_split_fold.cuh's fold_split): each warp's quad-reduced row sums
+// st.l go to reduce[cg][row] (the main loop's shared-memory scratch,
+// kColGroups x kBlockM floats), then a barrier. The second half,
+// column_group_sum, runs on the row's owner (column group 0, lane % 4 == 0),
+// in the caller's loop: a helper that also owned that loop (a lambda for its
+// body, or the owner test and row index returned from here) made ptxas spill
+// 4 bytes in the 16-row, 3-stage fp8-cache folding kernel, at 255 registers.
+template <class K>
+__device__ __forceinline__ void publish_row_sums(const SoftmaxState& st, float* reduce) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float l = quad_sum(st.l[i]);
+    if (lane % 4 == 0) reduce[cg * K::kBlockM + rg * 16 + lane / 4 + 8 * i] = l;
+  }
+  __syncthreads();
+}
+
+// Row `row`'s sum over the column groups, in group order (the fold relies
+// on the same order in both callers).
+template <class K>
+__device__ __forceinline__ float column_group_sum(const float* reduce, int row) {
+  float l = 0.f;
+#pragma unroll
+  for (int g = 0; g < K::kColGroups; ++g) l += reduce[g * K::kBlockM + row];
+  return l;
+}
+
+// A row's natural-log LSE from its running max m (log2 units) and sum l:
+// -inf for a row that saw no key, NaN for a NaN sum.
+__device__ __forceinline__ float row_lse(float m, float l) {
+  return l == 0.f ? -INFINITY : (m + log2f(l)) * 0.69314718055994531f;
+}
+
 // Rows [0, n_rows) of the CTA are written (the rest are padding):
 //   1. row sums over all column groups give each row's natural-log LSE and
 //      its output factor factor(row, l, lse) (1 / l times what the caller
@@ -39,20 +75,12 @@ __device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (
                                            StoreLse store_lse) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float l = quad_sum(st.l[i]);
-    if (lane % 4 == 0) reduce[cg * K::kBlockM + rg * 16 + lane / 4 + 8 * i] = l;
-  }
-  __syncthreads();
+  publish_row_sums<K>(st, reduce);
   if (cg == 0 && lane % 4 == 0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = rg * 16 + lane / 4 + 8 * i;
-      float l = 0.f;
-#pragma unroll
-      for (int g = 0; g < K::kColGroups; ++g) l += reduce[g * K::kBlockM + row];
-      const float lse = l == 0.f ? -INFINITY : (st.m[i] + log2f(l)) * 0.69314718055994531f;
+      const float l = column_group_sum<K>(reduce, row), lse = row_lse(st.m[i], l);
       row_vec[row] = l == 0.f ? 0.f : factor(row, l, lse);
       row_vec[K::kBlockM + row] = lse;
     }
@@ -80,7 +108,7 @@ __device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (
 // slot < 0: the final output (times out_scale) and LSE; else the partial O
 // and LSE of plan slot `slot`.
 template <class K>
-__device__ __forceinline__ void write_o(const DecodeParams& p, const RequestView& rv, const SoftmaxState& st,
+__device__ __forceinline__ void write_o(const DecodeParams& p, const DecodeRequestView& rv, const SoftmaxState& st,
                                         const float (&o)[K::kMTiles][K::kNTilesO][4], int slot, float* reduce,
                                         float* row_vec) {
   using T = typename K::T;

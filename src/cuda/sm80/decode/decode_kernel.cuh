@@ -26,8 +26,8 @@ namespace lattn::cuda::sm80 {
 // first split (decode_split_fold.cuh), else written to its own slot (slot,
 // slot + 1, ...).
 template <class K, bool kFold = false>
-__device__ __forceinline__ void attend_piece(const DecodeParams& p, const RequestView& rv, int tile_begin, int tile_end,
-                                             int slot, char* smem, int split_tiles = 0) {
+__device__ __forceinline__ void attend_piece(const DecodeParams& p, const DecodeRequestView& rv, int tile_begin,
+                                             int tile_end, int slot, char* smem, int split_tiles = 0) {
   using T = typename K::T;
   T* q_smem = reinterpret_cast<T*>(smem);
   T* k_smem = reinterpret_cast<T*>(smem + K::kQBytes);
@@ -195,36 +195,19 @@ __device__ __forceinline__ int decode_fold_split_tiles(const DecodeParams& p, in
   return batch_invariant_split_tiles((seq_len + K::kBlockN - 1) / K::kBlockN, p.plan.split_rule);
 }
 
-// Request r as this CTA (M tile blockIdx.x) sees it; rv.row0 >= rv.rows
-// when the tile lies past the request's packed rows (nothing to do).
-template <class K>
-__device__ __forceinline__ RequestView make_request_view(const DecodeParams& p, int r) {
-  RequestView rv;
-  rv.request = r;
-  rv.q0 = p.query_start_loc[r];
-  rv.s_q = p.query_start_loc[r + 1] - rv.q0;
-  rv.seq_len = p.seq_lens[r];
-  rv.rows = rv.s_q * p.num_heads;
-  rv.row0 = blockIdx.x * K::kBlockM;
-  rv.table = p.block_table + r * p.block_table_stride;
-  return rv;
-}
-
 template <class K, bool kFold>
 __device__ __forceinline__ void decode_kernel_body(const DecodeParams& p) {
   extern __shared__ __align__(128) char smem[];
   // The plan's pieces for this part (smxx/decode_pieces.cuh, shared with the
-  // Hopper kernel and decode_combine), restricted to this CTA's M tile.
-  for_each_decode_piece(p, blockIdx.y, K::kBlockN, [&](int r, int tile_begin, int tile_end, int slot) {
-    const RequestView rv = make_request_view<K>(p, r);
-    if (rv.row0 < rv.rows) {
-      if constexpr (kFold) {
-        attend_piece<K, true>(p, rv, tile_begin, tile_end, slot, smem, decode_fold_split_tiles<K>(p, rv.seq_len));
-      } else {
-        attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);
-      }
-    }
-  });
+  // Hopper kernels and decode_combine), restricted to this CTA's M tile.
+  for_each_tile_piece<K::kBlockM>(
+      p, blockIdx.y, K::kBlockN, [&](const auto& rv, int tile_begin, int tile_end, int slot) {
+        if constexpr (kFold) {
+          attend_piece<K, true>(p, rv, tile_begin, tile_end, slot, smem, decode_fold_split_tiles<K>(p, rv.seq_len));
+        } else {
+          attend_piece<K>(p, rv, tile_begin, tile_end, slot, smem);
+        }
+      });
 }
 
 }  // namespace lattn::cuda::sm80

@@ -13,38 +13,21 @@
 #include "cuda/sm80/decode/decode_traits.h"
 #include "cuda/sm80/mma.cuh"
 #include "cuda/smxx/decode_params.h"
+#include "cuda/smxx/decode_pieces.cuh"  // DecodeRequestView
 
 namespace lattn::cuda::sm80 {
-
-// What one CTA knows about the request it is working on.
-struct RequestView {
-  int request;
-  int q0;                // first token row of the request
-  int s_q;               // query tokens
-  int seq_len;           // keys
-  int rows;              // s_q * num_heads
-  int row0;              // first packed row of this CTA's M tile
-  const int32_t* table;  // the request's block-table row
-};
 
 // Q tile [kBlockM][kD] <- rows row0.. of [q_nope | q_pe]; rows past the
 // request's rows are zero. cp.async when rows are 16-byte aligned.
 template <class K>
-__device__ __forceinline__ void load_q(const DecodeParams& p, const RequestView& rv, typename K::T* q_smem) {
+__device__ __forceinline__ void load_q(const DecodeParams& p, const DecodeRequestView& rv, typename K::T* q_smem) {
   using T = typename K::T;
   const int tid = threadIdx.x;
   for (int c = tid; c < K::kBlockM * K::kChunksPerRow; c += K::kThreads) {
     const int row = c / K::kChunksPerRow, chunk = c % K::kChunksPerRow;
     const int gr = rv.row0 + row;
     const bool valid = gr < rv.rows;
-    const int j = gr / p.num_heads, h = gr % p.num_heads;
-    const T* src;
-    if (chunk < K::kL / 8) {
-      src = static_cast<const T*>(p.q_nope) + (rv.q0 + j) * p.q_nope_stride_t + h * p.q_nope_stride_h + chunk * 8;
-    } else {
-      src =
-          static_cast<const T*>(p.q_pe) + (rv.q0 + j) * p.q_pe_stride_t + h * p.q_pe_stride_h + (chunk - K::kL / 8) * 8;
-    }
+    const T* src = decode_q_src<T, K::kL>(p, rv, gr, chunk * 8);
     T* dst = q_smem + swizzle<K::kD>(row, chunk * 8);
     if (p.q_vec) {
       cp_async_16(smem_addr(dst), valid ? src : p.q_nope, valid ? 16 : 0);
@@ -60,7 +43,7 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const RequestView&
 // staging tile). Keys at or past seq_len are zero-filled and their block-table
 // entries are never read (they may point anywhere).
 template <class K>
-__device__ __forceinline__ void load_kv(const DecodeParams& p, const RequestView& rv, int tile, void* dst) {
+__device__ __forceinline__ void load_kv(const DecodeParams& p, const DecodeRequestView& rv, int tile, void* dst) {
   using Cache = typename K::Cache;
   constexpr int kChunks = K::kFp8 ? K::kFp8ChunksPerRow : K::kChunksPerRow;
   constexpr int kElemsPerChunk = 16 / int(sizeof(Cache));

@@ -34,7 +34,7 @@ struct SplitFold {
 };
 
 template <class K>
-__device__ __forceinline__ SplitFold<K> make_split_fold(const DecodeParams& p, const RequestView& rv) {
+__device__ __forceinline__ SplitFold<K> make_split_fold(const DecodeParams& p, const DecodeRequestView& rv) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   SplitFold<K> f;
   f.acc = p.plan.fold_o + (int64_t(blockIdx.y) * p.plan.rows_capacity + rv.row0 + lane / 4) * K::kL +
@@ -53,20 +53,12 @@ __device__ __forceinline__ void fold_split(const DecodeParams& p, SplitFold<K>& 
                                            bool last) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float l = quad_sum(st.l[i]);
-    if (lane % 4 == 0) reduce[cg * K::kBlockM + rg * 16 + lane / 4 + 8 * i] = l;
-  }
-  __syncthreads();
+  publish_row_sums<K>(st, reduce);  // decode_epilogue.cuh
   if (cg == 0 && lane % 4 == 0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = rg * 16 + lane / 4 + 8 * i;
-      float l = 0.f;
-#pragma unroll
-      for (int g = 0; g < K::kColGroups; ++g) l += reduce[g * K::kBlockM + row];
-      const float lse = l == 0.f ? -INFINITY : (st.m[i] + log2f(l)) * 0.69314718055994531f;
+      const float l = column_group_sum<K>(reduce, row), lse = row_lse(st.m[i], l);
       const float factor = l == 0.f ? 0.f : p.out_scale / l;
       const FoldWeights w = fold_weights(f.lse[i], lse);
       f.lse[i] = w.lse;
@@ -113,7 +105,7 @@ __device__ __forceinline__ void fold_split(const DecodeParams& p, SplitFold<K>& 
 // with LSE -inf in the `empty` slots before it (the piece's earlier splits,
 // which the combine's fold then keeps at nothing).
 template <class K>
-__device__ __forceinline__ void write_folded(const DecodeParams& p, const RequestView& rv, const SplitFold<K>& f,
+__device__ __forceinline__ void write_folded(const DecodeParams& p, const DecodeRequestView& rv, const SplitFold<K>& f,
                                              const float (&acc)[K::kMTiles][K::kNTilesO][4], int slot, int empty) {
   using T = typename K::T;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -33,26 +33,25 @@ __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
+// The barrier operations by 32-bit .shared::cta address: one register
+// instead of a generic pointer's two, for code running after setmaxnreg.dec.
+// The uint64_t* overloads below convert and call these.
+
 // mbarrier.arrive (release, CTA scope): one arrival, no transaction bytes.
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
 // mbarrier.arrive.expect_tx: one arrival, and the phase also waits for `bytes`
 // transaction bytes (the bulk copies issued against this barrier).
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-
-// mbarrier.expect_tx without arriving (PTX ISA: mbarrier.expect_tx).
-__device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 
 // One mbarrier.try_wait.parity probe (acquire, CTA scope): true once the
 // phase with parity `parity` has completed. try_wait (unlike test_wait) may
 // suspend the thread for a system-dependent time before returning false.
-__device__ __forceinline__ bool mbarrier_try_wait(uint64_t* bar, uint32_t parity) {
+__device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
   asm volatile(
       "{\n"
@@ -61,37 +60,28 @@ __device__ __forceinline__ bool mbarrier_try_wait(uint64_t* bar, uint32_t parity
       " selp.u32 %0, 1, 0, p;\n"
       "}\n"
       : "=r"(done)
-      : "r"(smem_u32(bar)), "r"(parity)
+      : "r"(bar), "r"(parity)
       : "memory");
   return done != 0;
 }
 
 // Blocks until the phase with parity `parity` has completed.
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
   while (!mbarrier_try_wait(bar, parity)) {}
 }
 
-// The same by 32-bit .shared::cta address (one register instead of a
-// generic pointer's two: for code running after setmaxnreg.dec).
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n"
-        " .reg .pred p;\n"
-        " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (done == 0);
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) { mbarrier_arrive(smem_u32(bar)); }
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  mbarrier_arrive_expect_tx(smem_u32(bar), bytes);
 }
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+__device__ __forceinline__ bool mbarrier_try_wait(uint64_t* bar, uint32_t parity) {
+  return mbarrier_try_wait(smem_u32(bar), parity);
 }
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) { mbarrier_wait(smem_u32(bar), parity); }
+
+// mbarrier.expect_tx without arriving (PTX ISA: mbarrier.expect_tx).
+__device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
 }
 
 // mbarrier.inval before the memory is reused for something else.

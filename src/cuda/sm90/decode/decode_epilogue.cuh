@@ -49,7 +49,7 @@ __device__ __forceinline__ void row_scale_and_lse(float total, float m, float ou
 }
 
 template <class K>
-__device__ __forceinline__ void write_o(const DecodeParams& p, const PieceView& pv, const SoftmaxState& st,
+__device__ __forceinline__ void write_o(const DecodeParams& p, const DecodeRequestView& pv, const SoftmaxState& st,
                                         const float (&o)[K::kColsPerWarpgroup / 2], int slot, int g, float* row_sum) {
   using T = typename K::T;
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;

@@ -16,6 +16,7 @@
 #include "cuda/sm90/common/cta_smem.cuh"
 #include "cuda/sm90/decode/decode_epilogue.cuh"
 #include "cuda/sm90/decode/decode_mainloop.cuh"
+#include "cuda/sm90/decode/decode_producer.cuh"
 #include "cuda/sm90/decode/decode_split_fold.cuh"
 #include "cuda/smxx/decode_pieces.cuh"
 
@@ -24,16 +25,6 @@
 #endif
 
 namespace lattn::cuda::sm90 {
-
-// Iterates the pieces of `part` (smxx/decode_pieces.cuh) that have rows of
-// this CTA's M tile: fn(pv, tile_begin, tile_end, slot).
-template <class K, class Fn>
-__device__ __forceinline__ void for_each_piece(const DecodeParams& p, int part, Fn&& fn) {
-  for_each_decode_piece(p, part, K::kBlockN, [&](int r, int tile_begin, int tile_end, int slot) {
-    const PieceView pv = make_piece_view<K>(p, r);
-    if (pv.row0 < pv.rows) fn(pv, tile_begin, tile_end, slot);
-  });
-}
 
 // kFold: the batch-invariant plans whose pieces may hold several splits
 // (plan.fold_splits; decode_params.h): each split is computed from scratch
@@ -62,14 +53,11 @@ __global__ void __launch_bounds__(K::kThreads, 1)
     setmaxnreg_dec<K::kProducerRegs>();
     if (threadIdx.x != K::kConsumerThreads) return;
     tma_prefetch_descriptor(&cache_map);
-    int it = 0;  // tiles issued so far (all pieces): stage it % kStages, round it / kStages
-    for_each_piece<K>(p, part, [&](const PieceView& pv, int tile_begin, int tile_end, int) {
-      for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
-        const int s = it % K::kStages, round = it / K::kStages;
-        if (round > 0) mbarrier_wait(&empty[s], (round - 1) & 1);
-        producer_load_tile<K>(&cache_map, p, pv, tile, kv_smem + s * K::kKVTileBytes, &full[s], kv_hint);
-      }
-    });
+    producer_walk<K::kBlockM, K::kBlockN, K::kStages>(
+        p, part, empty, [&](const DecodeRequestView& pv, int tile, int s) {
+          producer_load_tile<K::kBlockN, K::kBoxes, K::kBoxCols, K::kBlockN * 128, K::kKVTileTxBytes>(
+              &cache_map, p, pv, tile, kv_smem + s * K::kKVTileBytes, &full[s], kv_hint);
+        });
     return;
   }
 
@@ -78,7 +66,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   const int g = threadIdx.x / 128;
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
   int it = 0;  // tiles consumed so far
-  for_each_piece<K>(p, part, [&](const PieceView& pv, int tile_begin, int tile_end, int slot) {
+  for_each_tile_piece<K::kBlockM>(p, part, K::kBlockN, [&](const auto& pv, int tile_begin, int tile_end, int slot) {
     // The previous piece's wgmmas are complete (waited) in both warpgroups
     // before anyone overwrites Q.
     named_barrier_sync(kBarConsumers, K::kConsumerThreads);

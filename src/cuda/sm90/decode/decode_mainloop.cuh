@@ -16,59 +16,24 @@
 #include "cuda/sm90/common/wgmma.cuh"
 #include "cuda/sm90/decode/decode_traits.h"
 #include "cuda/smxx/decode_params.h"
+#include "cuda/smxx/decode_pieces.cuh"  // DecodeRequestView
 
 namespace lattn::cuda::sm90 {
 
 // Named barrier ids (0 is __syncthreads).
 enum DecodeBarrier : int { kBarRowMax = 1, kBarP = 2, kBarConsumers = 3 };
 
-// What the CTA knows about the (request, key range) piece it is working on.
-struct PieceView {
-  int request;
-  int q0;                // first token row of the request
-  int s_q;               // query tokens
-  int seq_len;           // keys
-  int rows;              // s_q * num_heads
-  int row0;              // first packed row of this CTA's M tile
-  const int32_t* table;  // the request's block-table row
-};
-
-// The view of request r for the CTA's M tile (blockIdx.x); the CTA has no
-// rows in it when row0 >= rows.
-template <class K>
-__device__ __forceinline__ PieceView make_piece_view(const DecodeParams& p, int r) {
-  PieceView pv;
-  pv.request = r;
-  pv.q0 = p.query_start_loc[r];
-  pv.s_q = p.query_start_loc[r + 1] - pv.q0;
-  pv.seq_len = p.seq_lens[r];
-  pv.rows = pv.s_q * p.num_heads;
-  pv.row0 = blockIdx.x * K::kBlockM;
-  pv.table = p.block_table + r * p.block_table_stride;
-  return pv;
-}
-
-// Producer (one thread): copies KV tile `tile` of the request (keys
-// [64 tile, +64), inside one page because the page size is a multiple of 64)
-// into `dst` as 9 boxes of [64 keys][64 columns], completing on `full`.
-// Keys past seq_len come from the same page (garbage or poison there: the
-// consumers mask their scores and zero their V rows). `hint`: the L2 policy
-// of the copies (decode_host.cu chooses it).
-template <class K>
-__device__ __forceinline__ void producer_load_tile(const CUtensorMap* cache_map, const DecodeParams& p,
-                                                   const PieceView& pv, int tile, uint8_t* dst, uint64_t* full,
-                                                   CacheHint hint) {
-  const int key0 = tile * K::kBlockN;
-  // A bad block id (index_check.cuh) is recorded and the copy aimed at page
-  // -1, outside the tensor map: the copy engine fills the box with zeros.
-  const int page =
-      int(checked_block_id(pv.table, key0 / p.block_size, p.table_width, p.num_blocks, p.index_violations));
-  const int row = key0 % p.block_size;
-  mbarrier_arrive_expect_tx(full, K::kKVTileTxBytes);
+// Eight query elements at src as 16 bytes: one vector load where `vec`
+// (16-byte aligned rows and strides), else element by element.
+template <class T>
+__device__ __forceinline__ uint4 load_q_chunk(const T* src, bool vec) {
+  if (vec) return *reinterpret_cast<const uint4*>(src);
+  T e[8];
 #pragma unroll
-  for (int c = 0; c < K::kBoxes; ++c) {
-    tma_load_3d(dst + c * K::kBlockN * 128, cache_map, full, c * K::kBoxCols, row, page, hint);
-  }
+  for (int i = 0; i < 8; ++i) e[i] = src[i];
+  uint4 v;
+  memcpy(&v, e, 16);
+  return v;
 }
 
 // Consumers (256 threads): Q tile rows [row0, +64) of [q_nope | q_pe] into 9
@@ -76,29 +41,15 @@ __device__ __forceinline__ void producer_load_tile(const CUtensorMap* cache_map,
 // stores, then fence.proxy.async so wgmma (async proxy) may read it after the
 // caller's barrier.
 template <class K>
-__device__ __forceinline__ void load_q(const DecodeParams& p, const PieceView& pv, uint8_t* q_smem) {
+__device__ __forceinline__ void load_q(const DecodeParams& p, const DecodeRequestView& pv, uint8_t* q_smem) {
   using T = typename K::T;
   constexpr int kChunks = K::kD / 8;  // 16-byte chunks per row (72)
   for (int c = threadIdx.x; c < K::kBlockM * kChunks; c += K::kConsumerThreads) {
     const int row = c / kChunks, chunk = c % kChunks;
     const int gr = pv.row0 + row;
     const int col = chunk * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (gr < pv.rows) {
-      const int j = gr / p.num_heads, h = gr % p.num_heads;
-      const T* src =
-          col < K::kL
-              ? static_cast<const T*>(p.q_nope) + (pv.q0 + j) * p.q_nope_stride_t + h * p.q_nope_stride_h + col
-              : static_cast<const T*>(p.q_pe) + (pv.q0 + j) * p.q_pe_stride_t + h * p.q_pe_stride_h + (col - K::kL);
-      if (p.q_vec) {
-        v = *reinterpret_cast<const uint4*>(src);
-      } else {
-        T e[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) e[i] = src[i];
-        memcpy(&v, e, 16);
-      }
-    }
+    const uint4 v =
+        gr < pv.rows ? load_q_chunk(decode_q_src<T, K::kL>(p, pv, gr, col), p.q_vec) : make_uint4(0, 0, 0, 0);
     const int box = col / K::kBoxCols;
     *reinterpret_cast<uint4*>(q_smem + box * K::kBoxBytes + swizzle128_offset(row, col % K::kBoxCols)) = v;
   }

@@ -43,7 +43,7 @@ struct SplitFold {
 // blockIdx.y): row pv.row0 + 16 w + lane / 4 (+ 8 for its second row),
 // column 256 g + 2 (lane % 4) (+ 8 n for its n-th pair), as o's fragment.
 template <class K>
-__device__ __forceinline__ float* fold_scratch(const DecodeParams& p, const PieceView& pv, int g) {
+__device__ __forceinline__ float* fold_scratch(const DecodeParams& p, const DecodeRequestView& pv, int g) {
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
   return p.plan.fold_o + (int64_t(blockIdx.y) * p.plan.rows_capacity + pv.row0 + 16 * w + lane / 4) * K::kL +
          g * K::kColsPerWarpgroup + 2 * (lane % 4);
@@ -54,7 +54,7 @@ __device__ __forceinline__ float* fold_scratch(const DecodeParams& p, const Piec
 // last split — the folded values are left in `o` for write_folded; else they
 // go to the scratch, and the caller starts the next split from scratch.
 template <class K>
-__device__ __forceinline__ void fold_split(const DecodeParams& p, const PieceView& pv, SplitFold& f,
+__device__ __forceinline__ void fold_split(const DecodeParams& p, const DecodeRequestView& pv, SplitFold& f,
                                            const SoftmaxState& st, float (&o)[K::kColsPerWarpgroup / 2], int g,
                                            float* row_sum, bool last) {
   float sums[2];
@@ -109,7 +109,7 @@ __device__ __forceinline__ void fold_split(const DecodeParams& p, const PieceVie
 // before it (the piece's earlier splits, which the combine's fold then keeps
 // at nothing, so it takes this slot exactly).
 template <class K>
-__device__ __forceinline__ void write_folded(const DecodeParams& p, const PieceView& pv, const SplitFold& f,
+__device__ __forceinline__ void write_folded(const DecodeParams& p, const DecodeRequestView& pv, const SplitFold& f,
                                              const float (&o)[K::kColsPerWarpgroup / 2], int slot, int empty, int g) {
   using T = typename K::T;
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;

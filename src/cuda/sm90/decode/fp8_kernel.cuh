@@ -12,6 +12,7 @@
 #pragma once
 
 #include "cuda/sm90/common/cta_smem.cuh"
+#include "cuda/sm90/decode/decode_producer.cuh"
 #include "cuda/sm90/decode/fp8_mainloop.cuh"
 #include "cuda/smxx/decode_pieces.cuh"
 
@@ -24,9 +25,9 @@ namespace lattn::cuda::sm90 {
 // Merges warpgroup 1's state into warpgroup 0's and writes the piece's
 // result (warpgroup 0 only; both warpgroups call it).
 template <class K>
-__device__ __forceinline__ void fp8_write_o(const DecodeParams& p, const Fp8PieceView& pv, const Fp8SoftmaxState& st,
-                                            float (&o)[K::kOBlocks][8], int slot, int g, float* row_sum, float* stat,
-                                            float* merge) {
+__device__ __forceinline__ void fp8_write_o(const DecodeParams& p, const DecodeRequestView& pv,
+                                            const Fp8SoftmaxState& st, float (&o)[K::kOBlocks][8], int slot, int g,
+                                            float* row_sum, float* stat, float* merge) {
   using T = typename K::T;
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32, gid = lane / 4, t = lane % 4;
   const int tid = threadIdx.x % 128;
@@ -131,15 +132,9 @@ __global__ void __launch_bounds__(K::kThreads, 1)
     setmaxnreg_dec<K::kProducerRegs>();
     if (threadIdx.x != K::kConsumerThreads) return;
     tma_prefetch_descriptor(&cache_map);
-    int it = 0;  // tiles issued so far: stage it % kStages, round it / kStages
-    for_each_decode_piece(p, part, K::kBlockN, [&](int r, int tile_begin, int tile_end, int) {
-      const Fp8PieceView pv = make_fp8_piece_view<K>(p, r);
-      if (pv.row0 >= pv.rows) return;
-      for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
-        const int s = it % K::kStages, round = it / K::kStages;
-        if (round > 0) mbarrier_wait(&empty[s], (round - 1) & 1);
-        fp8_producer_load_tile<K>(&cache_map, p, pv, tile, kv_smem + s * K::kTileBytes, &full[s], kv_hint);
-      }
+    producer_walk<K::kRows, K::kBlockN, K::kStages>(p, part, empty, [&](const DecodeRequestView& pv, int tile, int s) {
+      producer_load_tile<K::kBlockN, K::kChunks, K::kChunkCols, K::kChunkBytes, K::kTileTxBytes>(
+          &cache_map, p, pv, tile, kv_smem + s * K::kTileBytes, &full[s], kv_hint);
     });
     return;
   }
@@ -150,9 +145,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   const int t = threadIdx.x % 4;
   uint8_t* p_box = smem.p + g * K::kQBoxBytes;
   int it = 0;  // tiles of the walk so far (both warpgroups count all of them)
-  for_each_decode_piece(p, part, K::kBlockN, [&](int r, int tile_begin, int tile_end, int slot) {
-    const Fp8PieceView pv = make_fp8_piece_view<K>(p, r);
-    if (pv.row0 >= pv.rows) return;
+  for_each_tile_piece<K::kRows>(p, part, K::kBlockN, [&](const auto& pv, int tile_begin, int tile_end, int slot) {
     // The previous piece's products and merge are done in both warpgroups
     // before Q, the scales and the merge buffer are overwritten.
     named_barrier_sync(kFp8BarAll, K::kConsumerThreads);

@@ -36,6 +36,7 @@
 #include "cuda/sm90/common/wgmma.cuh"
 #include "cuda/sm90/decode/fp8_traits.h"
 #include "cuda/smxx/decode_params.h"
+#include "cuda/smxx/decode_pieces.cuh"  // DecodeRequestView
 
 namespace lattn::cuda::sm90 {
 
@@ -43,28 +44,6 @@ namespace lattn::cuda::sm90 {
 // max exchange (kFp8BarMax + g) and P written (kFp8BarP + g); both
 // warpgroups together (kFp8BarAll).
 enum DecodeFp8Barrier : int { kFp8BarMax = 1, kFp8BarP = 3, kFp8BarAll = 5 };
-
-// The (request, key range) piece a CTA works on, for its 16-row tile.
-struct Fp8PieceView {
-  int q0;       // first token row of the request
-  int s_q;      // query tokens
-  int seq_len;  // keys
-  int rows;     // s_q * num_heads
-  int row0;     // first packed row of this CTA's tile (blockIdx.x * 16)
-  const int32_t* table;
-};
-
-template <class K>
-__device__ __forceinline__ Fp8PieceView make_fp8_piece_view(const DecodeParams& p, int r) {
-  Fp8PieceView v;
-  v.q0 = p.query_start_loc[r];
-  v.s_q = p.query_start_loc[r + 1] - v.q0;
-  v.seq_len = p.seq_lens[r];
-  v.rows = v.s_q * p.num_heads;
-  v.row0 = blockIdx.x * K::kRows;
-  v.table = p.block_table + r * p.block_table_stride;
-  return v;
-}
 
 // Two e4m3 pairs (the 16-bit halves of x) to two f16x2 words, exactly
 // (NaN stays NaN): lo from bits 0..15, hi from bits 16..31; in each pair the
@@ -81,25 +60,6 @@ __device__ __forceinline__ uint32_t e4m3x4_zero_nan(uint32_t x) {
   return x & ~(nan_hi | (nan_hi - (nan_hi >> 7)));
 }
 
-// Producer (one thread): fp8 tile `tile` of the request (keys [64 tile, +64),
-// inside one page: the page size is a multiple of 64) into `dst` as 9 boxes
-// of [64 keys][64 bytes], completing on `full`. A bad block id is recorded
-// and aimed at page -1 (zero fill), as in the 16-bit kernel.
-template <class K>
-__device__ __forceinline__ void fp8_producer_load_tile(const CUtensorMap* cache_map, const DecodeParams& p,
-                                                       const Fp8PieceView& pv, int tile, uint8_t* dst, uint64_t* full,
-                                                       CacheHint hint) {
-  const int key0 = tile * K::kBlockN;
-  const int page =
-      int(checked_block_id(pv.table, key0 / p.block_size, p.table_width, p.num_blocks, p.index_violations));
-  const int row = key0 % p.block_size;
-  mbarrier_arrive_expect_tx(full, K::kTileTxBytes);
-#pragma unroll
-  for (int c = 0; c < K::kChunks; ++c) {
-    tma_load_3d(dst + c * K::kChunkBytes, cache_map, full, c * K::kChunkCols, row, page, hint);
-  }
-}
-
 // Consumers (256 threads): the CTA's 16 rows of [q_nope | q_pe] as the f16 B
 // operand of S^T (9 boxes of [16 rows][64], 128-byte swizzle, columns
 // permuted as the header says), each row multiplied by 2^e so that its
@@ -108,7 +68,7 @@ __device__ __forceinline__ void fp8_producer_load_tile(const CUtensorMap* cache_
 // the request are 0. Ends with fence.proxy.async (the caller's barrier makes
 // the stores visible to the wgmmas).
 template <class K>
-__device__ __forceinline__ void fp8_load_q(const DecodeParams& p, const Fp8PieceView& pv, uint8_t* q_smem,
+__device__ __forceinline__ void fp8_load_q(const DecodeParams& p, const DecodeRequestView& pv, uint8_t* q_smem,
                                            float* row_scale) {
   using T = typename K::T;
   constexpr int kChunks8 = K::kD / 8;  // 72 groups of 8 columns per row
@@ -124,11 +84,7 @@ __device__ __forceinline__ void fp8_load_q(const DecodeParams& p, const Fp8Piece
     for (int e = 0; e < 8; ++e) x[i][e] = 0.f;
     if (c8 < kChunks8 && gr < pv.rows) {
       const int col = c8 * 8;
-      const int j = gr / p.num_heads, h = gr % p.num_heads;
-      const T* src =
-          col < K::kL
-              ? static_cast<const T*>(p.q_nope) + (pv.q0 + j) * p.q_nope_stride_t + h * p.q_nope_stride_h + col
-              : static_cast<const T*>(p.q_pe) + (pv.q0 + j) * p.q_pe_stride_t + h * p.q_pe_stride_h + (col - K::kL);
+      const T* src = decode_q_src<T, K::kL>(p, pv, gr, col);
       T e8[8];
       if (p.q_vec) {
         const uint4 v = *reinterpret_cast<const uint4*>(src);

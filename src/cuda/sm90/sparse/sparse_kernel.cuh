@@ -184,15 +184,7 @@ __device__ __forceinline__ void sparse_load_q(const SparseParams& p, int t, int 
     const int h = h0 + row;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (h < p.N) {
-      const T* src = q + int64_t(t) * p.q_stride_t + int64_t(h) * p.q_stride_h + chunk * 8;
-      if (vec) {
-        v = *reinterpret_cast<const uint4*>(src);
-      } else {
-        T e[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) e[i] = src[i];
-        memcpy(&v, e, 16);
-      }
+      v = load_q_chunk(q + int64_t(t) * p.q_stride_t + int64_t(h) * p.q_stride_h + chunk * 8, vec);
     }
     *reinterpret_cast<uint4*>(q_smem + (chunk / 8) * K::kBoxBytes + swizzle128_offset(row, (chunk % 8) * 8)) = v;
   }

@@ -1,0 +1,58 @@
+// src/cuda/sm90/decode/decode_producer.cuh — the producer side of the KV
+// ring of both Hopper decode kernels (decode_kernel.cuh: 16-bit caches,
+// fp8_kernel.cuh: fp8 caches): one thread walks the pieces the consumers walk
+// and, tile after tile, waits until the consumers have released the tile's
+// stage, then issues its copy.
+#pragma once
+
+#include <cuda.h>
+
+#include "cuda/common/index_check.cuh"
+#include "cuda/sm90/common/mbarrier.cuh"
+#include "cuda/sm90/common/tma.cuh"
+#include "cuda/smxx/decode_params.h"
+#include "cuda/smxx/decode_pieces.cuh"
+
+namespace lattn::cuda::sm90 {
+
+// Copies KV tile `tile` of the view's request (keys [kBlockN tile, +kBlockN),
+// inside one page: the kernels need the page size to be a multiple of
+// kBlockN) into `dst` as kBoxes boxes of [kBlockN keys][kBoxCols columns],
+// kBoxBytes apart, completing on `full` with kTxBytes in all (16-bit caches:
+// 9 boxes of 64 columns; fp8 caches: 9 boxes of 64 bytes). Keys past seq_len
+// come from the same page (garbage or poison there: the consumers mask their
+// scores and zero or sanitize their V rows). A bad block id
+// (index_check.cuh) is recorded and the copy aimed at page -1, outside the
+// tensor map: the copy engine fills the boxes with zeros. `hint`: the L2
+// policy of the copies (decode_host.cu chooses it).
+template <int kBlockN, int kBoxes, int kBoxCols, int kBoxBytes, uint32_t kTxBytes>
+__device__ __forceinline__ void producer_load_tile(const CUtensorMap* cache_map, const DecodeParams& p,
+                                                   const DecodeRequestView& v, int tile, uint8_t* dst, uint64_t* full,
+                                                   CacheHint hint) {
+  const int key0 = tile * kBlockN;
+  const int page = int(checked_block_id(v.table, key0 / p.block_size, p.table_width, p.num_blocks, p.index_violations));
+  const int row = key0 % p.block_size;
+  mbarrier_arrive_expect_tx(full, kTxBytes);
+#pragma unroll
+  for (int c = 0; c < kBoxes; ++c) {
+    tma_load_3d(dst + c * kBoxBytes, cache_map, full, c * kBoxCols, row, page, hint);
+  }
+}
+
+// Tile `it` of the walk (all pieces of the part counted) goes to stage
+// it % kStages; from its second round on, a stage is refilled only after its
+// `empty` barrier completed the round before. load(view, tile, stage) issues
+// the copy (and its full barrier's expect_tx).
+template <int kBlockM, int kBlockN, int kStages, class Load>
+__device__ __forceinline__ void producer_walk(const DecodeParams& p, int part, uint64_t* empty, Load&& load) {
+  int it = 0;  // tiles issued so far
+  for_each_tile_piece<kBlockM>(p, part, kBlockN, [&](const DecodeRequestView& v, int tile_begin, int tile_end, int) {
+    for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
+      const int s = it % kStages, round = it / kStages;
+      if (round > 0) mbarrier_wait(&empty[s], (round - 1) & 1);
+      load(v, tile, s);
+    }
+  });
+}
+
+}  // namespace lattn::cuda::sm90
