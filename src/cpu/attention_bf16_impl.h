@@ -40,12 +40,15 @@ constexpr int kQkKeys2 = 4, kQkUnroll2 = 2;  // two groups
 // wider block halves the per-tile rescale loads and stores of the outputs.
 constexpr int kPvDims1 = 16, kPvDims2 = 12;
 
-// Scores for GB groups x KB keys. dim may be odd: the last pair is then
-// (K[dim-1], 0), read without touching the element past the row.
+// Scores of GB groups x KB keys over pairs [p0, p1) of the query/key
+// dimension (the pair at dim / 2 of an odd dim is (K[dim-1], 0)), times
+// key_scale[kk * scale_stride] when key_scale is given, stored into s
+// (first) or added to it. qp [G][ceil(dim/2)][16], s [G][kKeyTile][16].
 template <int GB, int KB, int PU>
-inline void qk_block_bf16(const uint32_t* qp, int dim, const uint16_t* const* krow, float* s, RowPrefetcher* pf) {
+inline void qk_segment_bf16(const uint32_t* qp, int dim, int p0, int p1, const uint16_t* const* krow,
+                            const float* key_scale, int scale_stride, bool first, float* s, RowPrefetcher* pf) {
   constexpr int W = 16;
-  const int pairs = (dim + 1) / 2, full = dim / 2;
+  const int pairs = (dim + 1) / 2, half = dim / 2, full = imin(half, p1);
   __m512 acc[GB][KB][PU];
 #pragma GCC unroll 8
   for (int g = 0; g < GB; ++g) {
@@ -55,10 +58,10 @@ inline void qk_block_bf16(const uint32_t* qp, int dim, const uint16_t* const* kr
       for (int u = 0; u < PU; ++u) acc[g][kk][u] = _mm512_setzero_ps();
     }
   }
-  const uint16_t* kr[KB];
+  const uint16_t* kr[KB];  // the row pointers in general registers
 #pragma GCC unroll 32
   for (int kk = 0; kk < KB; ++kk) kr[kk] = krow[kk];
-  int p = 0;
+  int p = p0;
   for (; p + PU <= full; p += PU) {
     if (pf) pf->step();
     __m512bh q[GB][PU];
@@ -77,10 +80,10 @@ inline void qk_block_bf16(const uint32_t* qp, int dim, const uint16_t* const* kr
       }
     }
   }
-  for (; p < pairs; ++p) {  // leftover pairs, the odd last element as (K[dim-1], 0)
+  for (; p < p1; ++p) {  // leftover pairs, the odd last element as (K[dim-1], 0)
 #pragma GCC unroll 32
     for (int kk = 0; kk < KB; ++kk) {
-      const uint32_t bits = p < full ? load_u32(kr[kk] + 2 * p) : uint32_t(kr[kk][dim - 1]);
+      const uint32_t bits = p < half ? load_u32(kr[kk] + 2 * p) : uint32_t(kr[kk][dim - 1]);
       const __m512bh b = (__m512bh)_mm512_set1_epi32(int(bits));
 #pragma GCC unroll 8
       for (int g = 0; g < GB; ++g) {
@@ -95,9 +98,17 @@ inline void qk_block_bf16(const uint32_t* qp, int dim, const uint16_t* const* kr
       __m512 sum = acc[g][kk][0];
 #pragma GCC unroll 8
       for (int u = 1; u < PU; ++u) sum = _mm512_add_ps(sum, acc[g][kk][u]);
-      _mm512_storeu_ps(s + (size_t(g) * kKeyTile + kk) * W, sum);
+      if (key_scale) sum = _mm512_mul_ps(sum, _mm512_set1_ps(key_scale[kk * scale_stride]));
+      float* dst = s + (size_t(g) * kKeyTile + kk) * W;
+      _mm512_storeu_ps(dst, first ? sum : _mm512_add_ps(_mm512_loadu_ps(dst), sum));
     }
   }
+}
+
+// Scores for GB groups x KB keys over the whole dimension: s = Q . K.
+template <int GB, int KB, int PU>
+inline void qk_block_bf16(const uint32_t* qp, int dim, const uint16_t* const* krow, float* s, RowPrefetcher* pf) {
+  qk_segment_bf16<GB, KB, PU>(qp, dim, 0, (dim + 1) / 2, krow, nullptr, 0, true, s, pf);
 }
 
 template <int GB, int KB, int PU>

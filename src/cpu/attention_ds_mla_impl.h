@@ -57,67 +57,6 @@ inline void ds_entry_to_bf16(const uint8_t* e, int latent, int rope, uint16_t* d
   __builtin_memcpy(dst + latent, e + latent + 4 * tiles, size_t(rope) * 2);
 }
 
-// Scores of GB groups x KB keys over pairs [p0, p1) of the query/key
-// dimension (the pair at dim / 2 of an odd dim is (K[dim-1], 0)), times
-// key_scale[kk * scale_stride] when key_scale is given, stored into s
-// (first) or added to it. qp [G][ceil(dim/2)][16], s [G][kKeyTile][16].
-template <int GB, int KB, int PU>
-inline void qk_segment_ds(const uint32_t* qp, int dim, int p0, int p1, const uint16_t* const* kr,
-                          const float* key_scale, int scale_stride, bool first, float* s, RowPrefetcher* pf) {
-  constexpr int W = 16;
-  const int pairs = (dim + 1) / 2, half = dim / 2, full = imin(half, p1);
-  __m512 acc[GB][KB][PU];
-#pragma GCC unroll 8
-  for (int g = 0; g < GB; ++g) {
-#pragma GCC unroll 32
-    for (int kk = 0; kk < KB; ++kk) {
-#pragma GCC unroll 8
-      for (int u = 0; u < PU; ++u) acc[g][kk][u] = _mm512_setzero_ps();
-    }
-  }
-  int p = p0;
-  for (; p + PU <= full; p += PU) {
-    if (pf) pf->step();
-    __m512bh q[GB][PU];
-#pragma GCC unroll 8
-    for (int g = 0; g < GB; ++g) {
-#pragma GCC unroll 8
-      for (int u = 0; u < PU; ++u) q[g][u] = load_pairs(qp + (size_t(g) * pairs + p + u) * W);
-    }
-#pragma GCC unroll 32
-    for (int kk = 0; kk < KB; ++kk) {
-#pragma GCC unroll 8
-      for (int u = 0; u < PU; ++u) {
-        const __m512bh b = bcast_pair(kr[kk] + 2 * (p + u));
-#pragma GCC unroll 8
-        for (int g = 0; g < GB; ++g) acc[g][kk][u] = _mm512_dpbf16_ps(acc[g][kk][u], b, q[g][u]);
-      }
-    }
-  }
-  for (; p < p1; ++p) {  // leftover pairs, the odd last element as (K[dim-1], 0)
-#pragma GCC unroll 32
-    for (int kk = 0; kk < KB; ++kk) {
-      const uint32_t bits = p < half ? load_u32(kr[kk] + 2 * p) : uint32_t(kr[kk][dim - 1]);
-      const __m512bh b = (__m512bh)_mm512_set1_epi32(int(bits));
-#pragma GCC unroll 8
-      for (int g = 0; g < GB; ++g) {
-        acc[g][kk][0] = _mm512_dpbf16_ps(acc[g][kk][0], b, load_pairs(qp + (size_t(g) * pairs + p) * W));
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int g = 0; g < GB; ++g) {
-#pragma GCC unroll 32
-    for (int kk = 0; kk < KB; ++kk) {
-      __m512 sum = acc[g][kk][0];
-#pragma GCC unroll 8
-      for (int u = 1; u < PU; ++u) sum = _mm512_add_ps(sum, acc[g][kk][u]);
-      if (key_scale) sum = _mm512_mul_ps(sum, _mm512_set1_ps(key_scale[kk * scale_stride]));
-      float* dst = s + (size_t(g) * kKeyTile + kk) * W;
-      _mm512_storeu_ps(dst, first ? sum : _mm512_add_ps(_mm512_loadu_ps(dst), sum));
-    }
-  }
-}
 
 // The whole score of KB keys: one scaled segment per 128 latent dims, then
 // the rope dims unscaled. scales: key kk's at scales[kk * tiles].
@@ -126,9 +65,9 @@ inline void qk_block_ds(const uint32_t* qp, int latent, int dim, const uint16_t*
                         float* s, RowPrefetcher* pf) {
   const int tiles = latent / kDsTileDims, tile_pairs = kDsTileDims / 2;
   for (int t = 0; t < tiles; ++t) {
-    qk_segment_ds<GB, KB, PU>(qp, dim, t * tile_pairs, (t + 1) * tile_pairs, kr, scales + t, tiles, t == 0, s, pf);
+    qk_segment_bf16<GB, KB, PU>(qp, dim, t * tile_pairs, (t + 1) * tile_pairs, kr, scales + t, tiles, t == 0, s, pf);
   }
-  qk_segment_ds<GB, KB, PU>(qp, dim, latent / 2, (dim + 1) / 2, kr, nullptr, 0, tiles == 0, s, pf);
+  qk_segment_bf16<GB, KB, PU>(qp, dim, latent / 2, (dim + 1) / 2, kr, nullptr, 0, tiles == 0, s, pf);
 }
 
 template <int GB, int KB, int PU>
