@@ -57,7 +57,6 @@ inline void ds_entry_to_bf16(const uint8_t* e, int latent, int rope, uint16_t* d
   __builtin_memcpy(dst + latent, e + latent + 4 * tiles, size_t(rope) * 2);
 }
 
-
 // The whole score of KB keys: one scaled segment per 128 latent dims, then
 // the rope dims unscaled. scales: key kk's at scales[kk * tiles].
 template <int GB, int KB, int PU>
