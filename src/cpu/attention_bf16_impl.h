@@ -326,32 +326,36 @@ void prefill_tile_bf16(const PrefillTileJob& job) {
 // rows are read in place (bf16) or converted once to bf16 (fp8, exact), and
 // their first L elements are packed into key pairs for the output product.
 
+// p_sets probability-pair buffers (the fp8_ds_mla path packs one per scale
+// tile) and scale_tiles scales per key row (fp8_ds_mla; 0 otherwise).
 struct DecodeScratchBf16 {
   uint32_t* qp;  // [G][ceil((L+R)/2)][16]
   float* s;      // [G][kKeyTile][16]
-  uint32_t* p2;  // [G][kKeyTile/2][16]
+  uint32_t* p2;  // [p_sets][G][kKeyTile/2][16]
   float* ot;     // [G][L][16]
   LaneStates softmax;      // m, l, alpha, lane_end, group_min_end
   uint32_t* qstage;        // [16][round_up(ceil((L+R)/2), 16)] a group's query rows as pairs, before the transpose
   float* out_rows;         // [16][L] a group's output rows
   float* lse;              // [16]
-  uint16_t* keys;          // [kKeyTile][L+R] fp8 cache rows converted to bf16
+  uint16_t* keys;          // [kKeyTile][L+R] fp8 cache rows converted to bf16 (fp8_ds_mla: latent unscaled)
+  float* scales;           // [kKeyTile][scale_tiles]
   uint32_t* values;        // [kKeyTile/2][L] key pairs of the tile's latent rows
   const uint16_t** krow;   // [kKeyTile]
   const char** rows;       // [kKeyTile] this tile's cache rows
   const char** next_rows;  // [kKeyTile] the next tile's, being prefetched
 
-  DecodeScratchBf16(Arena& a, int groups, int latent, int rope) {
+  DecodeScratchBf16(Arena& a, int groups, int latent, int rope, int p_sets = 1, int scale_tiles = 0) {
     const int dim = latent + rope;
     qp = a.take<uint32_t>(size_t(groups) * ((dim + 1) / 2) * 16);
     s = a.take<float>(size_t(groups) * kKeyTile * 16);
-    p2 = a.take<uint32_t>(size_t(groups) * (kKeyTile / 2) * 16);
+    p2 = a.take<uint32_t>(size_t(p_sets) * groups * (kKeyTile / 2) * 16);
     ot = a.take<float>(size_t(groups) * latent * 16);
     softmax = LaneStates(a, groups, 16);
     qstage = a.take<uint32_t>(size_t(16) * div_up((dim + 1) / 2, 16) * 16);
     out_rows = a.take<float>(size_t(16) * latent);
     lse = a.take<float>(16);
     keys = a.take<uint16_t>(size_t(kKeyTile) * dim);
+    scales = scale_tiles > 0 ? a.take<float>(size_t(kKeyTile) * scale_tiles) : nullptr;
     values = a.take<uint32_t>(size_t(kKeyTile / 2) * latent);
     krow = a.take<const uint16_t*>(kKeyTile);
     rows = a.take<const char*>(kKeyTile);

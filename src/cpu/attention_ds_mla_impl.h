@@ -153,51 +153,15 @@ void pv_tile_ds(const uint32_t* p2t, int groups, int n, const uint32_t* v2, int 
   }
 }
 
-struct DecodeScratchDs {
-  uint32_t* qp;   // [G][ceil((L+R)/2)][16]
-  float* s;       // [G][kKeyTile][16]
-  uint32_t* p2t;  // [L/128][G][kKeyTile/2][16]
-  float* ot;      // [G][L][16]
-  float *m, *l, *alpha;
-  int32_t* lane_end;
-  int32_t* group_min_end;
-  uint32_t* qstage;        // [16][round_up(ceil((L+R)/2), 16)] (pack_decode_query_pairs)
-  float* out_rows;         // [16][L]
-  float* lse;              // [16]
-  uint16_t* keys;          // [kKeyTile][L+R] the tile's rows, latent unscaled
-  float* scales;           // [kKeyTile][L/128]
-  uint32_t* values;        // [kKeyTile/2][L] key pairs of the tile's raw latent rows
-  const uint16_t** krow;   // [kKeyTile]
-  const char** rows;       // [kKeyTile] this tile's entries
-  const char** next_rows;  // [kKeyTile] the next tile's, being prefetched
-
-  DecodeScratchDs(Arena& a, int groups, int latent, int rope) {
-    const int dim = latent + rope, tiles = latent / kDsTileDims;
-    qp = a.take<uint32_t>(size_t(groups) * ((dim + 1) / 2) * 16);
-    s = a.take<float>(size_t(groups) * kKeyTile * 16);
-    p2t = a.take<uint32_t>(size_t(tiles) * groups * (kKeyTile / 2) * 16);
-    ot = a.take<float>(size_t(groups) * latent * 16);
-    m = a.take<float>(size_t(groups) * 16);
-    l = a.take<float>(size_t(groups) * 16);
-    alpha = a.take<float>(size_t(groups) * 16);
-    lane_end = a.take<int32_t>(size_t(groups) * 16);
-    group_min_end = a.take<int32_t>(size_t(groups));
-    qstage = a.take<uint32_t>(size_t(16) * div_up((dim + 1) / 2, 16) * 16);
-    out_rows = a.take<float>(size_t(16) * latent);
-    lse = a.take<float>(16);
-    keys = a.take<uint16_t>(size_t(kKeyTile) * dim);
-    scales = a.take<float>(size_t(kKeyTile) * tiles);
-    values = a.take<uint32_t>(size_t(kKeyTile / 2) * latent);
-    krow = a.take<const uint16_t*>(kKeyTile);
-    rows = a.take<const char*>(kKeyTile);
-    next_rows = a.take<const char*>(kKeyTile);
-  }
+// The bf16 path's scratch with one probability-pair buffer (sc.p2) per
+// scale tile and the tile's scales.
+struct DecodeScratchDs : DecodeScratchBf16 {
+  DecodeScratchDs(Arena& a, int groups, int latent, int rope)
+      : DecodeScratchBf16(a, groups, latent, rope, latent / kDsTileDims, latent / kDsTileDims) {}
 };
 
 size_t decode_scratch_bytes_ds(int lanes, int latent, int rope) {
-  Arena a(nullptr);
-  DecodeScratchDs layout(a, div_up(lanes, 16), latent, rope);
-  return a.used();
+  return layout_bytes<DecodeScratchDs>(div_up(lanes, 16), latent, rope);
 }
 
 // Entries of keys [k0, k0 + n) (n may be <= 0: none).
@@ -214,10 +178,10 @@ void decode_split_ds_mla(const DecodeSplitJob& job) {
   Arena arena(job.scratch);
   DecodeScratchDs sc(arena, groups, latent, rope);
   pack_decode_query_pairs(job, groups, sc.qstage, sc.qp);
-  const int kmax = decode_lane_ends(job, groups, 16, sc.lane_end, sc.group_min_end);
-  const int min_end = visible_min_end(sc.lane_end, groups * 16, job.key_begin);
-  init_state<Bf16Isa>(groups, sc.m, sc.l, sc.ot, latent);
-  const SoftmaxState st{sc.m, sc.l, sc.alpha, sc.lane_end, sc.group_min_end};
+  const int kmax = decode_lane_ends(job, groups, 16, sc.softmax.lane_end, sc.softmax.group_min_end);
+  const int min_end = visible_min_end(sc.softmax.lane_end, groups * 16, job.key_begin);
+  init_state<Bf16Isa>(groups, sc.softmax.m, sc.softmax.l, sc.ot, latent);
+  const SoftmaxState st = sc.softmax.state();
   const float c = job.scale * kLog2e;
   ds_tile_rows(job, job.key_begin, imin(kKeyTile, kmax - job.key_begin), sc.rows);
   for (int k0 = job.key_begin; k0 < kmax; k0 += kKeyTile) {
@@ -239,11 +203,11 @@ void decode_split_ds_mla(const DecodeSplitJob& job) {
     }
     qk_tile_ds(sc.qp, groups, latent, dim, sc.krow, sc.scales, n, sc.s, &pf);
     softmax_tile<Bf16Isa>(sc.s, groups, n, k0, c, st);
-    pack_scaled_probability_pairs(sc.s, groups, n, sc.scales, tiles, sc.p2t);
+    pack_scaled_probability_pairs(sc.s, groups, n, sc.scales, tiles, sc.p2);
     const int n_fast = fast_keys(n, min_end - k0);
-    pv_tile_ds(sc.p2t, groups, n_fast, sc.values, latent, sc.ot, sc.alpha);
+    pv_tile_ds(sc.p2, groups, n_fast, sc.values, latent, sc.ot, sc.softmax.alpha);
     if (n_fast < n) {
-      pv_masked_tail<Bf16Isa>(sc.s, groups, n_fast, n, k0, sc.lane_end, sc.ot, latent, [&](int kk, int d) {
+      pv_masked_tail<Bf16Isa>(sc.s, groups, n_fast, n, k0, sc.softmax.lane_end, sc.ot, latent, [&](int kk, int d) {
         return bf16_bits_to_f32(sc.krow[kk][d]) * sc.scales[size_t(kk) * tiles + d / kDsTileDims];
       });
     }
@@ -251,7 +215,7 @@ void decode_split_ds_mla(const DecodeSplitJob& job) {
     sc.rows = sc.next_rows;
     sc.next_rows = done;
   }
-  decode_write_partials<Bf16Isa>(job, sc.ot, sc.m, sc.l, sc.out_rows, sc.lse);
+  decode_write_partials<Bf16Isa>(job, sc.ot, sc.softmax.m, sc.softmax.l, sc.out_rows, sc.lse);
 }
 
 }  // namespace

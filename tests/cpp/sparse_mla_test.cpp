@@ -169,6 +169,23 @@ void expect_matches(const SparseCase& c, const SparseData& got, const Tensor& re
   }
 }
 
+// The case on the `cpu` backend against `reference`, both after plant(data)
+// (a change to the generated case, e.g. planted bytes), outputs poisoned
+// first; returns the cpu run's data for further checks.
+template <class Plant>
+SparseData cpu_matches_reference(const SparseCase& c, Plant plant) {
+  SparseData ref = make_case(c);
+  plant(ref);
+  sparse_mla(args_of(ref, scale_of(c)), ref.cache, "reference");
+  SparseData got = make_case(c);
+  plant(got);
+  test::poison(got.out);
+  test::poison(got.lse);
+  sparse_mla(args_of(got, scale_of(c)), got.cache, "cpu");
+  expect_matches(c, got, ref.out, ref.lse, test::rel_tolerance(c.dtype));
+  return got;
+}
+
 TEST(SparseMlaReference, MatchesTheFormulasInFp64) {
   for (int pattern : {0, 1, 2, 3}) {
     for (DType cache_dtype : {DType::bf16, kFp8DsMla}) {
@@ -279,13 +296,7 @@ TEST(SparseMlaCpu, Fp8DsMlaMatchesTheReferenceOnEveryInstructionSet) {
     set_cpu_isa(isa);
     for (const SparseCase& c : ds_mla_cases()) {
       SCOPED_TRACE(std::string(cpu_isa_name(isa)) + ", case seed " + std::to_string(c.seed));
-      SparseData ref = make_case(c);
-      sparse_mla(args_of(ref, scale_of(c)), ref.cache, "reference");
-      SparseData got = make_case(c);
-      test::poison(got.out);
-      test::poison(got.lse);
-      sparse_mla(args_of(got, scale_of(c)), got.cache, "cpu");
-      expect_matches(c, got, ref.out, ref.lse, test::rel_tolerance(c.dtype));
+      cpu_matches_reference(c, [](SparseData&) {});
     }
   }
   set_cpu_isa(std::nullopt);
@@ -313,15 +324,7 @@ TEST(SparseMlaCpu, Fp8DsMlaNonFiniteAndExtremeBytesMatchTheReference) {
         for (int i = 128; i < 256; ++i) f[i] = uint8_t((i % 8) | (i % 3 == 0 ? 0x80 : 0));
         for (int i = 384; i < 512; ++i) f[i] = i % 2 ? 0x7e : 0xfe;
       };
-      SparseData ref = make_case(c);
-      plant(ref);
-      sparse_mla(args_of(ref, scale_of(c)), ref.cache, "reference");
-      SparseData got = make_case(c);
-      plant(got);
-      test::poison(got.out);
-      test::poison(got.lse);
-      sparse_mla(args_of(got, scale_of(c)), got.cache, "cpu");
-      expect_matches(c, got, ref.out, ref.lse, test::rel_tolerance(c.dtype));
+      const SparseData got = cpu_matches_reference(c, plant);
       for (int h = 0; h < c.N; ++h) {
         EXPECT_TRUE(std::isnan(got.lse.data_as<float>()[h * c.T])) << "head " << h;
         EXPECT_TRUE(std::isfinite(got.lse.data_as<float>()[h * c.T + 1])) << "head " << h;
@@ -350,15 +353,7 @@ TEST(SparseMlaCpu, Fp8DsMlaSubnormalValuesAreExact) {
         std::memset(e + c.L + 4 * (c.L / 128), 0, size_t(c.R) * 2);
       }
     };
-    SparseData ref = make_case(c);
-    plant(ref);
-    sparse_mla(args_of(ref, scale_of(c)), ref.cache, "reference");
-    SparseData got = make_case(c);
-    plant(got);
-    test::poison(got.out);
-    test::poison(got.lse);
-    sparse_mla(args_of(got, scale_of(c)), got.cache, "cpu");
-    expect_matches(c, got, ref.out, ref.lse, test::rel_tolerance(c.dtype));
+    cpu_matches_reference(c, plant);
   }
   set_cpu_isa(std::nullopt);
 }
