@@ -46,8 +46,9 @@ constexpr auto kCallerSpin = std::chrono::microseconds(50);
 // caller alone for a window that doubles (kFirstWindow ... kLastWindow) while
 // the signs repeat, and resets after a call of at least kJudgedCall in which
 // both sides ran jobs (a woken worker that did not come in time is neither:
-// the call cost what the caller alone costs). Measured beside one busy process on two cores (H16
-// B1 S4096): two threads 810-970 us a step, one 757 us.
+// the call cost what the caller alone costs). Measured beside one busy
+// process on two cores (H16 B1 S4096): two threads 810-970 us a step, one
+// 757 us.
 constexpr auto kJudgedCall = std::chrono::microseconds(50);
 constexpr auto kStalledWait = std::chrono::microseconds(200);
 constexpr auto kFirstWindow = std::chrono::milliseconds(10);
@@ -141,19 +142,17 @@ class Pool {
  private:
   // After a parallel call of `jobs` jobs, `own_jobs` run by the caller; `woken`:
   // a worker was asleep when it started. A stall = the caller waited
-  // kStalledWait and longer than it worked (a worker finishing its last job
-  // on its own core takes about one job, and the caller ran at least one
-  // when there were more than a few: a long causal prefill's last jobs are
-  // longer than its first, so "a few of the caller's jobs" is no bound).
+  // kStalledWait and longer than it worked (a worker on its own core
+  // finishes its last job within about one job's length; a causal prefill's
+  // last jobs are its longest, so the caller's mean job is no bound).
   void judge_contention(std::chrono::steady_clock::time_point start, std::chrono::steady_clock::time_point own_end,
                         int64_t own_jobs, int64_t jobs, bool woken) {
     const auto end = std::chrono::steady_clock::now();
+    if (end - start < kJudgedCall) return;  // too short to tell
     const auto own = own_end - start, wait = end - own_end;
-    const bool long_call = end - start >= kJudgedCall;
-    const bool caller_idle = own_jobs == 0 && long_call;
-    const bool worker_idle = own_jobs == jobs && long_call;
+    const bool caller_idle = own_jobs == 0, worker_idle = own_jobs == jobs;
     const bool stalled = wait >= kStalledWait && wait > own;
-    if (!long_call || (worker_idle && woken && !stalled)) return;  // too short to tell; a late wake-up: no sign
+    if (worker_idle && woken && !stalled) return;  // a late wake-up: no sign either way
     const bool contended = caller_idle || worker_idle || stalled;
     if (!contended) {
       strikes_ = 0;
