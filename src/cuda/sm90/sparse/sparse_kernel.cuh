@@ -46,14 +46,32 @@ namespace lattn::cuda::sm90 {
 
 constexpr int kBarProducer = 4;  // the producer warpgroup's own named barrier (1..3: decode_mainloop.cuh)
 
-// Producer warp 0: the raw indices of tile `tile` (2 per lane, -1 past topk).
-__device__ __forceinline__ void sparse_fetch_indices(const SparseParams& p, const int32_t* idx, int tile,
-                                                     int32_t (&raw)[2]) {
+// Producer warp 0: starts copying the raw indices of tile `tile` into
+// `next` [64] (2 per lane, each lane its own: lane l's words l and 32 + l),
+// by cp.async, so that no register waits for them; the producer's
+// cp_async_wait at the end of the tile's gather completes them.
+__device__ __forceinline__ void sparse_prefetch_indices(const SparseParams& p, const int32_t* idx, int tile,
+                                                        uint32_t next) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int j = tile * 64 + 32 * i + lane;
-    raw[i] = j < p.topk ? __ldg(idx + j) : -1;
+    const bool in = j < p.topk;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(next + 4u * uint32_t(32 * i + lane)),
+                 "l"(in ? idx + j : idx), "r"(in ? 4 : 0)
+                 : "memory");
+  }
+}
+
+// Producer warp 0: the raw indices of tile `tile` from `next` (-1 past topk).
+__device__ __forceinline__ void sparse_read_indices(const SparseParams& p, int tile, uint32_t next,
+                                                    int32_t (&raw)[2]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int j = tile * 64 + 32 * i + lane;
+    const int32_t v = ld_shared_s32(next + 4u * uint32_t(32 * i + lane));
+    raw[i] = j < p.topk ? v : -1;
   }
 }
 
@@ -253,14 +271,31 @@ __global__ void __launch_bounds__(K::kThreads, 1) sparse_mla_sm90_kernel(const _
     setmaxnreg_dec<K::kProducerRegs>();
     const bool lister = threadIdx.x < K::kConsumerThreads + 32;  // its warp 0
     const uint32_t stage0 = smem_u32(kv_smem);
+    // The lister copies each tile's indices in one tile ahead: loaded at the
+    // top of their own tile, their global-memory latency was a step of every
+    // tile's chain (load, compact, gather, arrive), and the producer, not the
+    // consumers, sets the pace (docs/perf.md). Through shared memory, since
+    // the producer's register budget (24 for bf16) has no room to hold them
+    // across a gather.
+    // (An offset from slots_u32, not a register of its own: the bf16 producer has 24.)
+#define LATTN_NEXT_IDX (slots_u32 + uint32_t(K::kNextIdxOffset - K::kSlotsOffset))
+    if (lister) {
+      sparse_prefetch_indices(p, idx, 0, LATTN_NEXT_IDX);
+      sm80::cp_async_commit();
+      sm80::cp_async_wait<0>();
+    }
     for (int it = 0; it < n_tiles; ++it) {
       const int s = it % K::kStages, round = it / K::kStages;
       const uint32_t slots = slots_u32 + uint32_t(s) * (K::kBlockN * 4), count_addr = counts_u32 + 4u * uint32_t(s);
-      int32_t raw[2];
-      if (lister) sparse_fetch_indices(p, idx, it, raw);  // its latency overlaps the wait
       if (round > 0) mbarrier_wait(&empty[s], (round - 1) & 1);
       // The list of stage s was last read in tile it - 2, before the previous barrier.
-      if (lister) sparse_compact(p, raw, slots, count_addr);
+      if (lister) {
+        int32_t raw[2];
+        sparse_read_indices(p, it, LATTN_NEXT_IDX, raw);  // copied during tile it - 1 (each lane its own words)
+        sparse_compact(p, raw, slots, count_addr);
+        if (it + 1 < n_tiles) sparse_prefetch_indices(p, idx, it + 1, LATTN_NEXT_IDX);  // lands during this gather
+      }
+#undef LATTN_NEXT_IDX
       named_barrier_sync(kBarProducer, K::kProducerThreads);
       const int count = ld_shared_s32(count_addr);
       const uint32_t stage = stage0 + uint32_t(s) * uint32_t(K::kKVTileBytes);
