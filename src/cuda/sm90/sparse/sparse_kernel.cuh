@@ -142,11 +142,18 @@ __device__ __forceinline__ void gather_ds_mla(const SparseParams& p, uint32_t sl
   constexpr int kRowsPerWarp = K::kBlockN / 4, kBatch = K::kFp8Batch;
   const int pt = threadIdx.x - K::kConsumerThreads;
   const int pw = pt / 32, lane = pt % 32;
-  if (lane < kRowsPerWarp) {
-    const int row = pw + 4 * lane;
+  // Six 128-byte lines cover any 656-byte row at a 16-byte offset (the last
+  // byte is at most 112 + 655 = 767 past its first line's start), so a warp's
+  // 16 rows are 96 line prefetches: 3 per lane, one instruction each for the
+  // warp. (A bulk prefetch per row takes its address from uniform registers:
+  // the warp's 16 ran one after another.)
+  static_assert(kRowsPerWarp * 6 == 3 * 32, "3 line prefetches per lane");
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    const int i = 32 * k + lane, row = pw + 4 * (i / 6);
     if (row < count) {
-      const uint8_t* src = p.cache + uint64_t(uint32_t(ld_shared_s32(slots + 4u * uint32_t(row)))) * 16u;
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "n"(K::kDsRowBytes) : "memory");
+      const uint8_t* line = p.cache + uint64_t(uint32_t(ld_shared_s32(slots + 4u * uint32_t(row)))) * 16u + (i % 6) * 128;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(line) : "memory");
     }
   }
   // Rope: rows' bytes [528, 656) -> box 8.

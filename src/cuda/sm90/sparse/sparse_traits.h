@@ -33,7 +33,7 @@ struct SparseTraits : DecodeTraits<__nv_bfloat16> {
   // index copy one tile ahead made 24 (bf16) and 80 (batches of 8) spill one
   // to three registers, hence 32 / 232 and 88. The sum must not exceed the
   // 168 x 384 registers allocated at launch.
-  static constexpr int kProducerRegs = !kDsMla ? 32 : kFp8Batch == 4 ? 64 : 88;
+  static constexpr int kProducerRegs = !kDsMla ? 32 : kFp8Batch == 4 ? 72 : 88;
   static constexpr int kConsumerRegs = !kDsMla ? 232 : kFp8Batch == 4 ? 216 : 208;
   static_assert(kProducerRegs * kProducerThreads + kConsumerRegs * kConsumerThreads <= 168 * kThreads,
                 "setmaxnreg may only redistribute the registers allocated at launch (168 per thread)");
