@@ -135,7 +135,7 @@ __device__ __forceinline__ void dequant16(uint4 raw, float scale, uint4& lo, uin
 // tile, rows past count zero. Warp pw takes rows pw, pw + 4, ...; lane l the
 // 16 latents [16 l, 16 l + 16) of each (one 512-byte row per warp load) and
 // their tile's scale; the rope (64 bf16 = 8 pieces per row) goes by cp.async.
-// The warp first asks L2 for its 16 whole rows (one bulk prefetch per row),
+// The warp first asks L2 for its 16 whole rows (3 line prefetches per lane),
 // so that the loads, kFp8Batch rows at a time, mostly hit L2.
 template <class K>
 __device__ __forceinline__ void gather_ds_mla(const SparseParams& p, uint32_t slots, int count, uint32_t stage) {
