@@ -282,9 +282,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) sparse_mla_sm90_kernel(const _
     // top of their own tile, their global-memory latency was a step of every
     // tile's chain (load, compact, gather, arrive), and the producer, not the
     // consumers, sets the pace (docs/perf.md). Through shared memory, since
-    // the producer's register budget (24 for bf16) has no room to hold them
-    // across a gather.
-    // (An offset from slots_u32, not a register of its own: the bf16 producer has 24.)
+    // registers holding them across a gather spilled (the bf16 producer has
+    // 32). The buffer's address is an offset from slots_u32, not a register
+    // of its own.
 #define LATTN_NEXT_IDX (slots_u32 + uint32_t(K::kNextIdxOffset - K::kSlotsOffset))
     if (lister) {
       sparse_prefetch_indices(p, idx, 0, LATTN_NEXT_IDX);

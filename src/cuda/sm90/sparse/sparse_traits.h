@@ -29,9 +29,9 @@ struct SparseTraits : DecodeTraits<__nv_bfloat16> {
   // The producer warpgroup gathers rows (bf16: cp.async, a few registers;
   // fp8_ds_mla: loads, dequantization and stores in registers, so it gets more
   // and the consumers keep what O (128 f32) and S need: ptxas spills nothing
-  // at 64 / 216 with batches of 4 and at 88 / 208 with batches of 8). The
-  // index copy one tile ahead made 24 (bf16) and 80 (batches of 8) spill one
-  // to three registers, hence 32 / 232 and 88. The sum must not exceed the
+  // at 32 / 232 for bf16, 72 / 216 with batches of 4 and 88 / 208 with
+  // batches of 8; the index copy one tile ahead and the line prefetches made
+  // the earlier 24, 64 and 80 spill a few bytes). The sum must not exceed the
   // 168 x 384 registers allocated at launch.
   static constexpr int kProducerRegs = !kDsMla ? 32 : kFp8Batch == 4 ? 72 : 88;
   static constexpr int kConsumerRegs = !kDsMla ? 232 : kFp8Batch == 4 ? 216 : 208;
