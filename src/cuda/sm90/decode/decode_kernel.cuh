@@ -109,7 +109,6 @@ __global__ void __launch_bounds__(K::kThreads, 1)
 #pragma unroll
           for (int i = 0; i < K::kColsPerWarpgroup / 2; ++i) o[i] = 0.f;
         }
-        if (fold) fold_prefetch<K>(p, pv, folded, tile, tile_end, split_tiles);  // the scratch into L2
       }
       const int s = it % K::kStages, round = it / K::kStages;
       uint8_t* kv = kv_smem + s * K::kKVTileBytes;

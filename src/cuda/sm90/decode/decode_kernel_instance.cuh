@@ -16,7 +16,6 @@ void DecodeKernelInstance<T>::launch(const DecodeParams& p, const CUtensorMap& c
   // Batch-invariant plans whose parts fold several splits of a request
   // (decode_split_fold.cuh) take the folding kernel.
   if (p.plan.batch_invariant && p.plan.fold_splits) {
-    update_fold_knobs(stream);  // measurements only (decode_split_fold.cuh)
     detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K, true>>(p, cache_map, m_tiles, kv_hint, stream);
     LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_kernel (folding)");
     return;
