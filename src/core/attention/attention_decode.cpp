@@ -9,12 +9,25 @@
 // into this rank's head slice, up-projected and all-gathered, when the heads
 // divide over the ranks; else into every head before W_UV.
 #include "core/attention/attention_impl.h"
+#include "core/backends/unchecked_decode_run.h"
 #include "core/ops/device_ops.h"
 #include "core/ops/gemm.h"
 
 namespace lattn::detail {
 
 namespace {
+
+// The backend's attention over the step validate_forward checked: its
+// unchecked entry where it has one (the public run() would check the same
+// step again, every layer).
+void run_decode_backend(MlaAttention::Impl& impl, const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache,
+                        const DecodeMetadata& metadata, const Tensor& out, const Tensor& lse) {
+  if (impl.decode_unchecked) {
+    impl.decode_unchecked->run_unchecked(ql_nope, q_pe, cache, metadata, out, lse);
+  } else {
+    impl.decode->run(ql_nope, q_pe, cache, metadata, out, lse);
+  }
+}
 
 // DCP with H divisible by the world size W (vLLM's layout): each rank
 // combines only its head slice [h0, h0 + H/W), up-projects it with its
@@ -76,7 +89,7 @@ void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   if (dcp_plan) {
     const Tensor partial = impl.workspace.get(WorkspaceSlot::decode_partial, {Td, N, L}, dtype);
     const Tensor lse = impl.workspace.get(WorkspaceSlot::decode_lse, {N, Td}, DType::f32);
-    impl.decode->run(ql_nope, q_pe, cache, metadata, partial, lse);
+    run_decode_backend(impl, ql_nope, q_pe, cache, metadata, partial, lse);
     Communicator& comm = *impl.dcp_comm;
     const int64_t W = comm.world_size();
     if (W > 1 && N % W == 0) {
@@ -87,7 +100,7 @@ void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
     dcp_combine(comm, *dcp_plan, partial, lse, latent_out, Tensor(), impl.dcp_method, ctx.stream,
                 impl.dcp_scratch.get());
   } else {
-    impl.decode->run(ql_nope, q_pe, cache, metadata, latent_out, Tensor());
+    run_decode_backend(impl, ql_nope, q_pe, cache, metadata, latent_out, Tensor());
   }
 
   // V up-projection (the seed's _v_up_proj): o [Td, L] per head by W_UV[n] [L, V] into out's head columns.

@@ -15,6 +15,9 @@
 #include "lattn/attention.h"
 
 namespace lattn {
+namespace detail {
+class UncheckedDecodeRun;
+}  // namespace detail
 
 struct MlaAttention::Impl {
   MlaAttentionConfig config;  // scale resolved (never 0)
@@ -22,6 +25,9 @@ struct MlaAttention::Impl {
   std::shared_ptr<const DecodeBackendClass> decode_class;
   std::unique_ptr<PrefillBackend> prefill;
   std::unique_ptr<DecodeBackend> decode;
+  // `decode`'s entry without its own checks, when it has one
+  // (core/backends/unchecked_decode_run.h); null: forward calls decode->run.
+  detail::UncheckedDecodeRun* decode_unchecked = nullptr;
   // A sparse layer (config.index_topk > 0) has this instead of the two above.
   std::shared_ptr<const SparseMlaBackendClass> sparse_class;
   // Shared, so a view a caller took (W_UK_T() with weights_owner()) keeps
