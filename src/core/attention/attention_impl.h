@@ -126,14 +126,31 @@ void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
 void up_project(const MlaAttention::Impl& impl, const Tensor& kv_c, const Tensor& k_pe, const Tensor& k,
                 const Tensor& v);
 
-// One context chunk of a prefill (the single-rank and the DCP chunk loops):
-// gathers chunk i's latent rows from the cache into the workspace, up-projects
-// them and runs the backend's non-causal pass of q over them.
-//   latent_all [W, L+R], k_all [W, N, P+R], v_all [W, N, V'] workspace (W >= the chunk's rows)
-//   chunk_out [Tp, N, V'] activation dtype, chunk_lse [N, Tp] f32
+// The prefill rows' new tokens (the single-rank and the DCP prefill):
+// their keys and values up-projected into the workspace, and the step's
+// prefill view prepared on the backend.
+//   q [Tp, N, P+R] (a strided view of args.q), k [Tp, N, P+R], v [Tp, N, v_width]
+//   v_width = P+R when the backend pads V (PrefillBackend::pads_v), else V
+struct PrefillNewTokens {
+  Tensor q, k, v;
+  int64_t v_width = 0;
+};
+PrefillNewTokens prefill_new_tokens(MlaAttention::Impl& impl, const ForwardArgs& args, const MlaMetadata& metadata);
+
+// The context-chunk loop's scratch (the single-rank and the DCP loops):
+//   latent_all [W, L+R], k_all [W, N, P+R], v_all [W, N, v_width]  W = the plan's
+//       workspace rows (at least its largest chunk): pointer-stable across steps
+//   chunk_out [Tp, N, v_width] activation dtype, chunk_lse [N, Tp] f32
+struct ContextChunkScratch {
+  Tensor latent_all, k_all, v_all, chunk_out, chunk_lse;
+};
+ContextChunkScratch context_chunk_scratch(MlaAttention::Impl& impl, const MlaMetadata& metadata, int64_t v_width);
+
+// One context chunk of a prefill: gathers chunk i's latent rows from the
+// cache into the scratch, up-projects them and runs the backend's
+// non-causal pass of q over them into scratch.chunk_out / chunk_lse.
 void attend_context_chunk(MlaAttention::Impl& impl, const LatentCache& cache, const PrefillMetadata& pm, int i,
-                          const Tensor& q, const Tensor& latent_all, const Tensor& k_all, const Tensor& v_all,
-                          const Tensor& chunk_out, const Tensor& chunk_lse);
+                          const Tensor& q, const ContextChunkScratch& scratch);
 
 // The two per-head GEMMs of the absorbed form (decode rows, sparse rows):
 //   absorb_q_nope  q [T, N, P+R] (rows strided; its first P columns) · W_UK_T[n] [P, L]
