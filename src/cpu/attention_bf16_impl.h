@@ -414,56 +414,45 @@ void pack_decode_query_pairs(const DecodeSplitJob& job, int groups, uint32_t* st
   }
 }
 
-// The decode split's tile loop of the bf16_dot path, for any cache format
-// that `keys` reads: the bf16 / fp8 e4m3 cache (CacheKeysBf16 below) and
-// fp8_ds_mla entries (attention_ds_mla_impl.h). Per tile of kKeyTile keys:
-// the next tile's rows go to L2 while this one is computed, each row becomes
-// bf16 once (its latent half also packed as key pairs for the output), then
-// scores, softmax, probability pairs, output and the masked tail. What
-// differs between formats is what `keys` gives:
-//   float score_scale()              multiplies job.scale in the exponent
-//   int row_bytes()                  bytes of one cached row (for the prefetch)
-//   rows(k0, n, rows)                the rows of keys [k0, k0 + n) (n <= 0: none)
-//   to_bf16(row, kk, sc)             key kk's [L + R] bf16 bits (in place, or converted into sc.keys)
-//   qk(sc, groups, n, pf)            sc.s = scores of the tile's n keys
-//   pack_p(sc, groups, n)            sc.s (probabilities) -> sc.p2
-//   pv(sc, groups, n)                sc.ot += P . V over the first n keys (every lane sees them)
-//   value(sc, kk, d)                 key kk's value d in f32, for the masked tail
-// Every call is inline: the loop compiles to what each path spelled out.
-// Scratch: DecodeScratchBf16 or a larger layout derived from it.
-template <class Scratch, class Keys>
-void decode_split_tiles_bf16(const DecodeSplitJob& job) {
+void decode_split_bf16(const DecodeSplitJob& job) {
   const int lanes = job.s_q * job.num_heads;
   const int groups = div_up(lanes, 16);
   const int latent = job.kv_lora_rank, dim = job.kv_lora_rank + job.rope_dim;
   Arena arena(job.scratch);
-  Scratch sc(arena, groups, latent, job.rope_dim);
-  const Keys keys{job};
+  DecodeScratchBf16 sc(arena, groups, latent, job.rope_dim);
   pack_decode_query_pairs(job, groups, sc.qstage, sc.qp);
   const int kmax = decode_lane_ends(job, groups, 16, sc.softmax.lane_end, sc.softmax.group_min_end);
   const int min_end = visible_min_end(sc.softmax.lane_end, groups * 16, job.key_begin);
   init_state<Bf16Isa>(groups, sc.softmax.m, sc.softmax.l, sc.ot, latent);
   const SoftmaxState st = sc.softmax.state();
-  const float c = job.scale * keys.score_scale() * kLog2e;
-  keys.rows(job.key_begin, imin(kKeyTile, kmax - job.key_begin), sc.rows);
+  const float c = job.scale * job.cache_scale * kLog2e;
+  const bool fp8 = job.cache_dtype == DType::fp8_e4m3;
+  tile_rows(job, job.key_begin, imin(kKeyTile, kmax - job.key_begin), sc.rows);
   for (int k0 = job.key_begin; k0 < kmax; k0 += kKeyTile) {
     const int n = imin(kKeyTile, kmax - k0);
-    const int next_n = imax(0, imin(kKeyTile, kmax - k0 - kKeyTile));
-    keys.rows(k0 + kKeyTile, next_n, sc.next_rows);
-    RowPrefetcher pf = spread_prefetcher(sc.next_rows, next_n, keys.row_bytes(), qk_steps_bf16(n, groups, dim));
-    for (int kk = 0; kk < n; ++kk) sc.krow[kk] = keys.to_bf16(sc.rows[kk], kk, sc);
+    RowPrefetcher pf = next_tile_prefetcher(job, k0, kmax, qk_steps_bf16(n, groups, dim), sc.next_rows);
+    for (int kk = 0; kk < n; ++kk) {
+      const char* row = sc.rows[kk];
+      if (fp8) {
+        uint16_t* dst = sc.keys + size_t(kk) * dim;
+        fp8_row_to_bf16(reinterpret_cast<const uint8_t*>(row), dim, dst);
+        sc.krow[kk] = dst;
+      } else {
+        sc.krow[kk] = reinterpret_cast<const uint16_t*>(row);
+      }
+    }
     for (int i = 0; 2 * i < n; ++i) {
       Avx512::pack_value_pairs(sc.krow[2 * i], 2 * i + 1 < n ? sc.krow[2 * i + 1] : nullptr, latent,
                                sc.values + size_t(i) * latent);
     }
-    keys.qk(sc, groups, n, &pf);
+    qk_tile_bf16(sc.qp, groups, dim, sc.krow, n, sc.s, &pf);
     softmax_tile<Bf16Isa>(sc.s, groups, n, k0, c, st);
-    keys.pack_p(sc, groups, n);
+    pack_probability_pairs(sc.s, groups, n, sc.p2);
     const int n_fast = fast_keys(n, min_end - k0);
-    keys.pv(sc, groups, n_fast);
+    pv_tile_bf16(sc.p2, groups, n_fast, sc.values, latent, sc.ot, latent, sc.softmax.alpha);
     if (n_fast < n) {
       pv_masked_tail<Bf16Isa>(sc.s, groups, n_fast, n, k0, sc.softmax.lane_end, sc.ot, latent,
-                              [&](int kk, int d) { return keys.value(sc, kk, d); });
+                              [&](int kk, int d) { return bf16_bits_to_f32(sc.krow[kk][d]); });
     }
     const char** done = sc.rows;
     sc.rows = sc.next_rows;
@@ -471,35 +460,6 @@ void decode_split_tiles_bf16(const DecodeSplitJob& job) {
   }
   decode_write_partials<Bf16Isa>(job, sc.ot, sc.softmax.m, sc.softmax.l, sc.out_rows, sc.lse);
 }
-
-// A bf16 cache's rows read in place, an fp8 e4m3 cache's converted to bf16
-// (exact) with the one per-tensor scale applied to the scores' exponent
-// and, by decode_write_partials, to the output.
-struct CacheKeysBf16 {
-  const DecodeSplitJob& job;
-  int latent = job.kv_lora_rank, dim = job.kv_lora_rank + job.rope_dim;
-  bool fp8 = job.cache_dtype == DType::fp8_e4m3;
-
-  float score_scale() const { return job.cache_scale; }
-  int row_bytes() const { return dim * int(dtype_bytes(job.cache_dtype)); }
-  void rows(int k0, int n, const char** rows) const { tile_rows(job, k0, n, rows); }
-  const uint16_t* to_bf16(const char* row, int kk, DecodeScratchBf16& sc) const {
-    if (!fp8) return reinterpret_cast<const uint16_t*>(row);
-    uint16_t* dst = sc.keys + size_t(kk) * dim;
-    fp8_row_to_bf16(reinterpret_cast<const uint8_t*>(row), dim, dst);
-    return dst;
-  }
-  void qk(DecodeScratchBf16& sc, int groups, int n, RowPrefetcher* pf) const {
-    qk_tile_bf16(sc.qp, groups, dim, sc.krow, n, sc.s, pf);
-  }
-  void pack_p(DecodeScratchBf16& sc, int groups, int n) const { pack_probability_pairs(sc.s, groups, n, sc.p2); }
-  void pv(DecodeScratchBf16& sc, int groups, int n) const {
-    pv_tile_bf16(sc.p2, groups, n, sc.values, latent, sc.ot, latent, sc.softmax.alpha);
-  }
-  float value(const DecodeScratchBf16& sc, int kk, int d) const { return bf16_bits_to_f32(sc.krow[kk][d]); }
-};
-
-void decode_split_bf16(const DecodeSplitJob& job) { decode_split_tiles_bf16<DecodeScratchBf16, CacheKeysBf16>(job); }
 
 }  // namespace
 }  // namespace lattn::cpu

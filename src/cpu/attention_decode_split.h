@@ -52,15 +52,6 @@ inline void tile_rows(const DecodeSplitJob& job, int k0, int n, const char** row
   for (int kk = 0; kk < n; ++kk) rows[kk] = cache_row(job, k0 + kk);
 }
 
-// The prefetcher of n rows of row_bytes each (at rows[0 .. n)), its fetches
-// spread over `score_steps` calls of step().
-inline RowPrefetcher spread_prefetcher(const char* const* rows, int n, int row_bytes, int64_t score_steps) {
-  const int lines = div_up(row_bytes, 64);
-  const int64_t total = int64_t(n) * lines;
-  const int interval = total > 0 ? int(imax(1, int(score_steps / total))) : 1;
-  return RowPrefetcher{rows, n, lines, interval};
-}
-
 // The prefetcher of the tile after the one at k0 (its rows go to next_rows),
 // spread over `score_steps` calls of step().
 inline RowPrefetcher next_tile_prefetcher(const DecodeSplitJob& job, int k0, int kmax, int64_t score_steps,
@@ -68,7 +59,10 @@ inline RowPrefetcher next_tile_prefetcher(const DecodeSplitJob& job, int k0, int
   const int next = k0 + kKeyTile, n = imax(0, imin(kKeyTile, kmax - next));
   tile_rows(job, next, n, next_rows);
   const int row_bytes = (job.kv_lora_rank + job.rope_dim) * int(dtype_bytes(job.cache_dtype));
-  return spread_prefetcher(next_rows, n, row_bytes, score_steps);
+  const int lines = div_up(row_bytes, 64);
+  const int64_t total = int64_t(n) * lines;
+  const int interval = total > 0 ? int(imax(1, int(score_steps / total))) : 1;
+  return RowPrefetcher{next_rows, n, lines, interval};
 }
 
 // step() calls one score tile makes (qk_tile_*: per register block of keys,

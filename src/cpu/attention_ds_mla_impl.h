@@ -169,37 +169,54 @@ inline void ds_tile_rows(const DecodeSplitJob& job, int k0, int n, const char** 
   for (int kk = 0; kk < n; ++kk) rows[kk] = static_cast<const char*>(job.cache) + job.entry_offsets[k0 + kk];
 }
 
-// fp8_ds_mla entries for decode_split_tiles_bf16: converted unscaled, the
-// scales applied per segment to the scores and to P (see the top of this file).
-struct DsMlaKeys {
-  const DecodeSplitJob& job;
-  int latent = job.kv_lora_rank, rope = job.rope_dim, dim = latent + rope, tiles = latent / kDsTileDims;
-
-  float score_scale() const { return 1.f; }  // the scales are per entry: in qk and pack_p
-  int row_bytes() const { return latent + 4 * tiles + 2 * rope; }
-  void rows(int k0, int n, const char** rows) const { ds_tile_rows(job, k0, n, rows); }
-  const uint16_t* to_bf16(const char* row, int kk, DecodeScratchBf16& sc) const {
-    uint16_t* dst = sc.keys + size_t(kk) * dim;
-    ds_entry_to_bf16(reinterpret_cast<const uint8_t*>(row), latent, rope, dst, sc.scales + size_t(kk) * tiles);
-    return dst;
-  }
-  void qk(DecodeScratchBf16& sc, int groups, int n, RowPrefetcher* pf) const {
-    qk_tile_ds(sc.qp, groups, latent, dim, sc.krow, sc.scales, n, sc.s, pf);
-  }
-  void pack_p(DecodeScratchBf16& sc, int groups, int n) const {
-    pack_scaled_probability_pairs(sc.s, groups, n, sc.scales, tiles, sc.p2);
-  }
-  void pv(DecodeScratchBf16& sc, int groups, int n) const {
-    pv_tile_ds(sc.p2, groups, n, sc.values, latent, sc.ot, sc.softmax.alpha);
-  }
-  float value(const DecodeScratchBf16& sc, int kk, int d) const {
-    return bf16_bits_to_f32(sc.krow[kk][d]) * sc.scales[size_t(kk) * tiles + d / kDsTileDims];
-  }
-};
-
 // The job's keys are fp8_ds_mla entries at job.cache + job.entry_offsets[key]
 // (cache_dtype u8, block_table unused); queries bf16.
-void decode_split_ds_mla(const DecodeSplitJob& job) { decode_split_tiles_bf16<DecodeScratchDs, DsMlaKeys>(job); }
+void decode_split_ds_mla(const DecodeSplitJob& job) {
+  const int lanes = job.s_q * job.num_heads, groups = div_up(lanes, 16);
+  const int latent = job.kv_lora_rank, rope = job.rope_dim, dim = latent + rope, tiles = latent / kDsTileDims;
+  const int entry_lines = div_up(latent + 4 * tiles + 2 * rope, 64);
+  Arena arena(job.scratch);
+  DecodeScratchDs sc(arena, groups, latent, rope);
+  pack_decode_query_pairs(job, groups, sc.qstage, sc.qp);
+  const int kmax = decode_lane_ends(job, groups, 16, sc.softmax.lane_end, sc.softmax.group_min_end);
+  const int min_end = visible_min_end(sc.softmax.lane_end, groups * 16, job.key_begin);
+  init_state<Bf16Isa>(groups, sc.softmax.m, sc.softmax.l, sc.ot, latent);
+  const SoftmaxState st = sc.softmax.state();
+  const float c = job.scale * kLog2e;
+  ds_tile_rows(job, job.key_begin, imin(kKeyTile, kmax - job.key_begin), sc.rows);
+  for (int k0 = job.key_begin; k0 < kmax; k0 += kKeyTile) {
+    const int n = imin(kKeyTile, kmax - k0);
+    // The next tile's entries go to L2 while this tile is computed (RowPrefetcher).
+    const int next_n = imax(0, imin(kKeyTile, kmax - k0 - kKeyTile));
+    ds_tile_rows(job, k0 + kKeyTile, next_n, sc.next_rows);
+    const int64_t lines = int64_t(next_n) * entry_lines, steps = qk_steps_bf16(n, groups, dim);
+    RowPrefetcher pf{sc.next_rows, next_n, entry_lines, lines > 0 ? int(imax(1, int(steps / lines))) : 1};
+    for (int kk = 0; kk < n; ++kk) {
+      uint16_t* dst = sc.keys + size_t(kk) * dim;
+      ds_entry_to_bf16(reinterpret_cast<const uint8_t*>(sc.rows[kk]), latent, rope, dst,
+                       sc.scales + size_t(kk) * tiles);
+      sc.krow[kk] = dst;
+    }
+    for (int i = 0; 2 * i < n; ++i) {
+      Avx512::pack_value_pairs(sc.krow[2 * i], 2 * i + 1 < n ? sc.krow[2 * i + 1] : nullptr, latent,
+                               sc.values + size_t(i) * latent);
+    }
+    qk_tile_ds(sc.qp, groups, latent, dim, sc.krow, sc.scales, n, sc.s, &pf);
+    softmax_tile<Bf16Isa>(sc.s, groups, n, k0, c, st);
+    pack_scaled_probability_pairs(sc.s, groups, n, sc.scales, tiles, sc.p2);
+    const int n_fast = fast_keys(n, min_end - k0);
+    pv_tile_ds(sc.p2, groups, n_fast, sc.values, latent, sc.ot, sc.softmax.alpha);
+    if (n_fast < n) {
+      pv_masked_tail<Bf16Isa>(sc.s, groups, n_fast, n, k0, sc.softmax.lane_end, sc.ot, latent, [&](int kk, int d) {
+        return bf16_bits_to_f32(sc.krow[kk][d]) * sc.scales[size_t(kk) * tiles + d / kDsTileDims];
+      });
+    }
+    const char** done = sc.rows;
+    sc.rows = sc.next_rows;
+    sc.next_rows = done;
+  }
+  decode_write_partials<Bf16Isa>(job, sc.ot, sc.softmax.m, sc.softmax.l, sc.out_rows, sc.lse);
+}
 
 }  // namespace
 }  // namespace lattn::cpu

@@ -48,13 +48,7 @@ void forward_decode_dcp_slices(MlaAttention::Impl& impl, const DcpDecodePlan& pl
   dcp_combine(comm, plan, partial, lse, slice, Tensor(), impl.dcp_method, ctx.stream, impl.dcp_scratch.get());
 
   const Tensor mine = impl.workspace.get(WorkspaceSlot::decode_v_slice, {Td, Hs * V}, out_dtype);
-  GemmProblem v_up;
-  v_up.m = Td, v_up.n = V, v_up.k = L, v_up.batch = Hs;
-  v_up.a = slice.data(), v_up.a_dtype = dtype, v_up.lda = Hs * L, v_up.batch_stride_a = L;
-  v_up.b = static_cast<const char*>(impl.w_uv->data()) + size_t(h0 * L * V) * size_t(dtype_size(dtype));
-  v_up.b_dtype = dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
-  v_up.c = mine.data(), v_up.c_dtype = out_dtype, v_up.ldc = Hs * V, v_up.batch_stride_c = V;
-  gemm(v_up, ctx);
+  up_project_v(impl, slice, mine, h0);
 
   // [W, Td, Hs*V]: rank r's block goes to out_rows' columns [r*Hs*V, (r+1)*Hs*V).
   const Tensor all = impl.workspace.get(WorkspaceSlot::decode_v_gathered, {W, Td, Hs * V}, out_dtype);
@@ -119,14 +113,15 @@ void absorb_q_nope(const MlaAttention::Impl& impl, const Tensor& q, const Tensor
   gemm(absorb, impl.run_context());
 }
 
-void up_project_v(const MlaAttention::Impl& impl, const Tensor& latent, const Tensor& out_rows) {
+void up_project_v(const MlaAttention::Impl& impl, const Tensor& latent, const Tensor& out_rows, int64_t first_head) {
   const MlaDims& d = impl.dims();
-  const int64_t N = d.num_heads, L = d.kv_lora_rank, V = d.v_head_dim;
+  const int64_t H = latent.size(1), L = d.kv_lora_rank, V = d.v_head_dim;
   const DType dtype = impl.config.dtype;
   GemmProblem v_up;
-  v_up.m = latent.size(0), v_up.n = V, v_up.k = L, v_up.batch = N;
-  v_up.a = latent.data(), v_up.a_dtype = dtype, v_up.lda = N * L, v_up.batch_stride_a = L;
-  v_up.b = impl.w_uv->data(), v_up.b_dtype = dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
+  v_up.m = latent.size(0), v_up.n = V, v_up.k = L, v_up.batch = H;
+  v_up.a = latent.data(), v_up.a_dtype = dtype, v_up.lda = H * L, v_up.batch_stride_a = L;
+  v_up.b = static_cast<const char*>(impl.w_uv->data()) + size_t(first_head * L * V) * size_t(dtype_size(dtype));
+  v_up.b_dtype = dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
   v_up.c = out_rows.data(), v_up.c_dtype = out_rows.dtype(), v_up.ldc = out_rows.stride(0), v_up.batch_stride_c = V;
   gemm(v_up, impl.run_context());
 }

@@ -155,10 +155,11 @@ void attend_context_chunk(MlaAttention::Impl& impl, const LatentCache& cache, co
 // The two per-head GEMMs of the absorbed form (decode rows, sparse rows):
 //   absorb_q_nope  q [T, N, P+R] (rows strided; its first P columns) · W_UK_T[n] [P, L]
 //                  -> out [T, N, >= L] (its first L columns; row and head strides its own)
-//   up_project_v   latent [T, N, L] contiguous · W_UV[n] [L, V]
-//                  -> out_rows [T, N*V] (rows may be strided), in out_rows' dtype
+//   up_project_v   latent [T, H, L] contiguous · W_UV[first_head + h] [L, V]
+//                  -> out_rows [T, H*V] (rows may be strided), in out_rows' dtype
+//                  (H = N, or under DCP a rank's slice of the heads)
 void absorb_q_nope(const MlaAttention::Impl& impl, const Tensor& q, const Tensor& out);
-void up_project_v(const MlaAttention::Impl& impl, const Tensor& latent, const Tensor& out_rows);
+void up_project_v(const MlaAttention::Impl& impl, const Tensor& latent, const Tensor& out_rows, int64_t first_head = 0);
 
 // Grows the context-chunk scratch (gathered latents, up-projected K and V)
 // to `workspace_rows` rows, as the largest chunk of the plan would.

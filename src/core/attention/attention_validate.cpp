@@ -3,6 +3,7 @@
 // copies (X_cpu), so validating a CUDA step costs no device round trip.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/attention/attention_impl.h"
@@ -67,33 +68,44 @@ void check_block_row(const char* name, const Tensor& block_table, int64_t r, int
   }
 }
 
-// What the decode and prefill views share (kind "decode" or "prefill"):
-// their token count is the metadata's, and query_start_loc, seq_lens and
-// block_table hold their `requests` rows.
+// What the decode and prefill views share: their token count is the
+// metadata's, and query_start_loc, seq_lens and block_table hold their
+// `requests` rows.
 struct ViewArrays {
   int64_t tokens, requests;
   const Tensor &query_start_loc, &seq_lens, &block_table;  // the host copies
 };
+ViewArrays view_arrays(const DecodeMetadata& d) {
+  return {d.num_decode_tokens, d.num_decodes, d.query_start_loc_cpu, d.seq_lens_cpu, d.block_table_cpu};
+}
+ViewArrays view_arrays(const PrefillMetadata& p) {
+  return {p.num_prefill_tokens, p.num_prefills, p.query_start_loc_cpu, p.seq_lens_cpu, p.block_table_cpu};
+}
 
-void check_view_arrays(const std::string& kind, int64_t metadata_tokens, const ViewArrays& v) {
-  const std::string view = "metadata." + kind, tokens = "num_" + kind + "_tokens";
-  check_arg(v.tokens == metadata_tokens, kOp, (view + "." + tokens).c_str(),
+// The metadata's view of `kind` ("decode" or "prefill"): present exactly
+// when the metadata counts tokens of that kind, and then its shared arrays
+// checked. Null when absent.
+template <class View>
+const View* checked_view(const std::string& kind, const std::optional<View>& view, int64_t metadata_tokens) {
+  const std::string name = "metadata." + kind, tokens = "num_" + kind + "_tokens";
+  check_arg(view.has_value() == (metadata_tokens > 0), kOp, name.c_str(), "be present exactly when " + tokens + " > 0",
+            view ? "present" : "absent");
+  if (!view) return nullptr;
+  const ViewArrays v = view_arrays(*view);
+  check_arg(v.tokens == metadata_tokens, kOp, (name + "." + tokens).c_str(),
             "equal metadata." + tokens + " = " + str(metadata_tokens), str(v.tokens));
-  check_query_start_loc((view + ".query_start_loc").c_str(), v.query_start_loc, v.requests, v.tokens);
-  check_index_array((view + ".seq_lens").c_str(), v.seq_lens, {v.requests}, DType::i32);
-  const std::string table = view + ".block_table";
+  check_query_start_loc((name + ".query_start_loc").c_str(), v.query_start_loc, v.requests, v.tokens);
+  check_index_array((name + ".seq_lens").c_str(), v.seq_lens, {v.requests}, DType::i32);
+  const std::string table = name + ".block_table";
   check_dim(kOp, table.c_str(), v.block_table, 2);
   check_index_array(table.c_str(), v.block_table, {v.requests, kAnySize}, DType::i32);
+  return &*view;
 }
 
 void check_decode_view(const MlaAttention::Impl& impl, const MlaMetadata& md, const LatentCache& cache) {
-  check_arg(md.decode.has_value() == (md.num_decode_tokens > 0), kOp, "metadata.decode",
-            "be present exactly when num_decode_tokens > 0", md.decode ? "present" : "absent");
-  if (!md.decode) return;
-  const DecodeMetadata& dm = *md.decode;
-  check_view_arrays(
-      "decode", md.num_decode_tokens,
-      {dm.num_decode_tokens, dm.num_decodes, dm.query_start_loc_cpu, dm.seq_lens_cpu, dm.block_table_cpu});
+  const DecodeMetadata* view = checked_view("decode", md.decode, md.num_decode_tokens);
+  if (!view) return;
+  const DecodeMetadata& dm = *view;
   // A sparse layer's rows all take the same path: any query length.
   const int64_t max_queries = impl.decode_class ? impl.decode_class->max_query_tokens_per_request() : INT64_MAX;
   for (int64_t r = 0; r < dm.num_decodes; ++r) {
@@ -170,13 +182,9 @@ void check_chunk_plan(const PrefillMetadata& pm, const LatentCache& cache) {
 }
 
 void check_prefill_view(const MlaMetadata& md, const LatentCache& cache, Device device) {
-  check_arg(md.prefill.has_value() == (md.num_prefill_tokens > 0), kOp, "metadata.prefill",
-            "be present exactly when num_prefill_tokens > 0", md.prefill ? "present" : "absent");
-  if (!md.prefill) return;
-  const PrefillMetadata& pm = *md.prefill;
-  check_view_arrays(
-      "prefill", md.num_prefill_tokens,
-      {pm.num_prefill_tokens, pm.num_prefills, pm.query_start_loc_cpu, pm.seq_lens_cpu, pm.block_table_cpu});
+  const PrefillMetadata* view = checked_view("prefill", md.prefill, md.num_prefill_tokens);
+  if (!view) return;
+  const PrefillMetadata& pm = *view;
   check_index_array("metadata.prefill.context_lens", pm.context_lens_cpu, {pm.num_prefills}, DType::i32);
   for (int64_t p = 0; p < pm.num_prefills; ++p) {
     const int64_t context = index_at(pm.context_lens_cpu, p);
