@@ -31,11 +31,6 @@ struct HopperPrefillConfig {
   // threads of a row (PrefillEpilogue::store); false: 4-byte stores straight
   // from the accumulator layout.
   bool wide_stores;
-  // true (with overlap): a tile's epilogue (O / row sum, O and LSE stores)
-  // runs while the warpgroup's first Q Kᵀ of its next tile is on the tensor
-  // cores (issued first, waited for after the stores) instead of before that
-  // tile starts; false: at the end of its own tile.
-  bool defer_epilogue;
   bool candidate;  // true: kept for benchmarks and tests, never the default
   const char* name;
 };
@@ -45,12 +40,11 @@ struct HopperPrefillConfig {
 // consumer warpgroup holds S (64x128 f32, 64 registers/thread) and O (64x128
 // f32, 64) plus P (32), well inside the 240 registers setmaxnreg gives it.
 inline constexpr HopperPrefillConfig kHopperPrefillConfigs[] = {
-    // qk   v   bm   bn  stages overlap pingpong fixers wide defer candidate
-    {192, 128, 128, 128, 2, true, true, 3, true, true, false, "qk192_v128_m128_n128_s2_pingpong"},
-    {192, 128, 128, 128, 2, true, false, 3, true, false, true, "qk192_v128_m128_n128_s2_overlap"},
-    {192, 128, 128, 128, 2, false, false, 3, true, false, true, "qk192_v128_m128_n128_s2_serial"},
-    {192, 128, 128, 128, 2, true, true, 3, false, false, true, "qk192_v128_m128_n128_s2_pingpong_st4"},
-    {192, 128, 128, 128, 2, true, true, 3, true, false, true, "qk192_v128_m128_n128_s2_pingpong_eager"},
+    // qk   v   bm   bn  stages overlap pingpong fixers wide candidate
+    {192, 128, 128, 128, 2, true, true, 3, true, false, "qk192_v128_m128_n128_s2_pingpong"},
+    {192, 128, 128, 128, 2, true, false, 3, true, true, "qk192_v128_m128_n128_s2_overlap"},
+    {192, 128, 128, 128, 2, false, false, 3, true, true, "qk192_v128_m128_n128_s2_serial"},
+    {192, 128, 128, 128, 2, true, true, 3, false, true, "qk192_v128_m128_n128_s2_pingpong_st4"},
 };
 inline constexpr int kNumHopperPrefillConfigs = int(sizeof(kHopperPrefillConfigs) / sizeof(kHopperPrefillConfigs[0]));
 

@@ -28,92 +28,58 @@ struct PrefillEpilogue {
   // shuffles) so that each holds 8 contiguous columns of every 32 — 8 stores
   // of 16 bytes a thread instead of 32 of 4. The 4-byte stores filled half a
   // 32-byte sector each, and the profile of 16 x 1024 showed the epilogue
-  // waiting on the store queue (docs/perf.md). The wide path runs in two
-  // steps, finish (O / row sum, packed) and write (transpose, stores, LSE), so
-  // a kernel can keep the packed rows and write them later (the deferred
-  // epilogue, prefill_kernel.cuh).
-  static constexpr int kWords = Traits::kHeadDimV / 8;  // 4-byte words of a thread's part of one row
-  struct Rows {
-    uint32_t w[2][kWords];  // [row half][word]: O / row sum, 16-bit pairs in the accumulator layout
-    float lse[2];           // the rows' LSE (natural log)
-  };
-
-  __device__ static void finish(const float (&o)[kNRegO], const float (&m)[2], const float (&l)[2], Rows& r) {
+  // waiting on the store queue (docs/perf.md).
+  __device__ static void store(const float (&o)[kNRegO], const float (&m)[2], const float (&l)[2], Element* out_row,
+                               int64_t out_row_stride, float* lse_row, int first_row_valid, int second_row_valid,
+                               int lane) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float sum = l[h];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inv = sum == 0.f ? 0.f : 1.f / sum;
-#pragma unroll
-      for (int j = 0; j < kWords; ++j) {
-        r.w[h][j] = prefill_detail::pack2<Element>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      }
-      r.lse[h] = sum == 0.f ? -INFINITY : m[h] * 0.69314718055994531f + logf(sum);
-    }
-  }
-
-  __device__ static void write(Rows& r, Element* out_row, int64_t out_row_stride, float* lse_row, int first_row_valid,
-                               int second_row_valid, int lane) {
-    static_assert(Traits::kWideStores, "write is the 16-byte path");
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
       const bool valid = h == 0 ? first_row_valid : second_row_valid;
-      // Group g (words 4g .. 4g + 3, columns 32g .. 32g + 31): thread q of
-      // the row holds word k = columns 32g + 8k + 2q, 2q + 1; after the
-      // transpose it holds the 4 words of columns 32g + 8q .. 8q + 7 (the
-      // words of threads 0..3 in order). Two exchange stages (partner q ^ 2,
-      // then q ^ 1), two words each; the exchanged slot is chosen by
-      // select, so no register is indexed at run time.
-      const int q = lane % 4;
+      const float inv = sum == 0.f ? 0.f : 1.f / sum;
+      if constexpr (Traits::kWideStores) {
+        constexpr int kWords = Traits::kHeadDimV / 8;  // 4-byte words of this thread's row part
+        uint32_t w[kWords];
 #pragma unroll
-      for (int g = 0; g < kWords / 4; ++g) {
-        uint32_t* v = r.w[h] + 4 * g;
+        for (int j = 0; j < kWords; ++j) {
+          w[j] = prefill_detail::pack2<Element>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        }
+        // Group g (words 4g .. 4g + 3, columns 32g .. 32g + 31): thread q of
+        // the row holds word k = columns 32g + 8k + 2q, 2q + 1; after the
+        // transpose it holds the 4 words of columns 32g + 8q .. 8q + 7 (the
+        // words of threads 0..3 in order). Two exchange stages (partner q ^ 2,
+        // then q ^ 1), two words each; the exchanged slot is chosen by
+        // select, so no register is indexed at run time.
+        const int q = lane % 4;
 #pragma unroll
-        for (int stage = 2; stage >= 1; stage /= 2) {
-          const bool hi = (q & stage) != 0;
+        for (int g = 0; g < kWords / 4; ++g) {
+          uint32_t* v = w + 4 * g;
 #pragma unroll
-          for (int b = 0; b < 2; ++b) {
-            const int k0 = stage == 2 ? b : 2 * b;  // slot with the stage's bit clear
-            const int k1 = k0 | stage;
-            const uint32_t got = __shfl_xor_sync(0xffffffffu, hi ? v[k0] : v[k1], stage);
-            if (hi) {
-              v[k0] = got;
-            } else {
-              v[k1] = got;
+          for (int stage = 2; stage >= 1; stage /= 2) {
+            const bool hi = (q & stage) != 0;
+#pragma unroll
+            for (int b = 0; b < 2; ++b) {
+              const int k0 = stage == 2 ? b : 2 * b;  // slot with the stage's bit clear
+              const int k1 = k0 | stage;
+              const uint32_t got = __shfl_xor_sync(0xffffffffu, hi ? v[k0] : v[k1], stage);
+              if (hi) {
+                v[k0] = got;
+              } else {
+                v[k1] = got;
+              }
             }
           }
         }
-      }
-      if (valid) {
-        Element* row = out_row + h * 8 * out_row_stride + 8 * q;
+        if (valid) {
+          Element* row = out_row + h * 8 * out_row_stride + 8 * q;
 #pragma unroll
-        for (int g = 0; g < kWords / 4; ++g) {
-          const uint32_t* v = r.w[h] + 4 * g;
-          *reinterpret_cast<uint4*>(row + 32 * g) = make_uint4(v[0], v[1], v[2], v[3]);
+          for (int g = 0; g < kWords / 4; ++g) {
+            *reinterpret_cast<uint4*>(row + 32 * g) = make_uint4(w[4 * g], w[4 * g + 1], w[4 * g + 2], w[4 * g + 3]);
+          }
         }
-      }
-      if (valid && lse_row != nullptr && lane % 4 == 0) {
-        lse_row[h * 8] = r.lse[h];
-      }
-    }
-  }
-
-  __device__ static void store(const float (&o)[kNRegO], const float (&m)[2], const float (&l)[2], Element* out_row,
-                               int64_t out_row_stride, float* lse_row, int first_row_valid, int second_row_valid,
-                               int lane) {
-    if constexpr (Traits::kWideStores) {
-      Rows r;
-      finish(o, m, l, r);
-      write(r, out_row, out_row_stride, lse_row, first_row_valid, second_row_valid, lane);
-    } else {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float sum = l[h];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const bool valid = h == 0 ? first_row_valid : second_row_valid;
-        const float inv = sum == 0.f ? 0.f : 1.f / sum;
+      } else {
         if (valid) {
           Element* row = out_row + h * 8 * out_row_stride + 2 * (lane % 4);
 #pragma unroll
@@ -122,9 +88,9 @@ struct PrefillEpilogue {
                 prefill_detail::pack2<Element>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
           }
         }
-        if (valid && lse_row != nullptr && lane % 4 == 0) {
-          lse_row[h * 8] = sum == 0.f ? -INFINITY : m[h] * 0.69314718055994531f + logf(sum);
-        }
+      }
+      if (valid && lse_row != nullptr && lane % 4 == 0) {
+        lse_row[h * 8] = sum == 0.f ? -INFINITY : m[h] * 0.69314718055994531f + logf(sum);
       }
     }
   }

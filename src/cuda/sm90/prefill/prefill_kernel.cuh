@@ -17,10 +17,6 @@
 // the first block, each step issues S = Q K[n]ᵀ and then O += P[n+1] V[n+1]
 // as two wgmma groups, waits for the first, runs block n's softmax on the
 // CUDA cores while the tensor cores finish P V, then rescales O and packs P[n].
-// Deferred epilogue (the default config): a tile's O / row sum and LSE are
-// computed at its end but exchanged and stored while the warpgroup's first
-// S = Q Kᵀ of its next tile runs, so the stores sit under tensor-core work
-// instead of between two tiles' products.
 // A warpgroup whose rows see none of a block's keys skips its math but still
 // waits for the block's copies before releasing the stage, so no warpgroup
 // runs ahead of the barrier phases. The V tiles of the diagonal block and of
@@ -96,7 +92,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   } else {
     setmaxnreg_inc<Traits::kConsumerRegs>();
     PrefillTrace::begin(sched);  // diagnostics only (sched.trace, off in the library)
-    const int cwg = wg - 1;      // consumer warpgroup: rows [64 cwg, 64 cwg + 64) of the tile
+    const int cwg = wg - 1;  // consumer warpgroup: rows [64 cwg, 64 cwg + 64) of the tile
     const int wg_thread = warpgroup_thread();
     const int warp = warp_in_warpgroup();
     const int lane = int(threadIdx.x % 32);
@@ -123,39 +119,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (lane == 0) mbarrier_arrive(bar);
     };
 
-    float o[Mainloop::kNRegO];  // O (f32 accumulators, wgmma layout)
-    float m[2], l[2];           // the rows' running max (scaled log2) and this thread's part of their sums
-    const auto reset_o = [&] {
-#pragma unroll
-      for (int i = 0; i < Mainloop::kNRegO; ++i) o[i] = 0.f;
-      m[0] = m[1] = -INFINITY;
-      l[0] = l[1] = 0.f;
-    };
-    // Deferred epilogue (Traits::kDeferEpilogue): at a tile's end its rows
-    // are only normalized and packed (Epilogue::finish, into `pending`, half
-    // the registers of O); the shuffles and stores (Epilogue::write) run once
-    // the next tile's first Q Kᵀ has been issued, under it (flush), and O is
-    // cleared there too, so the tensor cores do not wait for the stores
-    // between tiles. Elsewhere (a warpgroup that skips its first blocks, a
-    // tile with no key, the end) they run at once. Packed rows, not O, wait:
-    // with O read under the next Q Kᵀ, ptxas made the warpgroup wait for that
-    // product first (C7517, "warpgroup.wait injected": registers a wgmma
-    // wrote in the last tile).
-    typename Epilogue::Rows pending;
-    bool has_pending = false;
-    Element* pending_out = nullptr;  // out at this thread's first row of that tile
-    float* pending_lse = nullptr;    // lse at that row, or nullptr
-    int pending_rows = 0;            // how many of the thread's two rows lie inside the request
-    const auto flush = [&] {
-      if constexpr (Traits::kDeferEpilogue) {
-        if (has_pending) {
-          Epilogue::write(pending, pending_out, params.out_row_stride, pending_lse, pending_rows > 0, pending_rows > 1,
-                          lane);
-        }
-        has_pending = false;
-      }
-    };
-
     // The tiles PrefillMainloop::produce hands over, one per q_full phase,
     // until one named batch -1. One lane per warp reads the name (and that
     // lane releases Q for the warp, so the producer's next write is ordered
@@ -180,7 +143,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           params.lse == nullptr ? nullptr : params.lse + int64_t(t.head) * params.lse_head_stride + t.q_start + wg_row0;
       if (t.n_blocks == 0) {  // no Q was loaded
         release(&bars->q_empty);
-        flush();
         if (wg_rows > 0) Epilogue::store_empty(out_rows, params.out_row_stride, lse_rows, wg_rows, wg_thread);
         continue;
       }
@@ -192,8 +154,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (wg_rows <= 0) wg_key_end = 0;
       const int row = wg_row0 + thread_row;  // this thread's first row (request-relative)
 
-      if constexpr (!Traits::kDeferEpilogue) reset_o();  // deferred: under the first Q Kᵀ (below)
-      uint32_t pf[Mainloop::kPVSteps][4];                // P of the block whose P V is next
+      float o[Mainloop::kNRegO];  // this tile's O (f32 accumulators, wgmma layout)
+#pragma unroll
+      for (int i = 0; i < Mainloop::kNRegO; ++i) o[i] = 0.f;
+      uint32_t pf[Mainloop::kPVSteps][4];  // P of the block whose P V is next
+      float m[2] = {-INFINITY, -INFINITY};
+      float l[2] = {0.f, 0.f};
 
       const auto k_tile_of = [&](int stage) { return smem + Traits::kSmemK + stage * Traits::kKBytes; };
       const auto v_tile_of = [&](int stage) { return smem + Traits::kSmemV + stage * Traits::kVBytes; };
@@ -218,7 +184,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // Blocks none of whose keys this warpgroup's rows see (causal: the top
       // blocks, for the upper warpgroup's rows): wait for the copies, release.
       for (; nb >= 0 && nb * kBlockN >= wg_key_end; --nb, ++kv_iter) {
-        flush();  // no first Q Kᵀ to hide the stores under
         const int stage = int(kv_iter % 2);
         const uint32_t phase = (kv_iter / 2) & 1;
         mbarrier_wait(&bars->k_full[stage], phase);
@@ -233,20 +198,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         section_begin();  // no block to compute: the tile's last section
         section_end();
       }
-      if constexpr (Traits::kDeferEpilogue) {
-        if (nb < 0) reset_o();  // no key seen: the rows' O = 0, LSE = -inf (flushed above)
-      }
 
       // The steps of one key block, shared by both variants. qk_softmax:
       // S = Q K[stage]ᵀ (with kWithPV, block prev's O += P V issued behind it
-      // in the same turn), under_qk() while it runs, K released (and Q after
-      // the tile's last block), mask, online softmax -> s holds P (f32), corr
-      // the rescale of O.
+      // in the same turn), K released (and Q after the tile's last block),
+      // mask, online softmax -> s holds P (f32), corr the rescale of O.
       int prev_stage = 0, prev_key0 = 0;
       uint32_t prev_phase = 0;
-      const auto no_work = [] {};
-      const auto qk_softmax = [&](auto with_pv, const auto& under_qk, int stage, uint32_t phase, int key0,
-                                  bool last_block, float(&s)[Mainloop::kNRegS], float(&corr)[2]) {
+      const auto qk_softmax = [&](auto with_pv, int stage, uint32_t phase, int key0, bool last_block,
+                                  float(&s)[Mainloop::kNRegS], float(&corr)[2]) {
         constexpr bool kWithPV = decltype(with_pv)::value;
         mbarrier_wait(&bars->k_full[stage], phase);
         if constexpr (kWithPV) wait_v(prev_stage, prev_phase, prev_key0);
@@ -254,7 +214,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         Mainloop::issue_qk(s, q_rows, k_tile_of(stage));
         if constexpr (kWithPV) Mainloop::issue_pv(o, pf, v_tile_of(prev_stage));
         section_end();
-        under_qk();
         wgmma_wait_group<kWithPV ? 1 : 0>();  // Q Kᵀ done (groups complete in order)
         fence_operands(s);
         if (last_block) release(&bars->q_empty);
@@ -280,7 +239,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           const int stage = int(kv_iter % 2);
           const uint32_t phase = (kv_iter / 2) & 1;
           float s[Mainloop::kNRegS], corr[2];
-          qk_softmax(NoPV{}, no_work, stage, phase, nb * kBlockN, nb == 0, s, corr);
+          qk_softmax(NoPV{}, stage, phase, nb * kBlockN, nb == 0, s, corr);
           Mainloop::rescale_and_pack(s, o, corr, pf);
           pv(stage, phase, nb * kBlockN);
         }
@@ -292,25 +251,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           prev_stage = int(kv_iter % 2);
           prev_phase = (kv_iter / 2) & 1;
           prev_key0 = nb * kBlockN;
-          if constexpr (Traits::kDeferEpilogue) {
-            // The last tile's stores under this tile's first Q Kᵀ, and a
-            // clear O (so no rescale of it below).
-            const auto store_last = [&] {
-              flush();
-              reset_o();
-            };
-            qk_softmax(NoPV{}, store_last, prev_stage, prev_phase, prev_key0, nb == 0, s, corr);
-            Mainloop::pack(s, pf);
-          } else {
-            qk_softmax(NoPV{}, no_work, prev_stage, prev_phase, prev_key0, nb == 0, s, corr);
-            Mainloop::rescale_and_pack(s, o, corr, pf);
-          }
+          qk_softmax(NoPV{}, prev_stage, prev_phase, prev_key0, nb == 0, s, corr);
+          Mainloop::rescale_and_pack(s, o, corr, pf);
         }
         for (--nb, ++kv_iter; nb >= 0; --nb, ++kv_iter) {
           const int stage = int(kv_iter % 2);
           const uint32_t phase = (kv_iter / 2) & 1;
           float s[Mainloop::kNRegS], corr[2];
-          qk_softmax(WithPV{}, no_work, stage, phase, nb * kBlockN, nb == 0, s, corr);
+          qk_softmax(WithPV{}, stage, phase, nb * kBlockN, nb == 0, s, corr);
           wgmma_wait_group<0>();  // P V done
           Mainloop::pv_done(o, pf);
           release(&bars->v_empty[prev_stage]);
@@ -324,20 +272,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
       if (wg_rows > 0) {
         const int r = thread_row;
-        Element* out_row = out_rows + int64_t(r) * params.out_row_stride;
-        float* lse_row = lse_rows == nullptr ? nullptr : lse_rows + r;
-        if constexpr (Traits::kDeferEpilogue) {
-          Epilogue::finish(o, m, l, pending);
-          has_pending = true;
-          pending_out = out_row;
-          pending_lse = lse_row;
-          pending_rows = int(r < wg_rows) + int(r + 8 < wg_rows);  // the second row is the later one
-        } else {
-          Epilogue::store(o, m, l, out_row, params.out_row_stride, lse_row, r < wg_rows, r + 8 < wg_rows, lane);
-        }
+        Epilogue::store(o, m, l, out_rows + int64_t(r) * params.out_row_stride, params.out_row_stride,
+                        lse_rows == nullptr ? nullptr : lse_rows + r, r < wg_rows, r + 8 < wg_rows, lane);
       }
     }
-    flush();                        // the last tile's rows
     if (cwg == 0) section_begin();  // takes the last turn warpgroup 1 handed over
     PrefillTrace::end(sched, q_iter);
   }

@@ -257,11 +257,6 @@ struct PrefillMainloop {
     for (int j = 0; j < Traits::kHeadDimV / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[4 * j + e] *= corr[e / 2];
-    pack(s, pf);
-  }
-
-  // p packed as the A fragments of P · V (a tile's first block: o is 0, no rescale).
-  __device__ static void pack(const float (&s)[kNRegS], uint32_t (&pf)[kPVSteps][4]) {
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
       pf[kk][0] = prefill_detail::pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);

@@ -68,11 +68,8 @@ struct HopperPrefillTraits {
   static constexpr bool kOverlap = kCfg.overlap;
   static constexpr bool kPingPong = kCfg.pingpong;
   static constexpr bool kWideStores = kCfg.wide_stores;
-  static constexpr bool kDeferEpilogue = kCfg.defer_epilogue;
   static_assert(!kWideStores || kHeadDimV % 32 == 0, "wide stores move 32 columns per group");
   static_assert(!kPingPong || kOverlap, "ping-pong is built on the overlapped consumer");
-  static_assert(!kDeferEpilogue || (kOverlap && kWideStores),
-                "the deferred epilogue runs under the overlapped consumer's first Q Kᵀ, with the 16-byte stores");
 
   // Named barriers kTurnBarrier + wg: "consumer warpgroup wg may issue" (both
   // consumer warpgroups, 256 threads).
