@@ -42,6 +42,10 @@ constexpr int kOverheadTiles = 4;
 // (heads x query tokens) per request; fewer go to the sm80 kernel's 16-row tiles.
 constexpr int kSm90MinRows = 17;
 
+// The key-major 16-bit kernel by default up to this many 64-key tiles per SM
+// (plan(): measured faster at 16, slower at 248).
+constexpr int kKm16MaxTilesPerPart = 32;
+
 void check_index(const char* op, const char* arg, const Tensor& t, Device device, int dims) {
   check_defined(op, arg, t);
   check_device(op, arg, t, device);
@@ -251,14 +255,28 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
                   .empty();
   // hopper with a 16-bit cache and at most 16 rows per request: the
   // key-major kernel (16 rows x 64 keys per tile, TMA, nothing padded), by
-  // default for batches the one-launch kernel does not take (more than its
-  // limit of requests; docs/perf.md, "16-bit key-major kernel"). Not in the
-  // batch-invariant mode (its warpgroups split a piece's tiles by the parity
-  // of the CTA's walk, as the fp8 kernel's).
+  // default only for batches the one-launch kernel does not take (more than
+  // its limit of requests) whose 64-key tiles come to at most
+  // kKm16MaxTilesPerPart per SM (short pieces). Measured on an H100
+  // (docs/perf.md, "Hopper decode, at most 16 rows: the 16-bit key-major kernel"): 3-4 % faster than the
+  // sm80 kernel at H16 B32 S4096 (16 tiles per SM), 1.4-3 % slower at B64
+  // S32768 and B128 S16384 (248 per SM), and far slower than the one-launch
+  // kernel at B1-B8 (its combine merges ~128 splits per row in one warp).
+  // The bound between 16 and 248 is not tuned. Not in the batch-invariant
+  // mode (its warpgroups split a piece's tiles by the parity of the CTA's
+  // walk, as the fp8 kernel's).
   const int km16_mode = hopper_km16_mode();
   pdl_ = hopper_pdl_enabled();
-  sm90_km16_ = hopper_ && allow_sm90 && !invariant && !fp8 && rows < kSm90MinRows &&
-               (km16_mode == 1 || (km16_mode < 0 && md.num_decodes > fused_max_batch())) &&
+  bool km16_default = false;
+  if (km16_mode < 0 && md.num_decodes > fused_max_batch() && md.seq_lens_cpu.defined() &&
+      md.seq_lens_cpu.device().is_cpu() && md.seq_lens_cpu.size(0) >= md.num_decodes) {
+    const int32_t* lens = md.seq_lens_cpu.data_as<const int32_t>();
+    int64_t tiles = 0;
+    const int64_t stride = md.seq_lens_cpu.stride(0);
+    for (int r = 0; r < md.num_decodes; ++r) tiles += (std::max(lens[r * stride], 0) + 63) / 64;
+    km16_default = tiles <= int64_t(kKm16MaxTilesPerPart) * ctx.sm_count;
+  }
+  sm90_km16_ = hopper_ && allow_sm90 && !invariant && !fp8 && rows < kSm90MinRows && (km16_mode == 1 || km16_default) &&
                sm90::decode_sm90_unsupported_reason(params_.dtype, params_.kv_cache_dtype, params_.kv_lora_rank,
                                                     params_.qk_rope_head_dim, md.block_size, nullptr, 0)
                    .empty();

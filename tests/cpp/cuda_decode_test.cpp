@@ -330,7 +330,8 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
                          std::getenv("LATTN_HOPPER_FP8") == nullptr;
   // hopper's key-major 16-bit kernel: the wgmma kernel's layouts with at most
   // 16 rows; by default for batches the one-launch kernel does not take (more
-  // than 8 requests, or none with LATTN_DECODE_FUSED=0), LATTN_HOPPER_KM16=1: all.
+  // than 8 requests, or none with LATTN_DECODE_FUSED=0) with at most 32 key
+  // tiles per SM (every case here has far fewer), LATTN_HOPPER_KM16=1: all.
   const bool km16_layout = name == "hopper" && c.cache_dtype == c.dtype && c.L == 512 && c.R == 64 &&
                            c.block_size % 64 == 0 && c.heads * max_s_q <= 16;
   const char* km16_env = std::getenv("LATTN_HOPPER_KM16");
@@ -516,16 +517,16 @@ TEST(CudaDecodeSmall, KeyMajor16SanitizerCase) {
   }
 }
 
-// NaN and inf in a 16-bit cache on the key-major kernel reach exactly the
-// rows that see their key (docs/mla.md, "NaN and inf"): a context key's NaN
-// every row of its request, a request's last key's NaN or inf (in a V
-// column) only its last query token's rows (s_q = 2: the first token must
-// not see it, through neither its score nor 0 * NaN or 0 * inf in P V).
-TEST(CudaDecodeSmall, KeyMajor16NonFiniteReachesOnlyRowsThatSeeIt) {
+// NaN in a 16-bit cache on the key-major kernel reaches exactly the rows
+// that see its key (docs/mla.md, "NaN and inf"): a context key's NaN every
+// row of its request, a request's last key's NaN (in a V column, or in a
+// k_pe column) only its last query token's rows (s_q = 2: the first token
+// must not see it, through neither its score nor 0 * NaN in P V).
+TEST(CudaDecodeSmall, KeyMajor16NaNReachesOnlyRowsThatSeeIt) {
   LATTN_REQUIRE_GPU();
   if (backend_unusable("hopper").size()) GTEST_SKIP() << backend_unusable("hopper");
   ScopedEnv on("LATTN_HOPPER_KM16", "1");
-  const DecodeCase c{"km16_nonfinite", 8, 512, 64, 64, DType::bf16, DType::bf16, lens({200, 130, 70}), lens({2, 2, 1})};
+  const DecodeCase c{"km16_nan", 8, 512, 64, 64, DType::bf16, DType::bf16, lens({200, 130, 70}), lens({2, 2, 1})};
   std::mt19937_64 rng(8);
   auto b = make_batch(c, rng);
   const int D = b->L + b->R;
@@ -533,14 +534,14 @@ TEST(CudaDecodeSmall, KeyMajor16NonFiniteReachesOnlyRowsThatSeeIt) {
     const int64_t block = b->table[size_t(r) * b->max_blocks + key / b->bs];
     static_cast<uint16_t*>(b->cache_host.data())[(block * b->bs + key % b->bs) * D + col] = bits;
   };
-  plant(0, 199, 5, 0x7fc0);    // request 0's last key, a V column, NaN: only token 1 sees it
-  plant(1, 129, 300, 0x7f80);  // request 1's last key, a V column, +inf: only token 1 sees it
+  plant(0, 199, 5, 0x7fc0);    // request 0's last key, a V column: only token 1 sees it
+  plant(1, 129, 530, 0x7fc0);  // request 1's last key, a k_pe column: only token 1 sees it
   plant(2, 3, 100, 0x7fc0);    // request 2's context: every row
   copy_tensor(b->cache_host.tensor(), b->cache_dev.tensor());
   auto backend = make_backend(*b, nullptr, "hopper");
   OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
   OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
-  run_and_check(*backend, *b, out, lse, "km16 non-finite");
+  run_and_check(*backend, *b, out, lse, "km16 NaN");
   EXPECT_EQ(backend->kernel_label().rfind(std::string("hopper: ") + kKm16Label, 0), 0u) << backend->kernel_label();
   OwnedTensor host = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype);
   copy_tensor(out.tensor(), host.tensor());
