@@ -42,6 +42,10 @@ constexpr int kOverheadTiles = 4;
 // (heads x query tokens) per request; fewer go to the sm80 kernel's 16-row tiles.
 constexpr int kSm90MinRows = 17;
 
+// The key-major 16-bit kernel by default up to this many 64-key tiles per SM
+// (plan(): measured faster at 16, slower at 248).
+constexpr int kKm16MaxTilesPerPart = 32;
+
 void check_index(const char* op, const char* arg, const Tensor& t, Device device, int dims) {
   check_defined(op, arg, t);
   check_device(op, arg, t, device);
@@ -55,6 +59,23 @@ void check_index(const char* op, const char* arg, const Tensor& t, Device device
 bool hopper_fp8_enabled() {
   const char* v = std::getenv("LATTN_HOPPER_FP8");
   return !(v && *v && std::atoi(v) == 0);
+}
+
+// The hopper backend's key-major kernel for a 16-bit cache with at most 16
+// rows per request (sm90/decode/km16_*): LATTN_HOPPER_KM16=0 never, =1
+// wherever it can read the cache (batches the one-launch kernel would take
+// included); unset, the default rule of plan(). Read at each plan (same-run
+// A/B in benchmarks and tests). -1: unset.
+int hopper_km16_mode() {
+  const char* v = std::getenv("LATTN_HOPPER_KM16");
+  return v && *v ? (std::atoi(v) != 0 ? 1 : 0) : -1;
+}
+
+// The key-major 16-bit kernel and the combine after it launched as
+// programmatic dependent launches (LATTN_HOPPER_PDL=1; read at each plan).
+bool hopper_pdl_enabled() {
+  const char* v = std::getenv("LATTN_HOPPER_PDL");
+  return v && *v && std::atoi(v) != 0;
 }
 
 // Switches for measurements (read once; docs/cuda.md, "One plan per step"):
@@ -190,6 +211,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   planned_batch_ = -1;
   sm90_ = false;
   sm90_fp8_ = false;
+  sm90_km16_ = false;
   fused_ = false;
   if (md.num_decodes == 0) return;
   check_metadata(md, plan_op(hopper_));
@@ -231,11 +253,40 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
               sm90::decode_sm90_fp8_unsupported_reason(params_.dtype, params_.kv_cache_dtype, params_.kv_lora_rank,
                                                        params_.qk_rope_head_dim, md.block_size, nullptr, 0)
                   .empty();
+  // hopper with a 16-bit cache and at most 16 rows per request: the
+  // key-major kernel (16 rows x 64 keys per tile, TMA, nothing padded), by
+  // default only for batches the one-launch kernel does not take (more than
+  // its limit of requests) whose 64-key tiles come to at most
+  // kKm16MaxTilesPerPart per SM (short pieces). Measured on an H100
+  // (docs/perf.md, "Hopper decode, at most 16 rows: the 16-bit key-major kernel"): 3-4 % faster than the
+  // sm80 kernel at H16 B32 S4096 (16 tiles per SM), 1.4-3 % slower at B64
+  // S32768 and B128 S16384 (248 per SM), and far slower than the one-launch
+  // kernel at B1-B8 (its combine merges ~128 splits per row in one warp).
+  // The bound between 16 and 248 is not tuned. Not in the batch-invariant
+  // mode (its warpgroups split a piece's tiles by the parity of the CTA's
+  // walk, as the fp8 kernel's).
+  const int km16_mode = hopper_km16_mode();
+  pdl_ = hopper_pdl_enabled();
+  bool km16_default = false;
+  if (km16_mode < 0 && md.num_decodes > fused_max_batch() && md.seq_lens_cpu.defined() &&
+      md.seq_lens_cpu.device().is_cpu() && md.seq_lens_cpu.size(0) >= md.num_decodes) {
+    const int32_t* lens = md.seq_lens_cpu.data_as<const int32_t>();
+    int64_t tiles = 0;
+    const int64_t stride = md.seq_lens_cpu.stride(0);
+    for (int r = 0; r < md.num_decodes; ++r) tiles += (std::max(lens[r * stride], 0) + 63) / 64;
+    km16_default = tiles <= int64_t(kKm16MaxTilesPerPart) * ctx.sm_count;
+  }
+  sm90_km16_ = hopper_ && allow_sm90 && !invariant && !fp8 && rows < kSm90MinRows && (km16_mode == 1 || km16_default) &&
+               sm90::decode_sm90_unsupported_reason(params_.dtype, params_.kv_cache_dtype, params_.kv_lora_rank,
+                                                    params_.qk_rope_head_dim, md.block_size, nullptr, 0)
+                   .empty();
   int ctas_per_sm = 1;
   if (sm90_) {
     config_ = sm80::DecodeTileConfig{sm90::kDecodeBlockM, sm90::kDecodeBlockN, 9, 2};
   } else if (sm90_fp8_) {
     config_ = sm80::DecodeTileConfig{sm90::kDecodeFp8BlockM, sm90::kDecodeFp8BlockN, 12, 4};
+  } else if (sm90_km16_) {
+    config_ = sm80::DecodeTileConfig{sm90::kDecodeKm16BlockM, sm90::kDecodeKm16BlockN, 12, 2};
   } else {
     config_ = sm80::choose_decode_tiles(kernel_rows, ctx.max_smem_per_block_optin, fp8);
     ctas_per_sm = std::max(1, sm80::decode_ctas_per_sm(config_, params_.dtype, params_.kv_cache_dtype));
@@ -267,7 +318,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
     // All fixed by the tiles and the head count;
     // LATTN_BATCH_INVARIANT_SPLIT_RULE overrides the rule, for measurements.
     const int fold_env = env_int("LATTN_BATCH_INVARIANT_FOLD", -1);
-    const bool sm80_fold = !sm90_ && !sm90_fp8_ && config_.block_m == 16 && fold_env == 1;
+    const bool sm80_fold = !sm90_ && !sm90_fp8_ && !sm90_km16_ && config_.block_m == 16 && fold_env == 1;
     plan_.fold_splits = sm80_fold || (sm90_ && fold_env != 0);
     int rule = sm80_fold ? 4 : params_.num_heads <= 16 ? 2 : params_.num_heads <= 64 ? 1 : 0;
     rule = std::clamp(env_int("LATTN_BATCH_INVARIANT_SPLIT_RULE", rule), kBatchInvariantMinSplitRule,
@@ -330,7 +381,7 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   // arithmetic (decode_combine_row.cuh), so a request's bits are the same in
   // a small batch (this kernel) and a large one (three kernels).
   // (It never folds: with folding, only plans of one split a part.)
-  if (!sm90_ && !sm90_fp8_ && md.num_decodes <= fused_max_batch() &&
+  if (!sm90_ && !sm90_fp8_ && !sm90_km16_ && md.num_decodes <= fused_max_batch() &&
       (!plan_.fold_splits || invariant_splits <= parts) &&
       decode_fused_supported(config_, params_.dtype, params_.kv_cache_dtype, ctx.capability_major) &&
       m_tiles_ * parts <= ctx.sm_count * fused_ctas_per_sm()) {
@@ -350,9 +401,10 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   const std::string key =
       std::string("cuda decode plan: device ") + std::to_string(params_.context.device.index) + ", stream " +
       std::to_string(reinterpret_cast<uintptr_t>(params_.context.stream)) +
-      (sm90_       ? ", sm90"
-       : sm90_fp8_ ? ", sm90 fp8"
-                   : ", sm80") +
+      (sm90_        ? ", sm90"
+       : sm90_fp8_  ? ", sm90 fp8"
+       : sm90_km16_ ? ", sm90 km16"
+                    : ", sm80") +
       ", tiles " + config_.str() + ", rows " + std::to_string(m_tiles_ * config_.block_m) + ", L " +
       std::to_string(params_.kv_lora_rank) + ", parts " + std::to_string(parts) + ", overhead " +
       std::to_string(plan_.overhead_tiles) +
@@ -453,9 +505,10 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   if (decode_metadata_ != &md || planned_batch_ != md.num_decodes || plan_overwritten()) prepare_metadata(md);
   // A cache the bulk tensor copy engine cannot address (unaligned base or
   // page stride: views only) falls back to the sm80 kernel with its own plan.
-  if (sm90_ && !sm90::decode_sm90_unsupported_reason(params_.dtype, cache.dtype(), L, R, int(cache.block_size()),
-                                                     cache.data.data(), cache.data.stride(0))
-                    .empty()) {
+  if ((sm90_ || sm90_km16_) &&
+      !sm90::decode_sm90_unsupported_reason(params_.dtype, cache.dtype(), L, R, int(cache.block_size()),
+                                            cache.data.data(), cache.data.stride(0))
+           .empty()) {
     plan(md, false);
   }
   if (sm90_fp8_ &&
@@ -509,6 +562,12 @@ void CudaDecodeBackend::run(const Tensor& ql_nope, const Tensor& q_pe, const Lat
   } else if (sm90_fp8_) {
     sm90::launch_decode_sm90_fp8(p, params_.dtype, cache.num_blocks(), m_tiles_, stream);
     launch_decode_combine(p, params_.dtype, stream);
+  } else if (sm90_km16_) {
+    // pdl_: each kernel launched as a programmatic dependent of the one
+    // before it (the plan kernel, then this kernel), so that its launch
+    // overlaps that kernel's run (common/grid_dependency.cuh).
+    sm90::launch_decode_sm90_km16(p, params_.dtype, cache.num_blocks(), m_tiles_, stream, pdl_);
+    launch_decode_combine(p, params_.dtype, stream, pdl_);
   } else if (fused_) {
     // LATTN_DECODE_FUSED_STAGES: a mask of attention 1, combine 2, metadata
     // prefetch 4 (default 7); stage-removal timings for docs/perf.md only.

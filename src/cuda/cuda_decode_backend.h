@@ -27,8 +27,9 @@
 // then a 16-bit cache of the activation dtype with (L, R) = (512, 64) and a
 // page size that is a multiple of 64 runs the wgmma + TMA kernel (sm90/decode,
 // same plan and combine), an fp8 cache with the same dims and pages runs the
-// key-major fp8 wgmma kernel (sm90/decode/fp8_*), and every other case the
-// kernels above (docs/hopper.md).
+// key-major fp8 wgmma kernel (sm90/decode/fp8_*), a 16-bit cache with at most
+// 16 rows per request the key-major 16-bit kernel (sm90/decode/km16_*) where
+// plan() picks it, and every other case the kernels above (docs/hopper.md).
 #pragma once
 
 #include <atomic>
@@ -60,6 +61,8 @@ class CudaDecodeBackend final : public DecodeBackend {
   bool uses_sm90_kernel() const { return sm90_; }
   // The last plan chose the sm90 key-major kernel for an fp8 cache (sm90/decode/fp8_*).
   bool uses_sm90_fp8_kernel() const { return sm90_fp8_; }
+  // The last plan chose the sm90 key-major kernel for a 16-bit cache (sm90/decode/km16_*).
+  bool uses_sm90_km16_kernel() const { return sm90_km16_; }
   // The last plan runs the one-launch small-batch kernel (smxx/decode_fused.h).
   bool uses_fused_kernel() const { return fused_; }
   sm80::DecodeTileConfig tile_config() const { return config_; }
@@ -97,11 +100,13 @@ class CudaDecodeBackend final : public DecodeBackend {
   // Whether the plan in use was overwritten since (plan store generation).
   bool plan_overwritten() const;
 
-  bool hopper_ = false;    // the `hopper` backend (may choose the sm90 kernel)
-  bool fast_ = false;      // tensor-core kernel (else generic)
-  bool sm90_ = false;      // the last plan chose the sm90 wgmma kernel
-  bool sm90_fp8_ = false;  // the last plan chose the sm90 key-major fp8-cache kernel
-  bool fused_ = false;     // the last plan chose the one-launch small-batch kernel
+  bool hopper_ = false;     // the `hopper` backend (may choose the sm90 kernel)
+  bool fast_ = false;       // tensor-core kernel (else generic)
+  bool sm90_ = false;       // the last plan chose the sm90 wgmma kernel
+  bool sm90_fp8_ = false;   // the last plan chose the sm90 key-major fp8-cache kernel
+  bool sm90_km16_ = false;  // the last plan chose the sm90 key-major 16-bit-cache kernel (<= 16 rows)
+  bool pdl_ = false;        // its launches are programmatic dependent launches (LATTN_HOPPER_PDL)
+  bool fused_ = false;      // the last plan chose the one-launch small-batch kernel
   int fused_ctas_per_sm_ = -1;
   sm80::DecodeTileConfig config_{};
   int m_tiles_ = 0;

@@ -69,10 +69,12 @@ std::string CudaDecodeBackend::kernel_label() const {
     // The wgmma kernel runs S, softmax and P V of each tile in turn: its
     // "serial schedule" (docs/hopper.md).
     // The fp8-cache kernel puts the keys in the MMAs' M dimension ("key-major", docs/hopper.md).
-    s += sm90_       ? std::string("sm90a wgmma + TMA decode (serial schedule)")
-         : sm90_fp8_ ? std::string("sm90a wgmma + TMA decode (fp8 cache, key-major)")
-                     : std::string("sm80 mma.sync decode");
-    if (hopper_ && !sm90_ && !sm90_fp8_) {
+    // So does the 16-bit kernel for at most 16 rows per request.
+    s += sm90_        ? std::string("sm90a wgmma + TMA decode (serial schedule)")
+         : sm90_fp8_  ? std::string("sm90a wgmma + TMA decode (fp8 cache, key-major)")
+         : sm90_km16_ ? std::string("sm90a wgmma + TMA decode (16-bit cache, key-major)")
+                      : std::string("sm80 mma.sync decode");
+    if (hopper_ && !sm90_ && !sm90_fp8_ && !sm90_km16_) {
       // Why plan() kept this hopper instance on the sm80 kernel, in its order.
       const bool fp8 = p.kv_cache_dtype == DType::fp8_e4m3;
       const std::string layout =
@@ -94,7 +96,8 @@ std::string CudaDecodeBackend::kernel_label() const {
             "batch-invariant mode with at most 16 heads: 16-row tiles (the kernel follows the head count, not "
             "the batch's longest query)";
       else if (m_tiles_ == 1 && config_.block_m == 16 && !fp8)
-        why = "at most 16 rows per request: 16-row tiles";
+        why = fused_ ? "at most 16 rows per request in a batch the one-launch kernel takes: 16-row tiles"
+                     : "at most 16 rows per request: 16-row tiles";
       else if (!layout.empty())
         why = layout;
       else

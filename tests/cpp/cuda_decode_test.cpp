@@ -269,6 +269,9 @@ std::vector<std::string> backends_here() {
 
 using test::ScopedEnv;  // the decode switches are read at each plan
 
+// hopper's key-major kernel for a 16-bit cache and at most 16 rows (sm90/decode/km16_*).
+constexpr const char* kKm16Label = "sm90a wgmma + TMA decode (16-bit cache, key-major)";
+
 // The label of a plan that runs the one-launch small-batch kernel (plan,
 // attention and combine in one cooperative kernel: smxx/decode_fused.h).
 bool runs_fused(const DecodeBackend& backend) {
@@ -325,16 +328,27 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
   const bool fp8_wgmma = name == "hopper" && c.cache_dtype == DType::fp8_e4m3 && c.L == 512 && c.R == 64 &&
                          c.block_size % 64 == 0 && c.heads * max_s_q <= 16 &&
                          std::getenv("LATTN_HOPPER_FP8") == nullptr;
+  // hopper's key-major 16-bit kernel: the wgmma kernel's layouts with at most
+  // 16 rows; by default for batches the one-launch kernel does not take (more
+  // than 8 requests, or none with LATTN_DECODE_FUSED=0) with at most 32 key
+  // tiles per SM (every case here has far fewer), LATTN_HOPPER_KM16=1: all.
+  const bool km16_layout = name == "hopper" && c.cache_dtype == c.dtype && c.L == 512 && c.R == 64 &&
+                           c.block_size % 64 == 0 && c.heads * max_s_q <= 16;
+  const char* km16_env = std::getenv("LATTN_HOPPER_KM16");
+  const char* fused_env = std::getenv("LATTN_DECODE_FUSED");
+  const bool km16 = km16_layout && (km16_env ? std::atoi(km16_env) != 0
+                                             : c.seq_lens.size() > 8 || (fused_env && std::atoi(fused_env) == 0));
   const std::string expected = name + ": " +
                                (wgmma       ? std::string("sm90a wgmma + TMA decode (serial schedule)")
                                 : fp8_wgmma ? std::string("sm90a wgmma + TMA decode (fp8 cache, key-major)")
+                                : km16      ? std::string(kKm16Label)
                                 : generic   ? std::string("generic SIMT decode kernel")
                                             : std::string("sm80 mma.sync decode"));
   EXPECT_EQ(label.rfind(expected, 0), 0u) << c.name << " on " << name << " ran " << label;
   // The one-launch kernel: sm90, 16-row tiles (at most 16 rows), a cache of
   // the activation dtype, at most 8 requests (the default limit), its own
   // tile configuration (a forced LATTN_DECODE_TILES may pick another).
-  const bool fused = !wgmma && !generic && c.cache_dtype == c.dtype && c.heads * max_s_q <= 16 &&
+  const bool fused = !wgmma && !km16 && !generic && c.cache_dtype == c.dtype && c.heads * max_s_q <= 16 &&
                      c.seq_lens.size() <= 8 && device_capability(0)->major == 9 &&
                      std::getenv("LATTN_DECODE_FUSED") == nullptr && std::getenv("LATTN_DECODE_TILES") == nullptr &&
                      std::getenv("LATTN_DECODE_FUSED_MAX_BATCH") == nullptr;
@@ -350,6 +364,13 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
     randomize(*b, c.seq_lens, c.s_q, rng);
     run_and_check(*backend, *b, out, lse, c.name);
     EXPECT_FALSE(runs_fused(*backend)) << backend->kernel_label();
+  }
+  if (km16_layout && !km16 && device_capability(0)->major == 9) {
+    // The same case on the key-major 16-bit kernel.
+    ScopedEnv on("LATTN_HOPPER_KM16", "1");
+    randomize(*b, c.seq_lens, c.s_q, rng);
+    run_and_check(*backend, *b, out, lse, c.name);
+    EXPECT_EQ(backend->kernel_label().rfind(std::string("hopper: ") + kKm16Label, 0), 0u) << backend->kernel_label();
   }
 }
 
@@ -402,6 +423,16 @@ const DecodeCase kCases[] = {
     {"h16_seq_eq_sq_page256_bf16_fp8", 16, 512, 64, 256, DType::bf16, DType::fp8_e4m3, lens({1, 2, 65, 3}),
      lens({1, 2, 1, 3})},
     {"h16_b1_long_split_bf16_fp8", 16, 512, 64, 64, DType::bf16, DType::fp8_e4m3, lens({20000}), ones(1)},
+    // Shapes of hopper's key-major 16-bit kernel (at most 16 rows, pages of
+    // 64/128/256; more than 8 requests, so it runs by default; causal s_q > 1
+    // with tails and keys some rows may not see; strided and unaligned Q):
+    {"h8_sq2_page128_f16_strided_b10", 8, 512, 64, 128, DType::f16, DType::f16, random_lens(10, 2, 1500, 22),
+     ones(10, 2), true},
+    {"h3_sq4_page64_bf16_misaligned_q_b12", 3, 512, 64, 64, DType::bf16, DType::bf16, random_lens(12, 4, 700, 23),
+     lens({4, 1, 3, 2, 4, 4, 1, 2, 3, 4, 1, 4}), false, true},
+    {"h16_short_page256_bf16_b9", 16, 512, 64, 256, DType::bf16, DType::bf16, lens({1, 2, 65, 3, 640, 64, 129, 7, 300}),
+     lens({1, 1, 1, 1, 1, 1, 1, 1, 1})},
+    {"h1_sq1_page64_f16_b16", 1, 512, 64, 64, DType::f16, DType::f16, random_lens(16, 1, 2500, 24), ones(16)},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaDecode,
@@ -465,6 +496,59 @@ TEST(CudaDecodeSmall, Fp8CacheNaNReachesOnlyRowsThatSeeIt) {
       nan_rows += std::isnan(load_as_f32(host.data(), b->dtype, int64_t(row) * b->L));
     EXPECT_EQ(nan_rows, 3 * b->H) << name << ": rows of tokens 1, 3 and 4";
   }
+}
+
+// hopper's key-major 16-bit kernel (forced: these small batches would take
+// the one-launch kernel), a small case for compute-sanitizer: splits, causal
+// s_q > 1, partial last tiles, an empty context, 16-bit caches of both dtypes.
+TEST(CudaDecodeSmall, KeyMajor16SanitizerCase) {
+  LATTN_REQUIRE_GPU();
+  if (backend_unusable("hopper").size()) GTEST_SKIP() << backend_unusable("hopper");
+  ScopedEnv on("LATTN_HOPPER_KM16", "1");
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    const DecodeCase c{"km16-small", 8, 512, 64, 64, dtype, dtype, lens({300, 5, 2, 70}), lens({2, 1, 2, 2})};
+    std::mt19937_64 rng(98);
+    auto b = make_batch(c, rng);
+    auto backend = make_backend(*b, nullptr, "hopper");
+    OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+    OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+    run_and_check(*backend, *b, out, lse, dtype_name(dtype));
+    EXPECT_EQ(backend->kernel_label().rfind(std::string("hopper: ") + kKm16Label, 0), 0u) << backend->kernel_label();
+  }
+}
+
+// NaN in a 16-bit cache on the key-major kernel reaches exactly the rows
+// that see its key (docs/mla.md, "NaN and inf"): a context key's NaN every
+// row of its request, a request's last key's NaN (in a V column, or in a
+// k_pe column) only its last query token's rows (s_q = 2: the first token
+// must not see it, through neither its score nor 0 * NaN in P V).
+TEST(CudaDecodeSmall, KeyMajor16NaNReachesOnlyRowsThatSeeIt) {
+  LATTN_REQUIRE_GPU();
+  if (backend_unusable("hopper").size()) GTEST_SKIP() << backend_unusable("hopper");
+  ScopedEnv on("LATTN_HOPPER_KM16", "1");
+  const DecodeCase c{"km16_nan", 8, 512, 64, 64, DType::bf16, DType::bf16, lens({200, 130, 70}), lens({2, 2, 1})};
+  std::mt19937_64 rng(8);
+  auto b = make_batch(c, rng);
+  const int D = b->L + b->R;
+  auto plant = [&](int r, int key, int col, uint16_t bits) {
+    const int64_t block = b->table[size_t(r) * b->max_blocks + key / b->bs];
+    static_cast<uint16_t*>(b->cache_host.data())[(block * b->bs + key % b->bs) * D + col] = bits;
+  };
+  plant(0, 199, 5, 0x7fc0);    // request 0's last key, a V column: only token 1 sees it
+  plant(1, 129, 530, 0x7fc0);  // request 1's last key, a k_pe column: only token 1 sees it
+  plant(2, 3, 100, 0x7fc0);    // request 2's context: every row
+  copy_tensor(b->cache_host.tensor(), b->cache_dev.tensor());
+  auto backend = make_backend(*b, nullptr, "hopper");
+  OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+  OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+  run_and_check(*backend, *b, out, lse, "km16 NaN");
+  EXPECT_EQ(backend->kernel_label().rfind(std::string("hopper: ") + kKm16Label, 0), 0u) << backend->kernel_label();
+  OwnedTensor host = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype);
+  copy_tensor(out.tensor(), host.tensor());
+  int nan_rows = 0;
+  for (int row = 0; row < b->T * b->H; ++row)
+    nan_rows += std::isnan(load_as_f32(host.data(), b->dtype, int64_t(row) * b->L));
+  EXPECT_EQ(nan_rows, 3 * b->H) << "rows of tokens 1, 3 and 4";
 }
 
 // An undefined LSE is allowed; the output alone is written.
@@ -579,6 +663,37 @@ TEST(CudaDecodeGraph, CapturedPlanAndRunReplayWithNewMetadata) {
         run_and_check(*backend, *b, out, lse, "replay", false, &graph, stream.get());
       }
     }
+  }
+}
+
+// hopper's key-major 16-bit kernel captured with its plan and combine (three
+// nodes), replayed with very different lengths (one request of one key up to
+// a split one of 9000).
+TEST(CudaDecodeGraph, KeyMajor16CapturedStepReplays) {
+  LATTN_REQUIRE_GPU();
+  if (backend_unusable("hopper").size()) GTEST_SKIP() << backend_unusable("hopper");
+  ScopedEnv on("LATTN_HOPPER_KM16", "1");
+  cuda::StreamHandle stream(0);
+  const DecodeCase c{"km16-graph", 16, 512, 64, 64, DType::bf16, DType::bf16, random_lens(5, 1, 600, 12), ones(5)};
+  std::mt19937_64 rng(80);
+  auto b = make_batch(c, rng, /*capacity_blocks=*/9000 / 64 + 1);
+  auto backend = make_backend(*b, stream.get(), "hopper");
+  OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+  OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+  run_and_check(*backend, *b, out, lse, "eager warm-up", true, nullptr, stream.get());
+  EXPECT_EQ(backend->kernel_label().rfind(std::string("hopper: ") + kKm16Label, 0), 0u) << backend->kernel_label();
+  cuda::CapturedGraph graph;
+  graph.begin(stream.get());
+  backend->prepare_metadata(b->md);
+  backend->run(b->q_nope_dev, b->q_pe_dev, b->cache(), b->md, out.tensor(), lse.tensor());
+  graph.end();
+  EXPECT_EQ(graph.num_kernel_nodes(), 3);  // plan, attention, combine
+  for (int step = 0; step < 3; ++step) {
+    std::vector<int> new_lens = random_lens(5, 1, 9000, 400 + uint64_t(step));
+    new_lens[size_t(step)] = 9000;
+    new_lens[size_t(step) + 1] = 1;
+    randomize(*b, new_lens, ones(5), rng);
+    run_and_check(*backend, *b, out, lse, "replay", false, &graph, stream.get());
   }
 }
 

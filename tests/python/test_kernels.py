@@ -73,7 +73,7 @@ for name, call in calls.items():
 # CUDA (the GPU machine)
 
 DECODE = re.compile(r"^(?P<backend>cuda|hopper): (?P<kernel>sm80 mma\.sync|sm90a wgmma \+ TMA) decode"
-                    r"(?: \((?:(?P<schedule>serial) schedule|(?P<fp8>fp8 cache, key-major))\))?"
+                    r"(?: \((?:(?P<schedule>serial) schedule|(?P<fp8>fp8 cache, key-major)|(?P<km16>16-bit cache, key-major))\))?"
                     r"(?P<why> \(sm80 delegate: [^)]*\))?, tile m(?P<m>\d+)n(?P<n>\d+)w\d+s\d+ "
                     r"\((?P=m) head rows x (?P=n) keys, \d+ warps, \d+ stages\), (?P<tiles>\d+) row tiles? x "
                     r"(?P<parts>\d+) split-KV parts, (?:then the combine kernel|planned and combined in the same launch); "
@@ -121,10 +121,13 @@ def test_cuda_kernels_name_the_kernel_tiles_and_splits(backend, n):
     rows = n  # heads x 1 query token
     assert int(m["tiles"]) == -(-rows // int(m["m"])) and 1 <= int(m["parts"]) <= 1024, after["decode"]
     if backend == "hopper":
-        # The wgmma kernel from 17 rows per request; at most 16 keep the sm80 kernel's 16-row tiles.
+        # The wgmma kernel from 17 rows per request; at most 16 in a batch of two keep the sm80 kernel's
+        # 16-row tiles in the one-launch kernel (the key-major 16-bit kernel takes larger batches).
         assert (m["kernel"] == "sm90a wgmma + TMA") == (rows > 16), after["decode"]
         if rows <= 16:
-            assert m["why"] == " (sm80 delegate: at most 16 rows per request: 16-row tiles)", after["decode"]
+            assert m["why"] in (
+                " (sm80 delegate: at most 16 rows per request in a batch the one-launch kernel takes: 16-row tiles)",
+                " (sm80 delegate: at most 16 rows per request: 16-row tiles)"), after["decode"]
         assert after["prefill"].startswith("hopper: sm90a wgmma + TMA prefill, qk192_v128_m128_n128_s2_"), after
     else:
         assert m["kernel"] == "sm80 mma.sync" and m["why"] is None, after["decode"]

@@ -10,6 +10,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/dispatch.h"
+#include "cuda/common/grid_dependency.cuh"
 #include "cuda/smxx/decode_combine_row.cuh"
 #include "cuda/smxx/decode_scheduler.h"
 
@@ -35,6 +36,7 @@ struct StreamLoads {
 
 template <class T>
 __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ DecodeParams p) {
+  grid_dependency_wait();  // a programmatic dependent launch: the attention kernel's partials are complete
   const DecodePlan& plan = p.plan;
   const int count = plan.header[2];
   const int warps = gridDim.x * kCombineWarps;
@@ -63,7 +65,7 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
 
 }  // namespace
 
-void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t stream) {
+void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t stream, bool pdl) {
   if (p.L % 4 != 0) {
     throw NotImplementedError("decode_combine: latent dim " + std::to_string(p.L) + " is not a multiple of 4");
   }
@@ -75,8 +77,22 @@ void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t 
   // row slice in batch-invariant plans), at most one wave.
   const int64_t pairs = int64_t(p.batch) * p.plan.rows_capacity * (p.plan.batch_invariant ? (p.L / 4 + 31) / 32 : 1);
   const unsigned ctas = unsigned(std::clamp<int64_t>((pairs + kCombineWarps - 1) / kCombineWarps, 1, kMaxCombineCtas));
-  LATTN_DISPATCH_HALF_TYPES(out_dtype, "decode", "out",
-                            [&] { decode_combine_kernel<T><<<ctas, kCombineThreads, 0, stream>>>(p); });
+  LATTN_DISPATCH_HALF_TYPES(out_dtype, "decode", "out", [&] {
+    if (!pdl) {
+      decode_combine_kernel<T><<<ctas, kCombineThreads, 0, stream>>>(p);
+      return;
+    }
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(ctas);
+    config.blockDim = dim3(kCombineThreads);
+    config.stream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    LATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_combine_kernel<T>, p));
+  });
   LATTN_CUDA_CHECK_LAUNCH("decode_combine_kernel");
 }
 

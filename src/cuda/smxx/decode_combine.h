@@ -15,7 +15,9 @@ constexpr int kMaxDecodeSplitsPerRequest = 2048;
 // partials; for every request with no keys: out 0, LSE -inf. Requests with one
 // split were written by the attention kernel. Visits only the requests the
 // planner listed (decode_combine_reqs); its grid depends only on the plan's
-// shape (batch, rows_capacity), so it is capturable.
-void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t stream);
+// shape (batch, rows_capacity), so it is capturable. pdl: launched as a
+// programmatic dependent of the attention kernel (common/grid_dependency.cuh;
+// the combine waits for it before reading anything).
+void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t stream, bool pdl = false);
 
 }  // namespace lattn::cuda

@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/grid_dependency.cuh"
 #include "cuda/common/workspace.h"
 #include "cuda/smxx/decode_plan_math.cuh"
 
@@ -130,6 +131,9 @@ __device__ __forceinline__ bool whole_plan_fits(int max_load, int w) { return ma
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
     decode_plan_kernel(const int32_t* __restrict__ seq_lens, int batch, DecodePlan plan, bool whole_requests) {
+  // An attention kernel launched as a programmatic dependent may start its
+  // CTAs now; it reads the plan only after this kernel has completed.
+  grid_dependency_trigger();
   __shared__ int warp_sums[32];
   __shared__ int total_s;
   __shared__ int prefix_s[kSmemPrefix + 1];     // cost_prefix when batch <= kSmemPrefix

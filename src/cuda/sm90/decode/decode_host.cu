@@ -113,6 +113,21 @@ void launch_decode_sm90_fp8(const DecodeParams& p, DType dtype, int64_t num_bloc
   }
 }
 
+void launch_decode_sm90_km16(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream,
+                             bool pdl) {
+  const CUtensorMap map = cache_tensor_map(p, dtype, num_blocks);  // the same 64 x 64 swizzled boxes
+  const uint64_t hint = kv_cache_hint();
+  switch (dtype) {
+    case DType::bf16:
+      return DecodeKm16KernelInstance<__nv_bfloat16>::launch(p, map, m_tiles, hint, stream, pdl);
+    case DType::f16:
+      return DecodeKm16KernelInstance<__half>::launch(p, map, m_tiles, hint, stream, pdl);
+    default:
+      throw NotImplementedError(std::string("hopper key-major decode: activation dtype ") + dtype_name(dtype) +
+                                " (supported: f16, bf16)");
+  }
+}
+
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream) {
   const CUtensorMap map = cache_tensor_map(p, dtype, num_blocks);
   const uint64_t hint = kv_cache_hint();

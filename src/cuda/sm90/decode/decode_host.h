@@ -32,6 +32,15 @@ std::string decode_sm90_fp8_unsupported_reason(DType dtype, DType cache_dtype, i
 // Launches it: grid (m_tiles, p.plan.num_parts), 384 threads.
 void launch_decode_sm90_fp8(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream);
 
+// The key-major kernel for a 16-bit cache and at most 16 rows per request
+// (docs/hopper.md, "16-bit cache, at most 16 rows"): 16 packed rows x 64
+// keys per tile; it reads what the kernel above reads
+// (decode_sm90_unsupported_reason). Grid (m_tiles, p.plan.num_parts), 384
+// threads; pdl: as a programmatic dependent launch (common/grid_dependency.cuh).
+constexpr int kDecodeKm16BlockM = 16, kDecodeKm16BlockN = 64;
+void launch_decode_sm90_km16(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream,
+                             bool pdl = false);
+
 // Launches the kernel (docs/hopper.md, "Decode"): grid (m_tiles, p.plan.num_parts), 384 threads.
 // num_blocks = the cache's page count (the tensor map's outer extent).
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream);

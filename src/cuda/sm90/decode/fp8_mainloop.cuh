@@ -24,9 +24,11 @@
 #pragma once
 
 #include <cuda.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "cuda/common/index_check.cuh"
 #include "cuda/sm80/mma.cuh"  // pack2
@@ -167,9 +169,11 @@ struct Fp8SoftmaxState {
 // Scores -> probabilities for one tile of warpgroup g: scales (row_scale),
 // masks keys at or past each row's limit, exchanges the column (row) max
 // between the warpgroup's warps, rescales the running sums and writes P^T
-// as the f16 B operand [16 rows][64 keys] (keys permuted as the header says).
+// as the PT (16-bit) B operand [16 rows][64 keys] — keys permuted as the
+// header says (kPermutedKeys, this kernel), or in tile order (the 16-bit
+// key-major kernel, km16_mainloop.cuh, whose V^T is read from shared memory).
 // Returns the factors by which O's rows must be rescaled.
-template <class K>
+template <class K, class PT = __half, bool kPermutedKeys = true>
 __device__ __forceinline__ void fp8_softmax_tile(float (&s)[8], Fp8SoftmaxState& st, int key0, bool mask,
                                                  const int (&key_limit)[4], const float (&rsc)[4], int g,
                                                  float* row_max, uint8_t* p_box, float (&alpha)[4]) {
@@ -218,7 +222,7 @@ __device__ __forceinline__ void fp8_softmax_tile(float (&s)[8], Fp8SoftmaxState&
   for (int h = 0; h < 2; ++h) {
     // Tile key 16w + gid + 8h is k-step w, within it key q = gid + 8h = t' + 4b.
     const int q = gid + 8 * h, tq = q % 4, b = q / 4;
-    const int col = 16 * w + 2 * tq + (b & 1) + 8 * (b >> 1);
+    const int col = kPermutedKeys ? 16 * w + 2 * tq + (b & 1) + 8 * (b >> 1) : 16 * w + q;
 #pragma unroll
     for (int jn = 0; jn < 2; ++jn) {
 #pragma unroll
@@ -226,7 +230,11 @@ __device__ __forceinline__ void fp8_softmax_tile(float (&s)[8], Fp8SoftmaxState&
         const int i = 2 * jn + e, n = 8 * jn + 2 * t + e;
         const float pr = exp2f(s[4 * jn + 2 * h + e] - base[i]);
         st.l[i] += pr;
-        *reinterpret_cast<__half*>(p_box + swizzle128_offset(n, col)) = __float2half_rn(pr);
+        if constexpr (std::is_same_v<PT, __half>) {
+          *reinterpret_cast<__half*>(p_box + swizzle128_offset(n, col)) = __float2half_rn(pr);
+        } else {
+          *reinterpret_cast<PT*>(p_box + swizzle128_offset(n, col)) = __float2bfloat16_rn(pr);
+        }
       }
     }
   }

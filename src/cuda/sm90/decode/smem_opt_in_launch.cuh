@@ -17,10 +17,11 @@ namespace lattn::cuda::sm90::detail {
 // per device (the first launch is an eager one: the backend plans before any
 // capture), then launches it on grid (m_tiles, parts); the caller checks the
 // launch. The kernel is a template argument so that each instantiation has
-// its own once-flags.
+// its own once-flags. `pdl`: launched as a programmatic dependent of the
+// kernel before it (common/grid_dependency.cuh; the kernel must wait for it).
 template <class K, auto kKernel>
 void launch_decode_kernel(const DecodeParams& p, const CUtensorMap& cache_map, int m_tiles, uint64_t kv_hint,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, bool pdl = false) {
   constexpr auto kernel = kKernel;
   constexpr int kMaxDevices = 64;
   static std::once_flag once[kMaxDevices];
@@ -30,7 +31,21 @@ void launch_decode_kernel(const DecodeParams& p, const CUtensorMap& cache_map, i
     LATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(K::kSmemBytes)));
   });
   const dim3 grid(unsigned(m_tiles), unsigned(p.plan.num_parts));
-  kernel<<<grid, K::kThreads, K::kSmemBytes, stream>>>(p, cache_map, CacheHint(kv_hint));
+  if (!pdl) {
+    kernel<<<grid, K::kThreads, K::kSmemBytes, stream>>>(p, cache_map, CacheHint(kv_hint));
+    return;
+  }
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(K::kThreads);
+  config.dynamicSmemBytes = K::kSmemBytes;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  LATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, cache_map, CacheHint(kv_hint)));
 }
 
 }  // namespace lattn::cuda::sm90::detail
