@@ -19,7 +19,11 @@ A=${2:?command A}
 B=${3:?command B}
 shift 3
 [ "${1:-}" = "--" ] && shift
-FLAGS=(--phase sparse-decode --repeats 9)
+# 101 repeats: a case then lasts about 0.2 s (H16 T8 top-2048 decode), longer
+# than most of the stretches in which the dev machine's host slows one core's
+# memory accesses by 25-50 % for 0.1-0.3 s; with 9 repeats (20 ms) a run's
+# median fell wholly inside or outside one (docs/perf.md, "Sparse MLA (CPU)").
+FLAGS=(--phase sparse-decode --repeats 101)
 [ $# -gt 0 ] && FLAGS=("$@")
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT

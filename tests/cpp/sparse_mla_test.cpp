@@ -259,6 +259,14 @@ std::vector<SparseCase> backend_cases() {
   SparseCase bs1;
   bs1.block_size = 1, bs1.num_blocks = 200, bs1.seed = seed++;
   cases.push_back(bs1);
+  // A block size that is not a power of two: the cpu backend finds a slot's
+  // block by division there (by shift and mask otherwise).
+  for (DType cache_dtype : {DType::bf16, kFp8DsMla}) {
+    SparseCase odd_block;
+    odd_block.cache_dtype = cache_dtype, odd_block.block_size = 5, odd_block.num_blocks = 40, odd_block.pattern = 2;
+    odd_block.seed = seed++;
+    cases.push_back(odd_block);
+  }
   // fp8_ds_mla with 40 heads (two 16-lane groups and a partial one: every
   // register block of the kernel that reads entries in place) and a top-k
   // that leaves a partial key tile with an odd key count.

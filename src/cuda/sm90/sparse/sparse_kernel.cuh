@@ -46,14 +46,32 @@ namespace lattn::cuda::sm90 {
 
 constexpr int kBarProducer = 4;  // the producer warpgroup's own named barrier (1..3: decode_mainloop.cuh)
 
-// Producer warp 0: the raw indices of tile `tile` (2 per lane, -1 past topk).
-__device__ __forceinline__ void sparse_fetch_indices(const SparseParams& p, const int32_t* idx, int tile,
-                                                     int32_t (&raw)[2]) {
+// Producer warp 0: starts copying the raw indices of tile `tile` into
+// `next` [64] (2 per lane, each lane its own: lane l's words l and 32 + l),
+// by cp.async, so that no register waits for them; the producer's
+// cp_async_wait at the end of the tile's gather completes them.
+__device__ __forceinline__ void sparse_prefetch_indices(const SparseParams& p, const int32_t* idx, int tile,
+                                                        uint32_t next) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int j = tile * 64 + 32 * i + lane;
-    raw[i] = j < p.topk ? __ldg(idx + j) : -1;
+    const bool in = j < p.topk;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(next + 4u * uint32_t(32 * i + lane)),
+                 "l"(in ? idx + j : idx), "r"(in ? 4 : 0)
+                 : "memory");
+  }
+}
+
+// Producer warp 0: the raw indices of tile `tile` from `next` (-1 past topk).
+__device__ __forceinline__ void sparse_read_indices(const SparseParams& p, int tile, uint32_t next,
+                                                    int32_t (&raw)[2]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int j = tile * 64 + 32 * i + lane;
+    const int32_t v = ld_shared_s32(next + 4u * uint32_t(32 * i + lane));
+    raw[i] = j < p.topk ? v : -1;
   }
 }
 
@@ -117,18 +135,25 @@ __device__ __forceinline__ void dequant16(uint4 raw, float scale, uint4& lo, uin
 // tile, rows past count zero. Warp pw takes rows pw, pw + 4, ...; lane l the
 // 16 latents [16 l, 16 l + 16) of each (one 512-byte row per warp load) and
 // their tile's scale; the rope (64 bf16 = 8 pieces per row) goes by cp.async.
-// The warp first asks L2 for its 16 whole rows (one bulk prefetch per row),
+// The warp first asks L2 for its 16 whole rows (3 line prefetches per lane),
 // so that the loads, kFp8Batch rows at a time, mostly hit L2.
 template <class K>
 __device__ __forceinline__ void gather_ds_mla(const SparseParams& p, uint32_t slots, int count, uint32_t stage) {
   constexpr int kRowsPerWarp = K::kBlockN / 4, kBatch = K::kFp8Batch;
   const int pt = threadIdx.x - K::kConsumerThreads;
   const int pw = pt / 32, lane = pt % 32;
-  if (lane < kRowsPerWarp) {
-    const int row = pw + 4 * lane;
+  // Six 128-byte lines cover any 656-byte row at a 16-byte offset (the last
+  // byte is at most 112 + 655 = 767 past its first line's start), so a warp's
+  // 16 rows are 96 line prefetches: 3 per lane, one instruction each for the
+  // warp. (A bulk prefetch per row takes its address from uniform registers:
+  // the warp's 16 ran one after another.)
+  static_assert(kRowsPerWarp * 6 == 3 * 32, "3 line prefetches per lane");
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    const int i = 32 * k + lane, row = pw + 4 * (i / 6);
     if (row < count) {
-      const uint8_t* src = p.cache + uint64_t(uint32_t(ld_shared_s32(slots + 4u * uint32_t(row)))) * 16u;
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "n"(K::kDsRowBytes) : "memory");
+      const uint8_t* line = p.cache + uint64_t(uint32_t(ld_shared_s32(slots + 4u * uint32_t(row)))) * 16u + (i % 6) * 128;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(line) : "memory");
     }
   }
   // Rope: rows' bytes [528, 656) -> box 8.
@@ -253,14 +278,31 @@ __global__ void __launch_bounds__(K::kThreads, 1) sparse_mla_sm90_kernel(const _
     setmaxnreg_dec<K::kProducerRegs>();
     const bool lister = threadIdx.x < K::kConsumerThreads + 32;  // its warp 0
     const uint32_t stage0 = smem_u32(kv_smem);
+    // The lister copies each tile's indices in one tile ahead: loaded at the
+    // top of their own tile, their global-memory latency was a step of every
+    // tile's chain (load, compact, gather, arrive), and the producer, not the
+    // consumers, sets the pace (docs/perf.md). Through shared memory, since
+    // registers holding them across a gather spilled (the bf16 producer has
+    // 32). The buffer's address is an offset from slots_u32, not a register
+    // of its own.
+#define LATTN_NEXT_IDX (slots_u32 + uint32_t(K::kNextIdxOffset - K::kSlotsOffset))
+    if (lister) {
+      sparse_prefetch_indices(p, idx, 0, LATTN_NEXT_IDX);
+      sm80::cp_async_commit();
+      sm80::cp_async_wait<0>();
+    }
     for (int it = 0; it < n_tiles; ++it) {
       const int s = it % K::kStages, round = it / K::kStages;
       const uint32_t slots = slots_u32 + uint32_t(s) * (K::kBlockN * 4), count_addr = counts_u32 + 4u * uint32_t(s);
-      int32_t raw[2];
-      if (lister) sparse_fetch_indices(p, idx, it, raw);  // its latency overlaps the wait
       if (round > 0) mbarrier_wait(&empty[s], (round - 1) & 1);
       // The list of stage s was last read in tile it - 2, before the previous barrier.
-      if (lister) sparse_compact(p, raw, slots, count_addr);
+      if (lister) {
+        int32_t raw[2];
+        sparse_read_indices(p, it, LATTN_NEXT_IDX, raw);  // copied during tile it - 1 (each lane its own words)
+        sparse_compact(p, raw, slots, count_addr);
+        if (it + 1 < n_tiles) sparse_prefetch_indices(p, idx, it + 1, LATTN_NEXT_IDX);  // lands during this gather
+      }
+#undef LATTN_NEXT_IDX
       named_barrier_sync(kBarProducer, K::kProducerThreads);
       const int count = ld_shared_s32(count_addr);
       const uint32_t stage = stage0 + uint32_t(s) * uint32_t(K::kKVTileBytes);

@@ -29,10 +29,12 @@ struct SparseTraits : DecodeTraits<__nv_bfloat16> {
   // The producer warpgroup gathers rows (bf16: cp.async, a few registers;
   // fp8_ds_mla: loads, dequantization and stores in registers, so it gets more
   // and the consumers keep what O (128 f32) and S need: ptxas spills nothing
-  // at 64 / 216 with batches of 4 and at 80 / 208 with batches of 8). The sum
-  // must not exceed the 168 x 384 registers allocated at launch.
-  static constexpr int kProducerRegs = !kDsMla ? 24 : kFp8Batch == 4 ? 64 : 80;
-  static constexpr int kConsumerRegs = !kDsMla ? 240 : kFp8Batch == 4 ? 216 : 208;
+  // at 32 / 232 for bf16, 72 / 216 with batches of 4 and 88 / 208 with
+  // batches of 8; the index copy one tile ahead and the line prefetches made
+  // the earlier 24, 64 and 80 spill a few bytes). The sum must not exceed the
+  // 168 x 384 registers allocated at launch.
+  static constexpr int kProducerRegs = !kDsMla ? 32 : kFp8Batch == 4 ? 72 : 88;
+  static constexpr int kConsumerRegs = !kDsMla ? 232 : kFp8Batch == 4 ? 216 : 208;
   static_assert(kProducerRegs * kProducerThreads + kConsumerRegs * kConsumerThreads <= 168 * kThreads,
                 "setmaxnreg may only redistribute the registers allocated at launch (168 per thread)");
 
@@ -40,7 +42,9 @@ struct SparseTraits : DecodeTraits<__nv_bfloat16> {
   // their count (the rest of the tile is zero-filled).
   static constexpr size_t kSlotsOffset = Base::kUsedBytes;
   static constexpr size_t kCountsOffset = kSlotsOffset + size_t(kStages) * kBlockN * 4;
-  static constexpr size_t kUsedBytes = kCountsOffset + size_t(kStages) * 4;
+  // The next tile's raw indices, copied in one tile ahead (sparse_kernel.cuh).
+  static constexpr size_t kNextIdxOffset = (kCountsOffset + size_t(kStages) * 4 + 15) / 16 * 16;
+  static constexpr size_t kUsedBytes = kNextIdxOffset + size_t(kBlockN) * 4;
   static constexpr size_t kSmemBytes = kUsedBytes + 1024;  // + the 1024-byte alignment of the base
   static_assert(kSmemBytes <= 232448, "must fit the 227 KB a Hopper block may opt in to");
 };
