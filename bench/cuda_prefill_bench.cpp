@@ -4,16 +4,19 @@
 //
 // Cases (docs/bench-method.md): causal 192/128 bf16 at H128 x one request
 // of 8192 tokens, 4 x 4096 and 16 x 1024, and H16 x 8 x 8192, each with the
-// default kernel, the candidate tile configurations and the hopper kernels;
+// default kernel, the candidate tile configurations and the hopper kernels
+// (the rows of one shape back to back);
 // and chunked context (32k cached tokens + 2k new, workspace 64k and 8k
 // tokens) against the same attention done in one bottom-right causal launch,
 // with either backend's kernel. Each row: median µs of many event-timed
 // launches after warm-up, TFLOP/s by the count of docs/bench-method.md, and
 // the fraction of the GEMM rate. The default hopper kernel's rows run each
-// tile walk by name ("walk=pairs|static|dynamic", back to back per shape;
-// LATTN_PREFILL_BENCH_ROTATE=k rotates their order). A summary table is
-// printed last. LATTN_PREFILL_BENCH_TRACE=dir runs the trace experiment
-// instead (run_trace_experiment: per-CTA SM, clock and tile times).
+// tile walk by name ("walk=pairs|static|dynamic"; LATTN_PREFILL_BENCH_ROTATE=k
+// rotates the order of a shape's rows). A summary table is printed last.
+// LATTN_PREFILL_BENCH_TRACE=dir runs the trace experiment instead
+// (run_trace_experiment: per-CTA SM, clock and tile times), or, with
+// LATTN_PREFILL_BENCH_TRACE_CONFIGS=i,j,..., the cycle comparison of those
+// hopper config rows (run_trace_ab).
 //
 // This benchmark reaches the internal launchers (src/cuda/sm80/prefill/prefill_launch.h,
 // src/cuda/sm90/prefill/prefill_launch.h)
@@ -440,40 +443,41 @@ void register_benchmarks() {
     const sm80::PrefillTileConfig& c = sm80::kPrefillTileConfigs[config];
     if (c.head_dim_qk == kDqk && c.head_dim_v == kDv) kernels.push_back(config);
   }
-  // The default hopper kernel also runs each named walk, the walks of one
-  // shape back to back (their order rotated by LATTN_PREFILL_BENCH_ROTATE,
-  // so passes of several processes can alternate which goes first).
+  // The default hopper kernel also runs each named walk. The rows of one
+  // shape run back to back (kernels in table order, the default's walks
+  // pairs / static / dynamic), so kernels compared with each other run at
+  // about the same GPU state; LATTN_PREFILL_BENCH_ROTATE=k starts each
+  // shape's list at its k-th row, so passes of several processes can
+  // alternate which row goes first.
   const int default_hopper = kHopper - sm90::hopper_prefill_config(kDqk, kDv);
   const char* rotate_env = std::getenv("LATTN_PREFILL_BENCH_ROTATE");
   const int rotate = rotate_env == nullptr ? 0 : std::atoi(rotate_env);
   const auto walks_of = [&](int kernel) {
-    std::vector<int> walks = {0};
-    if (kernel == default_hopper) {
-      walks = {1, 2, 3};
-      const int n = int(walks.size());
-      std::rotate(walks.begin(), walks.begin() + ((rotate % n) + n) % n, walks.end());
-    }
-    return walks;
+    return kernel == default_hopper ? std::vector<int>{1, 2, 3} : std::vector<int>{0};
   };
   const auto walk_suffix = [](int walk) {
     return walk == 0 ? std::string() : "/" + std::string(kScheduleNames[walk] + 6);  // "/pairs" ...
   };
-  for (int kernel : kernels) {
-    const std::string name = is_hopper(kernel)
-                                 ? "hopper_" + std::string(sm90::kHopperPrefillConfigs[hopper_config(kernel)].name)
-                                 : sm80::kPrefillTileConfigs[kernel].name;
-    for (auto [heads, batch, seq] :
-         {std::tuple{128, 1, 8192}, std::tuple{128, 4, 4096}, std::tuple{128, 16, 1024}, std::tuple{16, 8, 8192}}) {
-      for (int walk : walks_of(kernel)) {
-        benchmark::RegisterBenchmark(("prefill_causal/" + name + walk_suffix(walk)).c_str(), BM_PrefillCausal)
-            ->Args({batch, seq, kernel, heads, walk})
-            ->UseManualTime()
-            ->Iterations(1);
-      }
+  std::vector<std::pair<int, int>> shape_rows;  // (kernel, walk) of one shape
+  for (int kernel : kernels)
+    for (int walk : walks_of(kernel)) shape_rows.emplace_back(kernel, walk);
+  const int n_rows = int(shape_rows.size());
+  std::rotate(shape_rows.begin(), shape_rows.begin() + ((rotate % n_rows) + n_rows) % n_rows, shape_rows.end());
+  for (auto [heads, batch, seq] :
+       {std::tuple{128, 1, 8192}, std::tuple{128, 4, 4096}, std::tuple{128, 16, 1024}, std::tuple{16, 8, 8192}}) {
+    for (auto [kernel, walk] : shape_rows) {
+      const std::string name = is_hopper(kernel)
+                                   ? "hopper_" + std::string(sm90::kHopperPrefillConfigs[hopper_config(kernel)].name)
+                                   : sm80::kPrefillTileConfigs[kernel].name;
+      benchmark::RegisterBenchmark(("prefill_causal/" + name + walk_suffix(walk)).c_str(), BM_PrefillCausal)
+          ->Args({batch, seq, kernel, heads, walk})
+          ->UseManualTime()
+          ->Iterations(1);
     }
   }
   for (int kernel : {kHopper, 0}) {
-    for (int walk : kernel == kHopper ? walks_of(default_hopper) : std::vector<int>{0}) {
+    // hopper: the default walk (automatic: what the library runs), then each named one.
+    for (int walk : kernel == kHopper ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}) {
       benchmark::RegisterBenchmark(
           ((kernel == kHopper ? "chunked_context/hopper" : "chunked_context/cuda") + walk_suffix(walk)).c_str(),
           BM_ChunkedContext)
@@ -599,6 +603,87 @@ int run_trace_experiment(const std::string& dir) {
   return 0;
 }
 
+// ---- cycles of several hopper configs (LATTN_PREFILL_BENCH_TRACE_CONFIGS) ----------
+// The SM clock moves under the power cap between launches (docs/perf.md,
+// "what makes the two levels"), so times of two kernels differ by the clock
+// they were given as much as by their work; their cycles do not. Per causal
+// shape: the given config rows (default walk) launched in turn, kRounds
+// times (the order reversed every round), every launch traced; written as
+// run_trace_experiment's files (dir/trace_ab_<shape>.bin, the "alloc" field
+// = the config row) for bench/prefill_trace_analyze.py, and one line per
+// launch: time, SM clock, cycles (time x clock).
+int run_trace_ab(const std::string& dir, const std::vector<int>& configs) {
+  int device = 0, sms = 0;
+  BENCH_CUDA(cudaGetDevice(&device));
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  constexpr int kRounds = 10;
+  const size_t words = size_t(sms) * sm90::kPrefillTraceWords;
+  DeviceBuffer dtrace(words * 8);
+  sm90::HopperPrefillDiagnostics diag;
+  diag.trace = dtrace.as<unsigned long long>();
+  std::vector<unsigned long long> host(words);
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  for (auto [heads, batch, seq] :
+       {std::tuple{128, 1, 8192}, std::tuple{128, 4, 4096}, std::tuple{128, 16, 1024}, std::tuple{16, 8, 8192}}) {
+    const std::string tag = "h" + std::to_string(heads) + "_b" + std::to_string(batch) + "_s" + std::to_string(seq);
+    const Problem pb(heads, std::vector<int>(size_t(batch), seq), std::vector<int>(size_t(batch), seq));
+    const sm80::PrefillParams p = pb.params(true);
+    for (int c : configs)
+      for (int w = 0; w < 3; ++w) pb.run(p, kHopper - c, 0, 0);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    const std::string path = dir + "/trace_ab_" + tag + ".bin";
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) throw std::runtime_error("cannot write " + path);
+    std::vector<std::vector<double>> cycles(configs.size());
+    for (int round = 0; round < kRounds; ++round) {
+      for (size_t k = 0; k < configs.size(); ++k) {
+        const size_t ci = round % 2 == 0 ? k : configs.size() - 1 - k;
+        BENCH_CUDA(cudaMemset(dtrace.ptr, 0, words * 8));
+        BENCH_CUDA(cudaEventRecord(e0, nullptr));
+        pb.run(p, kHopper - configs[ci], 0, 0, &diag);
+        BENCH_CUDA(cudaEventRecord(e1, nullptr));
+        BENCH_CUDA(cudaEventSynchronize(e1));
+        float ms = 0;
+        BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        BENCH_CUDA(cudaMemcpy(host.data(), dtrace.ptr, words * 8, cudaMemcpyDeviceToHost));
+        const int64_t alloc = configs[ci];
+        const double us = ms * 1e3;
+        int64_t grid = 0;
+        for (int c = 0; c < sms; ++c) grid += host[size_t(c) * sm90::kPrefillTraceWords + 1] != 0;
+        std::fwrite(&alloc, 8, 1, f);
+        std::fwrite(&us, 8, 1, f);
+        std::fwrite(&grid, 8, 1, f);
+        std::vector<double> mhz;
+        for (int c = 0; c < grid; ++c) {
+          const unsigned long long* w = host.data() + size_t(c) * sm90::kPrefillTraceWords;
+          const size_t n = std::min<size_t>(w[5], sm90::kPrefillTraceTiles);
+          std::fwrite(w, 8, sm90::kPrefillTraceHeader + 3 * n, f);
+          mhz.push_back(double(w[4] - w[2]) / double(w[3] - w[1]) * 1e3);
+        }
+        std::sort(mhz.begin(), mhz.end());
+        const double clock = mhz[mhz.size() / 2];
+        cycles[ci].push_back(us * clock);
+        std::printf("trace-ab %s round %d config %d (%s): %.1f us, SM clock %.0f MHz, %.3f M cycles\n", tag.c_str(),
+                    round, configs[ci], sm90::kHopperPrefillConfigs[configs[ci]].name, us, clock, us * clock * 1e-6);
+      }
+    }
+    std::fclose(f);
+    for (size_t ci = 0; ci < configs.size(); ++ci) {
+      std::vector<double>& v = cycles[ci];
+      std::sort(v.begin(), v.end());
+      std::printf("trace-ab %s config %d (%s): cycles median %.4f M, min %.4f M, max %.4f M over %zu launches\n",
+                  tag.c_str(), configs[ci], sm90::kHopperPrefillConfigs[configs[ci]].name, v[v.size() / 2] * 1e-6,
+                  v.front() * 1e-6, v.back() * 1e-6, v.size());
+    }
+    std::fflush(stdout);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 0;
+}
+
 void print_summary() {
   if (rows().empty()) return;
   std::printf("\n%-72s %12s %10s %9s  %s\n", "case", "median us", "TFLOP/s", "of GEMM", "note");
@@ -614,6 +699,22 @@ int main(int argc, char** argv) {
     if (!hopper_skip_reason().empty()) {
       std::printf("trace: %s\n", hopper_skip_reason().c_str());
       return 0;
+    }
+    if (const char* list = std::getenv("LATTN_PREFILL_BENCH_TRACE_CONFIGS"); list != nullptr && *list != '\0') {
+      std::vector<int> configs;
+      for (const char* c = list; *c != '\0';) {
+        char* end = nullptr;
+        const long v = std::strtol(c, &end, 10);
+        if (end == c || v < 0 || v >= sm90::kNumHopperPrefillConfigs) {
+          std::fprintf(stderr,
+                       "LATTN_PREFILL_BENCH_TRACE_CONFIGS: expected config rows 0..%d separated by commas, got '%s'\n",
+                       sm90::kNumHopperPrefillConfigs - 1, list);
+          return 1;
+        }
+        configs.push_back(int(v));
+        c = *end == ',' ? end + 1 : end;
+      }
+      return run_trace_ab(dir, configs);
     }
     return run_trace_experiment(dir);
   }

@@ -8,7 +8,9 @@ squares fit of each tile's time on its key blocks; causal requests of equal
 length, so query block m has m + 1 key blocks), the spread of the CTAs'
 rates and ends, whether the blockIdx -> SM map is the first launch's, and
 the (request, head) pairs running at mid-launch. docs/perf.md, "what makes
-the two levels", was read from it.
+the two levels", was read from it. Last, per "alloc" value (a copy of the
+data; in trace_ab files the config row): median launch cycles, cycles per
+block and per tile.
 
 Optional first argument: a file of "smid lat0 lat1 ..." lines (per-SM L2
 latencies of the same lines): SMs are then split into two L2 sides by
@@ -57,6 +59,7 @@ def analyze(path, side=None):
     L = load(path)
     print('==', path, len(L), 'launches')
     base_map = None
+    groups = collections.defaultdict(list)  # alloc -> (cycles, cycles per block, cycles per tile)
     for i, l in enumerate(L):
         ctas = l['ctas']
         mhz = st.median((c['c1'] - c['c0']) / (c['t1'] - c['t0']) * 1e3 for c in ctas)
@@ -100,6 +103,14 @@ def analyze(path, side=None):
                 if tt[0] <= tm < tn: live[(tt[2], tt[3])].add(side.get(c['sm'], -1) if side else 0)
         line += '  live(b,h) at mid %d, on both sides %d' % (len(live), sum(len(v) > 1 for v in live.values()))
         print(line)
+        groups[l['alloc']].append((l['us'] * mhz, ac, bc))
+    # Per "alloc" (a copy of the data, or the config row of the cycle
+    # comparison): medians of launch cycles (time x clock), cycles per key
+    # block and per tile.
+    for a, g in sorted(groups.items()):
+        print('   alloc %d: %d launches, cycles median %.4f M (min %.4f, max %.4f), block %.0f cyc, tile+ %.0f cyc' % (
+            a, len(g), st.median(x[0] for x in g) * 1e-6, min(x[0] for x in g) * 1e-6, max(x[0] for x in g) * 1e-6,
+            st.median(x[1] for x in g), st.median(x[2] for x in g)))
 
 if __name__ == '__main__':
     side = None

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backends/unchecked_decode_run.h"
 #include "cpu/attention_kernels.h"
 #include "cpu/cpu_backend_common.h"
 #include "cpu/decode_plan.h"
@@ -27,7 +28,7 @@ namespace {
 
 constexpr const char* kRunOp = "cpu decode run";
 
-class CpuDecodeBackend final : public DecodeBackend {
+class CpuDecodeBackend final : public DecodeBackend, public detail::UncheckedDecodeRun {
  public:
   explicit CpuDecodeBackend(const DecodeBackendParams& params) : DecodeBackend(params) {}
 
@@ -43,6 +44,22 @@ class CpuDecodeBackend final : public DecodeBackend {
   void run(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& metadata,
            const Tensor& out, const Tensor& lse) override {
     validate(ql_nope, q_pe, cache, metadata, out, lse);
+    attend(ql_nope, q_pe, cache, metadata, out, lse);
+  }
+
+  // MlaAttention::forward's entry (core/backends/unchecked_decode_run.h):
+  // validate_forward checked the step, every block id included, and the
+  // layer built ql_nope and out to this backend's shapes. What it leaves to
+  // the backend is the block table's layout: rows are read with unit stride.
+  void run_unchecked(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache,
+                     const DecodeMetadata& metadata, const Tensor& out, const Tensor& lse) override {
+    check_last_dim_contiguous(kRunOp, "metadata.block_table_cpu", metadata.block_table_cpu);
+    attend(ql_nope, q_pe, cache, metadata, out, lse);
+  }
+
+ private:
+  void attend(const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache, const DecodeMetadata& metadata,
+              const Tensor& out, const Tensor& lse) {
     // The plan depends on the lengths and the thread count only: keep it when
     // it was made for exactly these (run() may be handed other metadata than
     // prepare_metadata() saw, or metadata edited in place).
@@ -51,7 +68,6 @@ class CpuDecodeBackend final : public DecodeBackend {
     execute(ql_nope, q_pe, cache, metadata, out, lse);
   }
 
- private:
   DecodePlan plan_for(const DecodeMetadata& md) const {
     const KernelTable& kt = kernel_table(cpu_isa());
     const std::vector<int32_t> q_begin = read_offsets(kRunOp, "metadata.query_start_loc_cpu", md.query_start_loc_cpu,
@@ -302,32 +318,21 @@ void CpuDecodeBackend::execute(const Tensor& ql_nope, const Tensor& q_pe, const 
   });
 }
 
-class CpuDecodeBackendClass final : public DecodeBackendClass {
+class CpuDecodeBackendClass final : public CpuBackendClass<DecodeBackendClass> {
  public:
-  std::string name() const override { return "cpu"; }
-  std::vector<DType> supported_dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
-  // The layer quantizes decode rows after the V up-projection; run() itself
-  // always writes the activation dtype.
-  bool supports_quant_output(QuantKey key) const override { return key == QuantKey::fp8_e4m3_static_per_tensor; }
-  bool supports_compute_capability(std::optional<DeviceCapability> capability) const override {
-    return !capability.has_value();
-  }
   std::unique_ptr<DecodeBackend> create(const DecodeBackendParams& params) const override {
     validate_decode_params("cpu decode backend", params, supported_dtypes(), supported_kv_cache_dtypes());
     return std::make_unique<CpuDecodeBackend>(params);
   }
 };
 
-const std::shared_ptr<const DecodeBackendClass>& decode_class() {
-  static const std::shared_ptr<const DecodeBackendClass> cls = std::make_shared<CpuDecodeBackendClass>();
-  return cls;
-}
-
-const RegisterDecodeBackend kRegisterCpuDecode{decode_class()};
+const RegisterDecodeBackend kRegisterCpuDecode{class_object<CpuDecodeBackendClass, DecodeBackendClass>()};
 
 }  // namespace
 }  // namespace lattn::cpu
 
 namespace lattn {
-std::shared_ptr<const DecodeBackendClass> cpu_decode_backend_class() { return cpu::decode_class(); }
+std::shared_ptr<const DecodeBackendClass> cpu_decode_backend_class() {
+  return cpu::class_object<cpu::CpuDecodeBackendClass, DecodeBackendClass>();
+}
 }  // namespace lattn

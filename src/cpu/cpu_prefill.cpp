@@ -290,31 +290,21 @@ void CpuPrefillBackend::attend(const PrefillProblem& pb) {
   });
 }
 
-class CpuPrefillBackendClass final : public PrefillBackendClass {
+class CpuPrefillBackendClass final : public CpuBackendClass<PrefillBackendClass> {
  public:
-  std::string name() const override { return "cpu"; }
-  std::vector<DType> supported_dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
-  bool supports_quant_output(QuantKey key) const override { return key == QuantKey::fp8_e4m3_static_per_tensor; }
-  // The CPU only: a CUDA device has its own backends.
-  bool supports_compute_capability(std::optional<DeviceCapability> capability) const override {
-    return !capability.has_value();
-  }
   std::unique_ptr<PrefillBackend> create(const PrefillBackendParams& params) const override {
     validate_prefill_params("cpu prefill backend", params, supported_dtypes());
     return std::make_unique<CpuPrefillBackend>(params);
   }
 };
 
-const std::shared_ptr<const PrefillBackendClass>& prefill_class() {
-  static const std::shared_ptr<const PrefillBackendClass> cls = std::make_shared<CpuPrefillBackendClass>();
-  return cls;
-}
-
-const RegisterPrefillBackend kRegisterCpuPrefill{prefill_class()};
+const RegisterPrefillBackend kRegisterCpuPrefill{class_object<CpuPrefillBackendClass, PrefillBackendClass>()};
 
 }  // namespace
 }  // namespace lattn::cpu
 
 namespace lattn {
-std::shared_ptr<const PrefillBackendClass> cpu_prefill_backend_class() { return cpu::prefill_class(); }
+std::shared_ptr<const PrefillBackendClass> cpu_prefill_backend_class() {
+  return cpu::class_object<cpu::CpuPrefillBackendClass, PrefillBackendClass>();
+}
 }  // namespace lattn

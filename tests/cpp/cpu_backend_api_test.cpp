@@ -7,9 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "core/backends/unchecked_decode_run.h"
+#include "lattn/attention.h"
 #include "lattn/backend.h"
 #include "lattn/cpu.h"
 #include "lattn/errors.h"
@@ -245,6 +249,67 @@ TEST(CpuDecodeRefusals, BadBlockIdsAndLengthsAreNamedAndNothingIsWritten) {
   md.seq_lens_cpu = seq;
   EXPECT_THROW(backend->run(ql, qpe, fp8_cache, md, out, lse), ValueError);  // not the backend's cache dtype
   EXPECT_TRUE(all_nan(out));
+}
+
+// MlaAttention::forward validates a step once and then calls the `cpu`
+// decode backend's unchecked entry (core/backends/unchecked_decode_run.h):
+// it must give run()'s bits and still refuse what the layer does not check.
+TEST(CpuDecodeUnchecked, GivesRunsBitsAndRefusesAStridedBlockTable) {
+  DecodeBackendParams p;
+  p.num_heads = 3, p.scale = 0.1f, p.kv_lora_rank = 16, p.qk_rope_head_dim = 4;
+  auto backend = cpu_decode_backend_class()->create(p);
+  auto* unchecked = dynamic_cast<detail::UncheckedDecodeRun*>(backend.get());
+  ASSERT_NE(unchecked, nullptr);
+  std::mt19937_64 rng(16);
+  OwnedLatentCache cache(6, 4, MlaDims{3, 16, 8, 4, 8}, DType::bf16);
+  test::fill_uniform(cache.cache().data, rng);
+  // Two requests, the second with two query tokens (s_q 2): 3 decode tokens.
+  OwnedTensor ql = OwnedTensor::empty({3, 3, 16}, DType::bf16), qpe = OwnedTensor::empty({3, 3, 4}, DType::bf16);
+  test::fill_uniform(ql, rng);
+  test::fill_uniform(qpe, rng);
+  DecodeMetadata md;
+  OwnedTensor qsl = i32({0, 1, 3}), seq = i32({10, 7}), bt = i32({5, 0, 3, 2, 4, 1}, {2, 3});
+  md.num_decodes = 2, md.num_decode_tokens = 3, md.block_size = 4;
+  md.query_start_loc_cpu = md.query_start_loc = qsl;
+  md.seq_lens_cpu = md.seq_lens = seq;
+  md.block_table_cpu = md.block_table = bt;
+  backend->prepare_metadata(md);
+  OwnedTensor out_a = OwnedTensor::empty({3, 3, 16}, DType::bf16), lse_a = OwnedTensor::empty({3, 3}, DType::f32);
+  OwnedTensor out_b = OwnedTensor::empty({3, 3, 16}, DType::bf16), lse_b = OwnedTensor::empty({3, 3}, DType::f32);
+  for (const OwnedTensor* t : {&out_a, &lse_a, &out_b, &lse_b}) test::poison(*t);
+  backend->run(ql, qpe, cache, md, out_a, lse_a);
+  unchecked->run_unchecked(ql, qpe, cache, md, out_b, lse_b);
+  EXPECT_EQ(std::memcmp(out_a.data(), out_b.data(), size_t(out_a.tensor().numel()) * 2), 0);
+  EXPECT_EQ(std::memcmp(lse_a.data(), lse_b.data(), size_t(lse_a.tensor().numel()) * 4), 0);
+  const OwnedTensor written = test::to_host_f32(out_a);  // every row written: no poison left
+  for (int64_t i = 0; i < written.tensor().numel(); ++i) ASSERT_FALSE(std::isnan(written.data_as<float>()[i])) << i;
+
+  // The same ids every second column of a [2, 6] table: the rows the kernel
+  // reads with unit stride would be wrong, so the entry refuses it.
+  OwnedTensor wide = i32({5, 9, 0, 9, 3, 9, 2, 9, 4, 9, 1, 9}, {2, 6});
+  const int64_t shape[] = {2, 3}, strides[] = {6, 2};
+  md.block_table_cpu = Tensor(wide.data(), DType::i32, shape, strides, Device::cpu());
+  test::poison(out_b);
+  try {
+    unchecked->run_unchecked(ql, qpe, cache, md, out_b, lse_b);
+    ADD_FAILURE() << "no exception";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("metadata.block_table_cpu"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(all_nan(out_b));
+}
+
+TEST(CpuDecodeUnchecked, TheLayersCpuDecodeBackendHasIt) {
+  MlaAttentionConfig c;
+  c.dims = MlaDims{2, 16, 8, 4, 8};
+  c.prefill_backend = "cpu";
+  c.decode_backend = "cpu";
+  MlaAttention layer(c);
+  EXPECT_NE(dynamic_cast<const detail::UncheckedDecodeRun*>(&layer.decode_backend()), nullptr);
+  MlaAttentionConfig r = c;
+  r.decode_backend = "reference";  // the oracle keeps its checks: no unchecked entry
+  MlaAttention reference_layer(r);
+  EXPECT_EQ(dynamic_cast<const detail::UncheckedDecodeRun*>(&reference_layer.decode_backend()), nullptr);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/attention/attention_impl.h"
+#include "core/backends/unchecked_decode_run.h"
 #include "core/ops/forward_ops.h"
 #include "core/types/batch_invariant.h"
 #include "lattn/check.h"
@@ -95,6 +96,7 @@ MlaAttention::MlaAttention(const MlaAttentionConfig& config) : impl_(std::make_u
   DecodeBackendParams decode_params{d.num_heads,  im.config.scale,       d.kv_lora_rank, d.qk_rope_head_dim,
                                     config.dtype, config.kv_cache_dtype, context};
   im.decode = im.decode_class->create(decode_params);
+  im.decode_unchecked = dynamic_cast<detail::UncheckedDecodeRun*>(im.decode.get());
 }
 
 MlaAttention::~MlaAttention() = default;

@@ -9,12 +9,25 @@
 // into this rank's head slice, up-projected and all-gathered, when the heads
 // divide over the ranks; else into every head before W_UV.
 #include "core/attention/attention_impl.h"
+#include "core/backends/unchecked_decode_run.h"
 #include "core/ops/device_ops.h"
 #include "core/ops/gemm.h"
 
 namespace lattn::detail {
 
 namespace {
+
+// The backend's attention over the step validate_forward checked: its
+// unchecked entry where it has one (the public run() would check the same
+// step again, every layer).
+void run_decode_backend(MlaAttention::Impl& impl, const Tensor& ql_nope, const Tensor& q_pe, const LatentCache& cache,
+                        const DecodeMetadata& metadata, const Tensor& out, const Tensor& lse) {
+  if (impl.decode_unchecked) {
+    impl.decode_unchecked->run_unchecked(ql_nope, q_pe, cache, metadata, out, lse);
+  } else {
+    impl.decode->run(ql_nope, q_pe, cache, metadata, out, lse);
+  }
+}
 
 // DCP with H divisible by the world size W (vLLM's layout): each rank
 // combines only its head slice [h0, h0 + H/W), up-projects it with its
@@ -35,13 +48,7 @@ void forward_decode_dcp_slices(MlaAttention::Impl& impl, const DcpDecodePlan& pl
   dcp_combine(comm, plan, partial, lse, slice, Tensor(), impl.dcp_method, ctx.stream, impl.dcp_scratch.get());
 
   const Tensor mine = impl.workspace.get(WorkspaceSlot::decode_v_slice, {Td, Hs * V}, out_dtype);
-  GemmProblem v_up;
-  v_up.m = Td, v_up.n = V, v_up.k = L, v_up.batch = Hs;
-  v_up.a = slice.data(), v_up.a_dtype = dtype, v_up.lda = Hs * L, v_up.batch_stride_a = L;
-  v_up.b = static_cast<const char*>(impl.w_uv->data()) + size_t(h0 * L * V) * size_t(dtype_size(dtype));
-  v_up.b_dtype = dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
-  v_up.c = mine.data(), v_up.c_dtype = out_dtype, v_up.ldc = Hs * V, v_up.batch_stride_c = V;
-  gemm(v_up, ctx);
+  up_project_v(impl, slice, mine, h0);
 
   // [W, Td, Hs*V]: rank r's block goes to out_rows' columns [r*Hs*V, (r+1)*Hs*V).
   const Tensor all = impl.workspace.get(WorkspaceSlot::decode_v_gathered, {W, Td, Hs * V}, out_dtype);
@@ -76,7 +83,7 @@ void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
   if (dcp_plan) {
     const Tensor partial = impl.workspace.get(WorkspaceSlot::decode_partial, {Td, N, L}, dtype);
     const Tensor lse = impl.workspace.get(WorkspaceSlot::decode_lse, {N, Td}, DType::f32);
-    impl.decode->run(ql_nope, q_pe, cache, metadata, partial, lse);
+    run_decode_backend(impl, ql_nope, q_pe, cache, metadata, partial, lse);
     Communicator& comm = *impl.dcp_comm;
     const int64_t W = comm.world_size();
     if (W > 1 && N % W == 0) {
@@ -87,7 +94,7 @@ void forward_decode(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
     dcp_combine(comm, *dcp_plan, partial, lse, latent_out, Tensor(), impl.dcp_method, ctx.stream,
                 impl.dcp_scratch.get());
   } else {
-    impl.decode->run(ql_nope, q_pe, cache, metadata, latent_out, Tensor());
+    run_decode_backend(impl, ql_nope, q_pe, cache, metadata, latent_out, Tensor());
   }
 
   // V up-projection (the seed's _v_up_proj): o [Td, L] per head by W_UV[n] [L, V] into out's head columns.
@@ -106,14 +113,15 @@ void absorb_q_nope(const MlaAttention::Impl& impl, const Tensor& q, const Tensor
   gemm(absorb, impl.run_context());
 }
 
-void up_project_v(const MlaAttention::Impl& impl, const Tensor& latent, const Tensor& out_rows) {
+void up_project_v(const MlaAttention::Impl& impl, const Tensor& latent, const Tensor& out_rows, int64_t first_head) {
   const MlaDims& d = impl.dims();
-  const int64_t N = d.num_heads, L = d.kv_lora_rank, V = d.v_head_dim;
+  const int64_t H = latent.size(1), L = d.kv_lora_rank, V = d.v_head_dim;
   const DType dtype = impl.config.dtype;
   GemmProblem v_up;
-  v_up.m = latent.size(0), v_up.n = V, v_up.k = L, v_up.batch = N;
-  v_up.a = latent.data(), v_up.a_dtype = dtype, v_up.lda = N * L, v_up.batch_stride_a = L;
-  v_up.b = impl.w_uv->data(), v_up.b_dtype = dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
+  v_up.m = latent.size(0), v_up.n = V, v_up.k = L, v_up.batch = H;
+  v_up.a = latent.data(), v_up.a_dtype = dtype, v_up.lda = H * L, v_up.batch_stride_a = L;
+  v_up.b = static_cast<const char*>(impl.w_uv->data()) + size_t(first_head * L * V) * size_t(dtype_size(dtype));
+  v_up.b_dtype = dtype, v_up.ldb = V, v_up.batch_stride_b = L * V;
   v_up.c = out_rows.data(), v_up.c_dtype = out_rows.dtype(), v_up.ldc = out_rows.stride(0), v_up.batch_stride_c = V;
   gemm(v_up, impl.run_context());
 }

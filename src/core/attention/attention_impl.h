@@ -15,6 +15,9 @@
 #include "lattn/attention.h"
 
 namespace lattn {
+namespace detail {
+class UncheckedDecodeRun;
+}  // namespace detail
 
 struct MlaAttention::Impl {
   MlaAttentionConfig config;  // scale resolved (never 0)
@@ -22,6 +25,9 @@ struct MlaAttention::Impl {
   std::shared_ptr<const DecodeBackendClass> decode_class;
   std::unique_ptr<PrefillBackend> prefill;
   std::unique_ptr<DecodeBackend> decode;
+  // `decode`'s entry without its own checks, when it has one
+  // (core/backends/unchecked_decode_run.h); null: forward calls decode->run.
+  detail::UncheckedDecodeRun* decode_unchecked = nullptr;
   // A sparse layer (config.index_topk > 0) has this instead of the two above.
   std::shared_ptr<const SparseMlaBackendClass> sparse_class;
   // Shared, so a view a caller took (W_UK_T() with weights_owner()) keeps
@@ -120,22 +126,40 @@ void forward_sparse(MlaAttention::Impl& impl, const ForwardArgs& args, const Lat
 void up_project(const MlaAttention::Impl& impl, const Tensor& kv_c, const Tensor& k_pe, const Tensor& k,
                 const Tensor& v);
 
-// One context chunk of a prefill (the single-rank and the DCP chunk loops):
-// gathers chunk i's latent rows from the cache into the workspace, up-projects
-// them and runs the backend's non-causal pass of q over them.
-//   latent_all [W, L+R], k_all [W, N, P+R], v_all [W, N, V'] workspace (W >= the chunk's rows)
-//   chunk_out [Tp, N, V'] activation dtype, chunk_lse [N, Tp] f32
+// The prefill rows' new tokens (the single-rank and the DCP prefill):
+// their keys and values up-projected into the workspace, and the step's
+// prefill view prepared on the backend.
+//   q [Tp, N, P+R] (a strided view of args.q), k [Tp, N, P+R], v [Tp, N, v_width]
+//   v_width = P+R when the backend pads V (PrefillBackend::pads_v), else V
+struct PrefillNewTokens {
+  Tensor q, k, v;
+  int64_t v_width = 0;
+};
+PrefillNewTokens prefill_new_tokens(MlaAttention::Impl& impl, const ForwardArgs& args, const MlaMetadata& metadata);
+
+// The context-chunk loop's scratch (the single-rank and the DCP loops):
+//   latent_all [W, L+R], k_all [W, N, P+R], v_all [W, N, v_width]  W = the plan's
+//       workspace rows (at least its largest chunk): pointer-stable across steps
+//   chunk_out [Tp, N, v_width] activation dtype, chunk_lse [N, Tp] f32
+struct ContextChunkScratch {
+  Tensor latent_all, k_all, v_all, chunk_out, chunk_lse;
+};
+ContextChunkScratch context_chunk_scratch(MlaAttention::Impl& impl, const MlaMetadata& metadata, int64_t v_width);
+
+// One context chunk of a prefill: gathers chunk i's latent rows from the
+// cache into the scratch, up-projects them and runs the backend's
+// non-causal pass of q over them into scratch.chunk_out / chunk_lse.
 void attend_context_chunk(MlaAttention::Impl& impl, const LatentCache& cache, const PrefillMetadata& pm, int i,
-                          const Tensor& q, const Tensor& latent_all, const Tensor& k_all, const Tensor& v_all,
-                          const Tensor& chunk_out, const Tensor& chunk_lse);
+                          const Tensor& q, const ContextChunkScratch& scratch);
 
 // The two per-head GEMMs of the absorbed form (decode rows, sparse rows):
 //   absorb_q_nope  q [T, N, P+R] (rows strided; its first P columns) · W_UK_T[n] [P, L]
 //                  -> out [T, N, >= L] (its first L columns; row and head strides its own)
-//   up_project_v   latent [T, N, L] contiguous · W_UV[n] [L, V]
-//                  -> out_rows [T, N*V] (rows may be strided), in out_rows' dtype
+//   up_project_v   latent [T, H, L] contiguous · W_UV[first_head + h] [L, V]
+//                  -> out_rows [T, H*V] (rows may be strided), in out_rows' dtype
+//                  (H = N, or under DCP a rank's slice of the heads)
 void absorb_q_nope(const MlaAttention::Impl& impl, const Tensor& q, const Tensor& out);
-void up_project_v(const MlaAttention::Impl& impl, const Tensor& latent, const Tensor& out_rows);
+void up_project_v(const MlaAttention::Impl& impl, const Tensor& latent, const Tensor& out_rows, int64_t first_head = 0);
 
 // Grows the context-chunk scratch (gathered latents, up-projected K and V)
 // to `workspace_rows` rows, as the largest chunk of the plan would.

@@ -62,17 +62,51 @@ void reserve_context_workspace(MlaAttention::Impl& impl, int64_t workspace_rows)
   impl.workspace.get(WorkspaceSlot::context_v, {workspace_rows, N, v_width}, dtype);
 }
 
+ContextChunkScratch context_chunk_scratch(MlaAttention::Impl& impl, const MlaMetadata& metadata, int64_t v_width) {
+  const MlaDims& d = impl.dims();
+  const PrefillMetadata& pm = *metadata.prefill;
+  const int64_t Tp = pm.num_prefill_tokens, N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim,
+                R = d.qk_rope_head_dim;
+  const DType dtype = impl.config.dtype;
+  Workspace& ws = impl.workspace;
+  int64_t rows = std::max<int64_t>(metadata.context_chunk_workspace_size, 1);
+  for (int32_t chunk_rows : pm.chunks.seq_tot) rows = std::max<int64_t>(rows, chunk_rows);
+  ContextChunkScratch s;
+  // Sized by the plan's workspace, not by this step's chunks: pointer-stable across steps.
+  s.latent_all = ws.get(WorkspaceSlot::context_latent, {rows, L + R}, dtype);
+  s.k_all = ws.get(WorkspaceSlot::context_k, {rows, N, P + R}, dtype);
+  s.v_all = ws.get(WorkspaceSlot::context_v, {rows, N, v_width}, dtype);
+  s.chunk_out = ws.get(WorkspaceSlot::chunk_out, {Tp, N, v_width}, dtype);
+  s.chunk_lse = ws.get(WorkspaceSlot::chunk_lse, {N, Tp}, DType::f32);
+  return s;
+}
+
 void attend_context_chunk(MlaAttention::Impl& impl, const LatentCache& cache, const PrefillMetadata& pm, int i,
-                          const Tensor& q, const Tensor& latent_all, const Tensor& k_all, const Tensor& v_all,
-                          const Tensor& chunk_out, const Tensor& chunk_lse) {
+                          const Tensor& q, const ContextChunkScratch& s) {
   const int64_t L = impl.dims().kv_lora_rank, R = impl.dims().qk_rope_head_dim;
   const int64_t rows = pm.chunks.seq_tot[size_t(i)];
-  const Tensor latent = latent_all.narrow(0, 0, rows);
+  const Tensor latent = s.latent_all.narrow(0, 0, rows);
   gather_cache_unchecked(cache, latent, pm.block_table, pm.chunks.cu_seq_lens.select(0, i), pm.num_prefills,
                          pm.chunks.starts.select(0, i), impl.config.stream);
-  const Tensor k = k_all.narrow(0, 0, rows), v = v_all.narrow(0, 0, rows);
+  const Tensor k = s.k_all.narrow(0, 0, rows), v = s.v_all.narrow(0, 0, rows);
   up_project(impl, latent.narrow(1, 0, L), latent.narrow(1, L, R), k, v);
-  impl.prefill->run_prefill_context_chunk(i, q, k, v, chunk_out, chunk_lse);
+  impl.prefill->run_prefill_context_chunk(i, q, k, v, s.chunk_out, s.chunk_lse);
+}
+
+PrefillNewTokens prefill_new_tokens(MlaAttention::Impl& impl, const ForwardArgs& args, const MlaMetadata& metadata) {
+  const MlaDims& d = impl.dims();
+  const PrefillMetadata& pm = *metadata.prefill;
+  const int64_t Td = metadata.num_decode_tokens, Tp = pm.num_prefill_tokens, N = d.num_heads, P = d.qk_nope_head_dim,
+                R = d.qk_rope_head_dim;
+  const DType dtype = impl.config.dtype;
+  PrefillNewTokens t;
+  t.v_width = impl.prefill->pads_v() ? P + R : d.v_head_dim;
+  t.q = args.q.narrow(0, Td, Tp);  // [Tp, N, P+R], strided
+  t.k = impl.workspace.get(WorkspaceSlot::new_k, {Tp, N, P + R}, dtype);
+  t.v = impl.workspace.get(WorkspaceSlot::new_v, {Tp, N, t.v_width}, dtype);
+  up_project(impl, args.kv_c.narrow(0, Td, Tp), args.k_pe.narrow(0, Td, Tp), t.k, t.v);
+  impl.prefill->prepare_metadata(pm);
+  return t;
 }
 
 namespace {
@@ -84,22 +118,13 @@ namespace {
 // "Precision"). Merge order per row: ((new ⊕ chunk 0) ⊕ chunk 1) ⊕ ...; a
 // chunk in which a request has no keys has LSE -inf and merges as an exact
 // identity, so a row's bits do not depend on how many chunks the batch needs.
-void attend_context(MlaAttention::Impl& impl, const LatentCache& cache, const PrefillMetadata& pm,
-                    int64_t workspace_rows, const Tensor& q, int64_t v_width, const Tensor& new_out,
-                    const Tensor& new_lse, const Tensor& target) {
-  const MlaDims& d = impl.dims();
-  const int64_t Tp = pm.num_prefill_tokens, N = d.num_heads, L = d.kv_lora_rank, P = d.qk_nope_head_dim,
-                R = d.qk_rope_head_dim, V = d.v_head_dim;
-  const DType dtype = impl.config.dtype;
+void attend_context(MlaAttention::Impl& impl, const LatentCache& cache, const MlaMetadata& metadata, const Tensor& q,
+                    int64_t v_width, const Tensor& new_out, const Tensor& new_lse, const Tensor& target) {
+  const PrefillMetadata& pm = *metadata.prefill;
+  const int64_t Tp = pm.num_prefill_tokens, N = impl.dims().num_heads, V = impl.dims().v_head_dim;
   Workspace& ws = impl.workspace;
   const Stream stream = impl.config.stream;
-
-  // Sized by the plan's workspace, not by this step's chunks: pointer-stable across steps.
-  const Tensor latent_all = ws.get(WorkspaceSlot::context_latent, {workspace_rows, L + R}, dtype);
-  const Tensor k_all = ws.get(WorkspaceSlot::context_k, {workspace_rows, N, P + R}, dtype);
-  const Tensor v_all = ws.get(WorkspaceSlot::context_v, {workspace_rows, N, v_width}, dtype);
-  const Tensor chunk_out = ws.get(WorkspaceSlot::chunk_out, {Tp, N, v_width}, dtype);
-  const Tensor chunk_lse = ws.get(WorkspaceSlot::chunk_lse, {N, Tp}, DType::f32);
+  const ContextChunkScratch scratch = context_chunk_scratch(impl, metadata, v_width);
   const int num_chunks = pm.chunks.num_chunks;
   Tensor run_out, run_lse, next_lse;  // f32 running state (only when there is more than one chunk)
   if (num_chunks > 1) {
@@ -109,18 +134,18 @@ void attend_context(MlaAttention::Impl& impl, const LatentCache& cache, const Pr
   }
 
   for (int i = 0; i < num_chunks; ++i) {
-    attend_context_chunk(impl, cache, pm, i, q, latent_all, k_all, v_all, chunk_out, chunk_lse);
-    const Tensor chunk = chunk_out.narrow(2, 0, V);
+    attend_context_chunk(impl, cache, pm, i, q, scratch);
+    const Tensor chunk = scratch.chunk_out.narrow(2, 0, V);
     const bool last = i == num_chunks - 1;
     if (i == 0) {
       // (new ⊕ chunk 0): prefix = context, suffix = new tokens, as the seed merges them.
-      merge_attn_states_unchecked(last ? target : run_out, last ? Tensor() : run_lse, chunk, chunk_lse,
+      merge_attn_states_unchecked(last ? target : run_out, last ? Tensor() : run_lse, chunk, scratch.chunk_lse,
                                   new_out.narrow(2, 0, V), new_lse, stream);
       continue;
     }
     // The output may alias the prefix (elementwise); the LSE may not, hence two LSE buffers.
-    merge_attn_states_unchecked(last ? target : run_out, last ? Tensor() : next_lse, run_out, run_lse, chunk, chunk_lse,
-                                stream);
+    merge_attn_states_unchecked(last ? target : run_out, last ? Tensor() : next_lse, run_out, run_lse, chunk,
+                                scratch.chunk_lse, stream);
     std::swap(run_lse, next_lse);
   }
 }
@@ -130,45 +155,32 @@ void attend_context(MlaAttention::Impl& impl, const LatentCache& cache, const Pr
 bool forward_prefill(MlaAttention::Impl& impl, const ForwardArgs& args, const LatentCache& cache,
                      const MlaMetadata& metadata, const Tensor& out_rows, const Tensor& output_scale,
                      const Tensor& staging_rows) {
-  const MlaDims& d = impl.dims();
   const PrefillMetadata& pm = *metadata.prefill;
-  const int64_t Td = metadata.num_decode_tokens, Tp = pm.num_prefill_tokens, N = d.num_heads, P = d.qk_nope_head_dim,
-                R = d.qk_rope_head_dim, V = d.v_head_dim;
-  const DType dtype = impl.config.dtype;
+  const int64_t Tp = pm.num_prefill_tokens, N = impl.dims().num_heads, V = impl.dims().v_head_dim;
   Workspace& ws = impl.workspace;
-  const Stream stream = impl.config.stream;
   PrefillBackend& backend = *impl.prefill;
+  const PrefillNewTokens t = prefill_new_tokens(impl, args, metadata);
   const bool pad_v = backend.pads_v();
-  const int64_t v_width = pad_v ? P + R : V;
-
-  const Tensor q = args.q.narrow(0, Td, Tp);  // [Tp, N, P+R], strided
-  const Tensor k = ws.get(WorkspaceSlot::new_k, {Tp, N, P + R}, dtype);
-  const Tensor v = ws.get(WorkspaceSlot::new_v, {Tp, N, v_width}, dtype);
-  up_project(impl, args.kv_c.narrow(0, Td, Tp), args.k_pe.narrow(0, Td, Tp), k, v);
-  backend.prepare_metadata(pm);
 
   const bool has_context = pm.chunks.num_chunks > 0;
   if (!has_context && !pad_v) {
     // Nothing to merge: the new-token attention writes the layer output
     // directly (quantized by the backend when output_scale is given).
-    backend.run_prefill_new_tokens(q, k, v, false, heads_view(out_rows, N, V), Tensor(), output_scale);
+    backend.run_prefill_new_tokens(t.q, t.k, t.v, false, heads_view(out_rows, N, V), Tensor(), output_scale);
     return false;
   }
   const bool staged = args.quantize;
   const Tensor target = heads_view(staged ? staging_rows : out_rows, N, V);  // [Tp, N, V] activation dtype
-  const Tensor new_out = ws.get(WorkspaceSlot::new_out, {Tp, N, v_width}, dtype);
+  const Tensor new_out = ws.get(WorkspaceSlot::new_out, {Tp, N, t.v_width}, impl.config.dtype);
   if (!has_context) {  // padded V only: drop the pad columns
-    backend.run_prefill_new_tokens(q, k, v, false, new_out, Tensor());
-    copy_leading_columns(new_out, target, stream);
+    backend.run_prefill_new_tokens(t.q, t.k, t.v, false, new_out, Tensor());
+    copy_leading_columns(new_out, target, impl.config.stream);
     return staged;
   }
   const Tensor new_lse = ws.get(WorkspaceSlot::new_lse, {N, Tp}, DType::f32);
-  backend.run_prefill_new_tokens(q, k, v, true, new_out, new_lse);
-
-  int64_t workspace_rows = std::max<int64_t>(metadata.context_chunk_workspace_size, 1);
-  for (int32_t rows : pm.chunks.seq_tot) workspace_rows = std::max<int64_t>(workspace_rows, rows);
+  backend.run_prefill_new_tokens(t.q, t.k, t.v, true, new_out, new_lse);
   // Only the first V columns of (padded) outputs are merged.
-  attend_context(impl, cache, pm, workspace_rows, q, v_width, new_out, new_lse, target);
+  attend_context(impl, cache, metadata, t.q, t.v_width, new_out, new_lse, target);
   return staged;
 }
 

@@ -3,6 +3,7 @@
 // copies (X_cpu), so validating a CUDA step costs no device round trip.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/attention/attention_impl.h"
@@ -38,8 +39,9 @@ void check_query_start_loc(const char* name, const Tensor& qsl, int64_t num_requ
   check_arg(index_at(qsl, 0) == 0, kOp, name, "start at 0", str(index_at(qsl, 0)));
   for (int64_t r = 0; r < num_requests; ++r) {
     const int64_t len = index_at(qsl, r + 1) - index_at(qsl, r);
-    check_arg(len >= 1, kOp, name, "give every request at least one query token",
-              "query length " + str(len) + " for request " + str(r));
+    check_arg_lazy(
+        len >= 1, kOp, name, [] { return "give every request at least one query token"; },
+        [&] { return "query length " + str(len) + " for request " + str(r); });
   }
   check_arg(index_at(qsl, num_requests) == num_tokens, kOp, name, "end at the view's token count " + str(num_tokens),
             str(index_at(qsl, num_requests)));
@@ -49,55 +51,77 @@ void check_query_start_loc(const char* name, const Tensor& qsl, int64_t num_requ
 void check_block_row(const char* name, const Tensor& block_table, int64_t r, int64_t num_tokens,
                      const LatentCache& cache) {
   const int64_t blocks = (num_tokens + cache.block_size() - 1) / cache.block_size();
-  check_arg(blocks <= block_table.size(1), kOp, name,
-            "have at least " + str(blocks) + " columns for request row " + str(r) + " (" + str(num_tokens) + " tokens)",
-            block_table.shape_str());
+  check_arg_lazy(
+      blocks <= block_table.size(1), kOp, name,
+      [&] {
+        return "have at least " + str(blocks) + " columns for request row " + str(r) + " (" + str(num_tokens) +
+               " tokens)";
+      },
+      [&] { return block_table.shape_str(); });
+  const int64_t num_blocks = cache.num_blocks();
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t block = index_at(block_table, r, b);
-    check_arg(block >= 0 && block < cache.num_blocks(), kOp, name,
-              "hold block ids in [0, num_blocks = " + str(cache.num_blocks()) + ")",
-              str(block) + " at [" + str(r) + ", " + str(b) + "]");
+    check_arg_lazy(
+        block >= 0 && block < num_blocks, kOp, name,
+        [&] { return "hold block ids in [0, num_blocks = " + str(num_blocks) + ")"; },
+        [&] { return str(block) + " at [" + str(r) + ", " + str(b) + "]"; });
   }
 }
 
-// What the decode and prefill views share (kind "decode" or "prefill"):
-// their token count is the metadata's, and query_start_loc, seq_lens and
-// block_table hold their `requests` rows.
+// What the decode and prefill views share: their token count is the
+// metadata's, and query_start_loc, seq_lens and block_table hold their
+// `requests` rows.
 struct ViewArrays {
   int64_t tokens, requests;
   const Tensor &query_start_loc, &seq_lens, &block_table;  // the host copies
 };
+ViewArrays view_arrays(const DecodeMetadata& d) {
+  return {d.num_decode_tokens, d.num_decodes, d.query_start_loc_cpu, d.seq_lens_cpu, d.block_table_cpu};
+}
+ViewArrays view_arrays(const PrefillMetadata& p) {
+  return {p.num_prefill_tokens, p.num_prefills, p.query_start_loc_cpu, p.seq_lens_cpu, p.block_table_cpu};
+}
 
-void check_view_arrays(const std::string& kind, int64_t metadata_tokens, const ViewArrays& v) {
-  const std::string view = "metadata." + kind, tokens = "num_" + kind + "_tokens";
-  check_arg(v.tokens == metadata_tokens, kOp, (view + "." + tokens).c_str(),
+// The metadata's view of `kind` ("decode" or "prefill"): present exactly
+// when the metadata counts tokens of that kind, and then its shared arrays
+// checked. Null when absent.
+template <class View>
+const View* checked_view(const std::string& kind, const std::optional<View>& view, int64_t metadata_tokens) {
+  const std::string name = "metadata." + kind, tokens = "num_" + kind + "_tokens";
+  check_arg(view.has_value() == (metadata_tokens > 0), kOp, name.c_str(), "be present exactly when " + tokens + " > 0",
+            view ? "present" : "absent");
+  if (!view) return nullptr;
+  const ViewArrays v = view_arrays(*view);
+  check_arg(v.tokens == metadata_tokens, kOp, (name + "." + tokens).c_str(),
             "equal metadata." + tokens + " = " + str(metadata_tokens), str(v.tokens));
-  check_query_start_loc((view + ".query_start_loc").c_str(), v.query_start_loc, v.requests, v.tokens);
-  check_index_array((view + ".seq_lens").c_str(), v.seq_lens, {v.requests}, DType::i32);
-  const std::string table = view + ".block_table";
+  check_query_start_loc((name + ".query_start_loc").c_str(), v.query_start_loc, v.requests, v.tokens);
+  check_index_array((name + ".seq_lens").c_str(), v.seq_lens, {v.requests}, DType::i32);
+  const std::string table = name + ".block_table";
   check_dim(kOp, table.c_str(), v.block_table, 2);
   check_index_array(table.c_str(), v.block_table, {v.requests, kAnySize}, DType::i32);
+  return &*view;
 }
 
 void check_decode_view(const MlaAttention::Impl& impl, const MlaMetadata& md, const LatentCache& cache) {
-  check_arg(md.decode.has_value() == (md.num_decode_tokens > 0), kOp, "metadata.decode",
-            "be present exactly when num_decode_tokens > 0", md.decode ? "present" : "absent");
-  if (!md.decode) return;
-  const DecodeMetadata& dm = *md.decode;
-  check_view_arrays(
-      "decode", md.num_decode_tokens,
-      {dm.num_decode_tokens, dm.num_decodes, dm.query_start_loc_cpu, dm.seq_lens_cpu, dm.block_table_cpu});
+  const DecodeMetadata* view = checked_view("decode", md.decode, md.num_decode_tokens);
+  if (!view) return;
+  const DecodeMetadata& dm = *view;
   // A sparse layer's rows all take the same path: any query length.
   const int64_t max_queries = impl.decode_class ? impl.decode_class->max_query_tokens_per_request() : INT64_MAX;
   for (int64_t r = 0; r < dm.num_decodes; ++r) {
     const int64_t num_queries = index_at(dm.query_start_loc_cpu, r + 1) - index_at(dm.query_start_loc_cpu, r);
-    check_arg(num_queries <= max_queries, kOp, "metadata.decode.query_start_loc",
-              "give decodes at most " + str(max_queries) + " query tokens (decode backend " +
-                  (impl.decode_class ? impl.decode_class->name() : std::string("sparse")) + ")",
-              str(num_queries) + " for decode " + str(r));
+    check_arg_lazy(
+        num_queries <= max_queries, kOp, "metadata.decode.query_start_loc",
+        [&] {
+          return "give decodes at most " + str(max_queries) + " query tokens (decode backend " +
+                 (impl.decode_class ? impl.decode_class->name() : std::string("sparse")) + ")";
+        },
+        [&] { return str(num_queries) + " for decode " + str(r); });
     const int64_t seq_len = index_at(dm.seq_lens_cpu, r);
-    check_arg(seq_len >= num_queries, kOp, "metadata.decode.seq_lens",
-              "be >= the request's query length " + str(num_queries), str(seq_len) + " for decode " + str(r));
+    check_arg_lazy(
+        seq_len >= num_queries, kOp, "metadata.decode.seq_lens",
+        [&] { return "be >= the request's query length " + str(num_queries); },
+        [&] { return str(seq_len) + " for decode " + str(r); });
     check_block_row("metadata.decode.block_table", dm.block_table_cpu, r, seq_len, cache);
   }
 }
@@ -111,9 +135,12 @@ void check_chunk_plan(const PrefillMetadata& pm, const LatentCache& cache) {
             "have num_chunks = " + str(num_chunks) + " entries", str(int64_t(plan.seq_tot.size())));
   if (num_chunks == 0) {
     for (int64_t p = 0; p < np; ++p) {
-      check_arg(index_at(pm.context_lens_cpu, p) == 0, kOp, "metadata.prefill.chunks",
-                "plan context chunks when a prefill has context",
-                "no chunks and context length " + str(index_at(pm.context_lens_cpu, p)) + " for prefill " + str(p));
+      check_arg_lazy(
+          index_at(pm.context_lens_cpu, p) == 0, kOp, "metadata.prefill.chunks",
+          [] { return "plan context chunks when a prefill has context"; },
+          [&] {
+            return "no chunks and context length " + str(index_at(pm.context_lens_cpu, p)) + " for prefill " + str(p);
+          });
     }
     return;
   }
@@ -125,43 +152,47 @@ void check_chunk_plan(const PrefillMetadata& pm, const LatentCache& cache) {
     for (int64_t i = 0; i < num_chunks; ++i) {
       const int64_t start = index_at(plan.starts_cpu, i, p);
       const int64_t len = index_at(plan.cu_seq_lens_cpu, i, p + 1) - index_at(plan.cu_seq_lens_cpu, i, p);
-      check_arg(len >= 0, kOp, "metadata.prefill.chunks.cu_seq_lens", "be non-decreasing",
-                "a chunk of " + str(len) + " tokens (chunk " + str(i) + ", prefill " + str(p) + ")");
+      check_arg_lazy(
+          len >= 0, kOp, "metadata.prefill.chunks.cu_seq_lens", [] { return "be non-decreasing"; },
+          [&] { return "a chunk of " + str(len) + " tokens (chunk " + str(i) + ", prefill " + str(p) + ")"; });
       if (len == 0) continue;
-      check_arg(start % block_size == 0 && start == covered, kOp, "metadata.prefill.chunks.starts",
-                "continue where the previous chunk ended (" + str(covered) + ") at a multiple of block_size " +
-                    str(block_size),
-                str(start) + " (chunk " + str(i) + ", prefill " + str(p) + ")");
+      check_arg_lazy(
+          start % block_size == 0 && start == covered, kOp, "metadata.prefill.chunks.starts",
+          [&] {
+            return "continue where the previous chunk ended (" + str(covered) + ") at a multiple of block_size " +
+                   str(block_size);
+          },
+          [&] { return str(start) + " (chunk " + str(i) + ", prefill " + str(p) + ")"; });
       covered += len;
     }
-    check_arg(covered == index_at(pm.context_lens_cpu, p), kOp, "metadata.prefill.chunks",
-              "cover prefill " + str(p) + "'s context of " + str(index_at(pm.context_lens_cpu, p)) + " tokens",
-              str(covered) + " tokens");
+    check_arg_lazy(
+        covered == index_at(pm.context_lens_cpu, p), kOp, "metadata.prefill.chunks",
+        [&] {
+          return "cover prefill " + str(p) + "'s context of " + str(index_at(pm.context_lens_cpu, p)) + " tokens";
+        },
+        [&] { return str(covered) + " tokens"; });
   }
   for (int64_t i = 0; i < num_chunks; ++i) {
-    check_arg(
+    check_arg_lazy(
         index_at(plan.cu_seq_lens_cpu, i, 0) == 0 && index_at(plan.cu_seq_lens_cpu, i, np) == plan.seq_tot[size_t(i)],
         kOp, "metadata.prefill.chunks.cu_seq_lens",
-        "run from 0 to seq_tot[" + str(i) + "] = " + str(plan.seq_tot[size_t(i)]),
-        str(index_at(plan.cu_seq_lens_cpu, i, 0)) + ".." + str(index_at(plan.cu_seq_lens_cpu, i, np)));
+        [&] { return "run from 0 to seq_tot[" + str(i) + "] = " + str(plan.seq_tot[size_t(i)]); },
+        [&] { return str(index_at(plan.cu_seq_lens_cpu, i, 0)) + ".." + str(index_at(plan.cu_seq_lens_cpu, i, np)); });
   }
 }
 
 void check_prefill_view(const MlaMetadata& md, const LatentCache& cache, Device device) {
-  check_arg(md.prefill.has_value() == (md.num_prefill_tokens > 0), kOp, "metadata.prefill",
-            "be present exactly when num_prefill_tokens > 0", md.prefill ? "present" : "absent");
-  if (!md.prefill) return;
-  const PrefillMetadata& pm = *md.prefill;
-  check_view_arrays(
-      "prefill", md.num_prefill_tokens,
-      {pm.num_prefill_tokens, pm.num_prefills, pm.query_start_loc_cpu, pm.seq_lens_cpu, pm.block_table_cpu});
+  const PrefillMetadata* view = checked_view("prefill", md.prefill, md.num_prefill_tokens);
+  if (!view) return;
+  const PrefillMetadata& pm = *view;
   check_index_array("metadata.prefill.context_lens", pm.context_lens_cpu, {pm.num_prefills}, DType::i32);
   for (int64_t p = 0; p < pm.num_prefills; ++p) {
     const int64_t context = index_at(pm.context_lens_cpu, p);
     const int64_t query = index_at(pm.query_start_loc_cpu, p + 1) - index_at(pm.query_start_loc_cpu, p);
-    check_arg(context >= 0 && index_at(pm.seq_lens_cpu, p) == context + query, kOp, "metadata.prefill.seq_lens",
-              "equal context_len + query_len = " + str(context) + " + " + str(query),
-              str(index_at(pm.seq_lens_cpu, p)) + " for prefill " + str(p));
+    check_arg_lazy(
+        context >= 0 && index_at(pm.seq_lens_cpu, p) == context + query, kOp, "metadata.prefill.seq_lens",
+        [&] { return "equal context_len + query_len = " + str(context) + " + " + str(query); },
+        [&] { return str(index_at(pm.seq_lens_cpu, p)) + " for prefill " + str(p); });
     // Only the context is read back from the cache (the new tokens come from the inputs).
     check_block_row("metadata.prefill.block_table", pm.block_table_cpu, p, context, cache);
   }
@@ -266,9 +297,10 @@ ForwardArgs validate_forward(const MlaAttention::Impl& impl, const Tensor& q, co
     const int64_t capacity = cache.num_blocks() * cache.block_size();
     for (int64_t t = 0; t < md.slot_mapping_cpu.size(0); ++t) {
       const int64_t slot = index_at(md.slot_mapping_cpu, t);
-      check_arg(slot < capacity, kOp, "metadata.slot_mapping",
-                "hold slots < num_blocks * block_size = " + str(capacity) + " (or PAD_SLOT_ID -1)",
-                str(slot) + " at index " + str(t));
+      check_arg_lazy(
+          slot < capacity, kOp, "metadata.slot_mapping",
+          [&] { return "hold slots < num_blocks * block_size = " + str(capacity) + " (or PAD_SLOT_ID -1)"; },
+          [&] { return str(slot) + " at index " + str(t); });
     }
   }
   check_decode_view(impl, md, cache);

@@ -18,6 +18,7 @@
 namespace lattn {
 namespace {
 
+using detail::check_arg_lazy;
 using detail::index_at;
 
 constexpr auto kActivationDtypes = {DType::f16, DType::bf16, DType::f32};
@@ -37,10 +38,14 @@ void check_block_mapping(const char* op, const Tensor& block_mapping, int64_t sr
             block_mapping.shape_str());
   for (int64_t i = 0; i < block_mapping.size(0); ++i) {
     const int64_t src = index_at(block_mapping, i, 0), dst = index_at(block_mapping, i, 1);
-    check_arg(src >= 0 && src < src_blocks, op, "block_mapping",
-              "hold source block ids in [0, " + std::to_string(src_blocks) + ")", at_index(src, i, 0));
-    check_arg(dst >= 0 && dst < dst_blocks, op, "block_mapping",
-              "hold destination block ids in [0, " + std::to_string(dst_blocks) + ")", at_index(dst, i, 1));
+    check_arg_lazy(
+        src >= 0 && src < src_blocks, op, "block_mapping",
+        [&] { return "hold source block ids in [0, " + std::to_string(src_blocks) + ")"; },
+        [&] { return at_index(src, i, 0); });
+    check_arg_lazy(
+        dst >= 0 && dst < dst_blocks, op, "block_mapping",
+        [&] { return "hold destination block ids in [0, " + std::to_string(dst_blocks) + ")"; },
+        [&] { return at_index(dst, i, 1); });
   }
 }
 
@@ -54,14 +59,20 @@ void check_copy_targets_are_fresh(const char* op, const Tensor& block_mapping) {
   for (int64_t i = 0; i < block_mapping.size(0); ++i) {
     const int64_t dst = index_at(block_mapping, i, 1);
     const auto src = source_row.find(dst);
-    check_arg(src == source_row.end(), op, "block_mapping",
-              "destination blocks that are not also sources in the same call",
-              "block " + std::to_string(dst) + " as the destination of row " + std::to_string(i) +
-                  " and the source of row " + std::to_string(src == source_row.end() ? -1 : src->second));
+    check_arg_lazy(
+        src == source_row.end(), op, "block_mapping",
+        [] { return "destination blocks that are not also sources in the same call"; },
+        [&] {
+          return "block " + std::to_string(dst) + " as the destination of row " + std::to_string(i) +
+                 " and the source of row " + std::to_string(src->second);
+        });
     const auto [first, fresh] = destination_row.emplace(dst, i);
-    check_arg(
-        fresh, op, "block_mapping", "each destination block at most once",
-        "block " + std::to_string(dst) + " in rows " + std::to_string(first->second) + " and " + std::to_string(i));
+    check_arg_lazy(
+        fresh, op, "block_mapping", [] { return "each destination block at most once"; },
+        [&, first = first] {
+          return "block " + std::to_string(dst) + " in rows " + std::to_string(first->second) + " and " +
+                 std::to_string(i);
+        });
   }
 }
 
@@ -129,9 +140,10 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
     const int64_t capacity = cache.num_blocks() * cache.block_size();
     for (int64_t t = 0; t < slot_mapping.size(0); ++t) {
       const int64_t slot = index_at(slot_mapping, t);
-      check_arg(slot < capacity, op, "slot_mapping",
-                "hold slots < num_blocks * block_size = " + std::to_string(capacity) + " (or PAD_SLOT_ID -1)",
-                at_index(slot, t));
+      check_arg_lazy(
+          slot < capacity, op, "slot_mapping",
+          [&] { return "hold slots < num_blocks * block_size = " + std::to_string(capacity) + " (or PAD_SLOT_ID -1)"; },
+          [&] { return at_index(slot, t); });
     }
   }
 
@@ -175,23 +187,29 @@ void gather_cache(const LatentCache& cache, const Tensor& dst, const Tensor& blo
     const int64_t block_size = cache.block_size();
     for (int b = 0; b < batch_size; ++b) {
       const int64_t begin = index_at(cu_seq_lens, b), end = index_at(cu_seq_lens, b + 1);
-      check_arg(begin >= 0 && end >= begin, op, "cu_seq_lens", "be non-negative and non-decreasing",
-                at_index(end, b + 1) + " after " + std::to_string(begin));
+      check_arg_lazy(
+          begin >= 0 && end >= begin, op, "cu_seq_lens", [] { return "be non-negative and non-decreasing"; },
+          [&] { return at_index(end, b + 1) + " after " + std::to_string(begin); });
       const int64_t start = seq_starts.defined() ? index_at(seq_starts, b) : 0;
       // The kernel addresses blocks from start / block_size: an unaligned
       // start would silently drop its in-block offset (docs/mla.md).
-      check_arg(start >= 0 && start % block_size == 0, op, "seq_starts",
-                "hold non-negative multiples of block_size " + std::to_string(block_size), at_index(start, b));
+      check_arg_lazy(
+          start >= 0 && start % block_size == 0, op, "seq_starts",
+          [&] { return "hold non-negative multiples of block_size " + std::to_string(block_size); },
+          [&] { return at_index(start, b); });
       if (end == begin) continue;
       const int64_t first = start / block_size, last = first + (end - begin - 1) / block_size;
-      check_arg(last < block_table.size(1), op, "block_table",
-                "have at least " + std::to_string(last + 1) + " columns for batch row " + std::to_string(b),
-                block_table.shape_str());
+      check_arg_lazy(
+          last < block_table.size(1), op, "block_table",
+          [&] { return "have at least " + std::to_string(last + 1) + " columns for batch row " + std::to_string(b); },
+          [&] { return block_table.shape_str(); });
+      const int64_t num_blocks = cache.num_blocks();
       for (int64_t j = first; j <= last; ++j) {
         const int64_t block = index_at(block_table, b, j);
-        check_arg(block >= 0 && block < cache.num_blocks(), op, "block_table",
-                  "hold block ids in [0, num_blocks = " + std::to_string(cache.num_blocks()) + ")",
-                  at_index(block, b, j));
+        check_arg_lazy(
+            block >= 0 && block < num_blocks, op, "block_table",
+            [&] { return "hold block ids in [0, num_blocks = " + std::to_string(num_blocks) + ")"; },
+            [&] { return at_index(block, b, j); });
       }
     }
     const int64_t total = batch_size > 0 ? index_at(cu_seq_lens, batch_size) : 0;

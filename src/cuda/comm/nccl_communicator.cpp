@@ -22,21 +22,27 @@
 namespace lattn {
 namespace {
 
-// The NCCL functions lattn calls, resolved from libnccl.so.2.
+// The NCCL functions lattn calls, resolved from libnccl.so.2: X(member, symbol)
+// for each, the one list that NcclApi's members and their loading both expand.
+#define LATTN_NCCL_FUNCTIONS(X)           \
+  X(get_error_string, ncclGetErrorString) \
+  X(get_unique_id, ncclGetUniqueId)       \
+  X(comm_init_rank, ncclCommInitRank)     \
+  X(comm_destroy, ncclCommDestroy)        \
+  X(comm_count, ncclCommCount)            \
+  X(comm_user_rank, ncclCommUserRank)     \
+  X(all_gather, ncclAllGather)            \
+  X(reduce_scatter, ncclReduceScatter)    \
+  X(all_reduce, ncclAllReduce)            \
+  X(send, ncclSend)                       \
+  X(recv, ncclRecv)                       \
+  X(group_start, ncclGroupStart)          \
+  X(group_end, ncclGroupEnd)
+
 struct NcclApi {
-  decltype(&::ncclGetErrorString) get_error_string = nullptr;
-  decltype(&::ncclGetUniqueId) get_unique_id = nullptr;
-  decltype(&::ncclCommInitRank) comm_init_rank = nullptr;
-  decltype(&::ncclCommDestroy) comm_destroy = nullptr;
-  decltype(&::ncclCommCount) comm_count = nullptr;
-  decltype(&::ncclCommUserRank) comm_user_rank = nullptr;
-  decltype(&::ncclAllGather) all_gather = nullptr;
-  decltype(&::ncclReduceScatter) reduce_scatter = nullptr;
-  decltype(&::ncclAllReduce) all_reduce = nullptr;
-  decltype(&::ncclSend) send = nullptr;
-  decltype(&::ncclRecv) recv = nullptr;
-  decltype(&::ncclGroupStart) group_start = nullptr;
-  decltype(&::ncclGroupEnd) group_end = nullptr;
+#define LATTN_NCCL_MEMBER(member, symbol) decltype(&::symbol) member = nullptr;
+  LATTN_NCCL_FUNCTIONS(LATTN_NCCL_MEMBER)
+#undef LATTN_NCCL_MEMBER
   std::string error;  // why loading failed; empty when loaded
 };
 
@@ -55,19 +61,9 @@ const NcclApi& nccl() {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
       if (!fn && api.error.empty()) api.error = std::string("libnccl.so.2 has no symbol ") + name;
     };
-    load(api.get_error_string, "ncclGetErrorString");
-    load(api.get_unique_id, "ncclGetUniqueId");
-    load(api.comm_init_rank, "ncclCommInitRank");
-    load(api.comm_destroy, "ncclCommDestroy");
-    load(api.comm_count, "ncclCommCount");
-    load(api.comm_user_rank, "ncclCommUserRank");
-    load(api.all_gather, "ncclAllGather");
-    load(api.reduce_scatter, "ncclReduceScatter");
-    load(api.all_reduce, "ncclAllReduce");
-    load(api.send, "ncclSend");
-    load(api.recv, "ncclRecv");
-    load(api.group_start, "ncclGroupStart");
-    load(api.group_end, "ncclGroupEnd");
+#define LATTN_NCCL_LOAD(member, symbol) load(api.member, #symbol);
+    LATTN_NCCL_FUNCTIONS(LATTN_NCCL_LOAD)
+#undef LATTN_NCCL_LOAD
   });
   if (!api.error.empty()) throw BackendUnavailableError("NCCL: " + api.error);
   return api;

@@ -64,8 +64,7 @@ __device__ __forceinline__ void sparse_prefetch_indices(const SparseParams& p, c
 }
 
 // Producer warp 0: the raw indices of tile `tile` from `next` (-1 past topk).
-__device__ __forceinline__ void sparse_read_indices(const SparseParams& p, int tile, uint32_t next,
-                                                    int32_t (&raw)[2]) {
+__device__ __forceinline__ void sparse_read_indices(const SparseParams& p, int tile, uint32_t next, int32_t (&raw)[2]) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -152,7 +151,8 @@ __device__ __forceinline__ void gather_ds_mla(const SparseParams& p, uint32_t sl
   for (int k = 0; k < 3; ++k) {
     const int i = 32 * k + lane, row = pw + 4 * (i / 6);
     if (row < count) {
-      const uint8_t* line = p.cache + uint64_t(uint32_t(ld_shared_s32(slots + 4u * uint32_t(row)))) * 16u + (i % 6) * 128;
+      const uint8_t* line =
+          p.cache + uint64_t(uint32_t(ld_shared_s32(slots + 4u * uint32_t(row)))) * 16u + (i % 6) * 128;
       asm volatile("prefetch.global.L2 [%0];" ::"l"(line) : "memory");
     }
   }
