@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "cuda/common/fast_math.cuh"  // exp2_approx
 #include "cuda/common/index_check.cuh"
 #include "cuda/sm80/mma.cuh"  // pack2
 #include "cuda/sm90/common/mbarrier.cuh"
@@ -121,6 +122,10 @@ __device__ __forceinline__ void sanitize_masked_keys(uint8_t* kv, int key0, int 
   fence_proxy_async_shared();
 }
 
+// softmax_tile keeps the running max (log2 units) until a tile's max exceeds
+// it by more than this: P is then at most 2^8.
+constexpr float kLazyRescaleLog2 = 8.f;
+
 // Online softmax state of this thread's two rows (r0 = 16 w + l/4, r0 + 8).
 struct SoftmaxState {
   float m[2];  // running max, log2 units (scores * scale * log2 e)
@@ -165,10 +170,23 @@ __device__ __forceinline__ void softmax_tile(float (&s)[K::kKeysPerWarpgroup / 2
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float other = row_max[(1 - g) * K::kBlockM + r0 + 8 * i];
-    const float m_new = fmaxf(st.m[i], fmaxf(mx[i], other));
+    // Lazy rescaling: the running max moves only when the tile's max exceeds
+    // it by more than kLazyRescaleLog2, so most tiles keep alpha = 1 and
+    // compute_pv skips O's rescale (128 multiplies per thread in front of
+    // P V). P = exp2(s - m) then stays below 2^kLazyRescaleLog2 (256: f16 and
+    // bf16 hold it at full relative precision), and O, l and m stay
+    // consistent, so the result is the same softmax. Both warpgroups see the
+    // same (m, tile max) and take the same decision. The first tile
+    // (m = -inf: difference +inf), -inf rows (difference NaN) and non-finite
+    // maxima take the exact update, as before.
+    const float m_tile = fmaxf(mx[i], other);
+    const float m_new = m_tile - st.m[i] <= kLazyRescaleLog2 ? st.m[i] : fmaxf(st.m[i], m_tile);
     // A row with no key yet keeps m = -inf; subtract 0 then (exp2(-inf) = 0).
     const float base = m_new == -INFINITY ? 0.f : m_new;
-    alpha[i] = exp2f(st.m[i] - base);
+    // ex2.approx.ftz: one MUFU.EX2 (exp2f's denormal handling added three
+    // instructions per call); results below 2^-126 flush to 0, which no
+    // 16-bit P nor f32 sum can tell apart from 0 next to the row's max term.
+    alpha[i] = exp2_approx(st.m[i] - base);
     st.m[i] = m_new;
     mx[i] = base;
   }
@@ -177,7 +195,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[K::kKeysPerWarpgroup / 2
   for (int j = 0; j < kGroups; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float pr = exp2f(s[4 * j + e] - mx[e / 2]);
+      const float pr = exp2_approx(s[4 * j + e] - mx[e / 2]);
       s[4 * j + e] = pr;
       sum[e / 2] += pr;
     }
@@ -198,12 +216,17 @@ __device__ __forceinline__ void compute_pv(const uint8_t* p_smem, const uint8_t*
                                            float (&o)[K::kColsPerWarpgroup / 2], const float (&alpha)[2]) {
   constexpr bool kBf16 = std::is_same_v<typename K::T, __nv_bfloat16>;
   constexpr int kVBoxesPerWg = K::kColsPerWarpgroup / K::kBoxCols;
+  // The rescale sits between the P barrier and the first wgmma (256 issue
+  // slots per scheduler for the two warps): skipped where it changes nothing
+  // (x * 1 = x), which softmax_tile's lazy rescaling makes the common case.
+  if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
 #pragma unroll
-  for (int j = 0; j < K::kColsPerWarpgroup / 8; ++j) {
-    o[4 * j] *= alpha[0];
-    o[4 * j + 1] *= alpha[0];
-    o[4 * j + 2] *= alpha[1];
-    o[4 * j + 3] *= alpha[1];
+    for (int j = 0; j < K::kColsPerWarpgroup / 8; ++j) {
+      o[4 * j] *= alpha[0];
+      o[4 * j + 1] *= alpha[0];
+      o[4 * j + 2] *= alpha[1];
+      o[4 * j + 3] *= alpha[1];
+    }
   }
   warpgroup_arrive();
 #pragma unroll
