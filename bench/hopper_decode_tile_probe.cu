@@ -1,6 +1,7 @@
 // bench/hopper_decode_tile_probe.cu — how long the Hopper decode kernel's
 // per-tile consumer path takes by itself: a math-only probe (bench-only, not
-// part of the library or of the CMake build). Build and run by hand:
+// part of the library; CMake builds it as `hopper_decode_tile_probe` where
+// 90a is among LATTN_CUDA_ARCHS, so it keeps compiling). By hand:
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
 //     -Xptxas=--warn-on-spills -Isrc -Iinclude bench/hopper_decode_tile_probe.cu -o tile_probe
 //   ./tile_probe [ctas, default every SM] [tiles per CTA, default 256]
@@ -36,28 +37,28 @@ using K = DecodeTraits<__nv_bfloat16>;
 constexpr bool kBf16 = true;
 
 enum Mode : int {
-  kS,            // S only (compute_qk: 36 m64n32k16 SS per warpgroup, one wait)
-  kS2Chains,     // S with two accumulator chains (even / odd k16 steps), added after the wait
-  kSRed,         // S split by reduction columns: 18 m64n64k16 SS per warpgroup (no exchange: timing only)
-  kSoftmax,      // softmax_tile alone on register scores (+ its row-max barrier), + the P barrier
-  kPV,           // P V only (compute_pv: 4 m64n256k16 SS per warpgroup)
-  kSPV,          // S then P V, a wait after each, nothing between
-  kSPVOneWait,   // S and P V issued back to back, one commit and one wait
-  kSSoftmax,     // S + softmax_tile (row-max barrier, P store, fence)
-  kSSoftmaxPBar, // + the P barrier
-  kFull,         // S + softmax + P barrier + P V + the stage's mbarrier wait / arrive: the kernel's tile
-  kFullCopy,     // the tile with the probe's copy of softmax_tile (checks the copy against kFull)
-  kFullNoFence,  // ... without the softmax's fence.proxy.async (timing only)
-  kFullNoRowMax, // ... without the row-max exchange and its barrier (own row max; P barrier kept)
-  kFullNoBar,    // ... without both named barriers (timing only)
-  kFull2Chains,  // the kernel's tile with S in two accumulator chains
-  kFullSkipScale,// the kernel's tile, O's rescale skipped where the warp's alphas are all 1
-  kPVScale,      // P V with O's rescale by factors the compiler cannot fold
+  kS,               // S only (compute_qk: 36 m64n32k16 SS per warpgroup, one wait)
+  kS2Chains,        // S with two accumulator chains (even / odd k16 steps), added after the wait
+  kSRed,            // S split by reduction columns: 18 m64n64k16 SS per warpgroup (no exchange: timing only)
+  kSoftmax,         // softmax_tile alone on register scores (+ its row-max barrier), + the P barrier
+  kPV,              // P V only (compute_pv: 4 m64n256k16 SS per warpgroup)
+  kSPV,             // S then P V, a wait after each, nothing between
+  kSPVOneWait,      // S and P V issued back to back, one commit and one wait
+  kSSoftmax,        // S + softmax_tile (row-max barrier, P store, fence)
+  kSSoftmaxPBar,    // + the P barrier
+  kFull,            // S + softmax + P barrier + P V + the stage's mbarrier wait / arrive: the kernel's tile
+  kFullCopy,        // the tile with the probe's copy of softmax_tile (checks the copy against kFull)
+  kFullNoFence,     // ... without the softmax's fence.proxy.async (timing only)
+  kFullNoRowMax,    // ... without the row-max exchange and its barrier (own row max; P barrier kept)
+  kFullNoBar,       // ... without both named barriers (timing only)
+  kFull2Chains,     // the kernel's tile with S in two accumulator chains
+  kFullSkipScale,   // the kernel's tile, O's rescale skipped where the warp's alphas are all 1
+  kPVScale,         // P V with O's rescale by factors the compiler cannot fold
   kFullSplitScale,  // the kernel's tile, P V as two N = 128 halves, the second half's rescale behind the first's wgmmas
-  kFullCopies,   // the kernel's tile while the producer streams 72 KB tiles from DRAM into the other stage
-  kCopiesOnly,   // the producer's stream alone (the consumers only wait): the copy rate per CTA
-  kS1Wg,         // S of warpgroup 0 alone (warpgroup 1 idle): shared resource or per-warpgroup latency?
-  kPV1Wg,        // P V of warpgroup 0 alone
+  kFullCopies,      // the kernel's tile while the producer streams 72 KB tiles from DRAM into the other stage
+  kCopiesOnly,      // the producer's stream alone (the consumers only wait): the copy rate per CTA
+  kS1Wg,            // S of warpgroup 0 alone (warpgroup 1 idle): shared resource or per-warpgroup latency?
+  kPV1Wg,           // P V of warpgroup 0 alone
   kModes
 };
 const char* const kModeNames[kModes] = {
@@ -131,8 +132,8 @@ __device__ __forceinline__ void compute_qk_red(const uint8_t* q_smem, const uint
 // row-max exchange with the other warpgroup and its barrier, kFence the
 // fence.proxy.async after the P store. Without them: timing only.
 template <bool kExchange, bool kFence>
-__device__ __forceinline__ void softmax_probe(float (&s)[16], SoftmaxState& st, float scale_log2, int g,
-                                              float* row_max, uint8_t* p_smem, float (&alpha)[2]) {
+__device__ __forceinline__ void softmax_probe(float (&s)[16], SoftmaxState& st, float scale_log2, int g, float* row_max,
+                                              uint8_t* p_smem, float (&alpha)[2]) {
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
   const int r0 = 16 * w + lane / 4;
   float mx[2] = {-INFINITY, -INFINITY};
@@ -405,8 +406,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       named_barrier_sync(kBarP, K::kConsumerThreads);
       compute_pv<K>(p_smem, kv, g, o, alpha);
       mbarrier_arrive(&smem.empty[0]);
-    } else if constexpr (kMode == kFullCopy || kMode == kFullNoFence || kMode == kFullNoRowMax ||
-                         kMode == kFullNoBar) {
+    } else if constexpr (kMode == kFullCopy || kMode == kFullNoFence || kMode == kFullNoRowMax || kMode == kFullNoBar) {
       mbarrier_wait(&smem.full[0], 0);
       compute_qk<K>(q_smem, kv, g, sc);
       softmax_probe<kMode != kFullNoRowMax && kMode != kFullNoBar, kMode != kFullNoFence>(sc, st, scale_log2, g,
@@ -470,13 +470,13 @@ __global__ void __launch_bounds__(K::kThreads, 1)
 #endif
 }
 
-#define PROBE_CHECK(x)                                                                       \
-  do {                                                                                       \
-    cudaError_t e_ = (x);                                                                    \
-    if (e_ != cudaSuccess) {                                                                 \
+#define PROBE_CHECK(x)                                                                        \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 struct ProbeBuffers {
@@ -516,8 +516,8 @@ void run_mode(int ctas, int iters, int passes, const ProbeBuffers& b) {
         copies += double(stats[2 * i]);
         nsum += double(stats[2 * i + 1]);
       }
-      std::printf("  | copies %.0f per CTA, %.1f ns per 72 KB copy, %.0f GB/s all CTAs", copies / ctas,
-                  nsum / copies, copies * K::kKVTileBytes / (nsum / ctas));
+      std::printf("  | copies %.0f per CTA, %.1f ns per 72 KB copy, %.0f GB/s all CTAs", copies / ctas, nsum / copies,
+                  copies * K::kKVTileBytes / (nsum / ctas));
     }
     std::printf("\n");
   }

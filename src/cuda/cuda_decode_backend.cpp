@@ -43,8 +43,15 @@ constexpr int kOverheadTiles = 4;
 constexpr int kSm90MinRows = 17;
 
 // The key-major 16-bit kernel by default up to this many 64-key tiles per SM
-// (plan(): measured faster at 16, slower at 248).
+// (plan(): measured faster at 16, slower at 248 on an H100) ...
 constexpr int kKm16MaxTilesPerPart = 32;
+// ... and for any length on devices whose DRAM peaks above this (GB/s): the
+// sm80 16-row tiles keep too few bytes in flight to read faster than about
+// 3 TB/s, the key-major kernel's TMA ring does (an H200, 4.9 TB/s peak:
+// 0.94 against 0.72 of copy at H16 B128 S16384; an H100, 3.35 TB/s peak,
+// reaches its copy ceiling with either, and the sm80 tiles are 1.5-3 %
+// faster there). docs/perf.md, "The merged tree of the eighth session".
+constexpr double kKm16AnyLengthMinDramGbps = 4000;
 
 void check_index(const char* op, const char* arg, const Tensor& t, Device device, int dims) {
   check_defined(op, arg, t);
@@ -257,7 +264,9 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   // key-major kernel (16 rows x 64 keys per tile, TMA, nothing padded), by
   // default only for batches the one-launch kernel does not take (more than
   // its limit of requests) whose 64-key tiles come to at most
-  // kKm16MaxTilesPerPart per SM (short pieces). Measured on an H100
+  // kKm16MaxTilesPerPart per SM (short pieces), or of any length on a
+  // device whose DRAM peaks above kKm16AnyLengthMinDramGbps (an H200: the
+  // sm80 tiles read at most ~3 TB/s there). Measured on an H100
   // (docs/perf.md, "Hopper decode, at most 16 rows: the 16-bit key-major kernel"): 3-4 % faster than the
   // sm80 kernel at H16 B32 S4096 (16 tiles per SM), 1.4-3 % slower at B64
   // S32768 and B128 S16384 (248 per SM), and far slower than the one-launch
@@ -268,13 +277,17 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   const int km16_mode = hopper_km16_mode();
   pdl_ = hopper_pdl_enabled();
   bool km16_default = false;
-  if (km16_mode < 0 && md.num_decodes > fused_max_batch() && md.seq_lens_cpu.defined() &&
-      md.seq_lens_cpu.device().is_cpu() && md.seq_lens_cpu.size(0) >= md.num_decodes) {
-    const int32_t* lens = md.seq_lens_cpu.data_as<const int32_t>();
-    int64_t tiles = 0;
-    const int64_t stride = md.seq_lens_cpu.stride(0);
-    for (int r = 0; r < md.num_decodes; ++r) tiles += (std::max(lens[r * stride], 0) + 63) / 64;
-    km16_default = tiles <= int64_t(kKm16MaxTilesPerPart) * ctx.sm_count;
+  if (km16_mode < 0 && md.num_decodes > fused_max_batch()) {
+    if (ctx.dram_peak_gbps > kKm16AnyLengthMinDramGbps) {
+      km16_default = true;
+    } else if (md.seq_lens_cpu.defined() && md.seq_lens_cpu.device().is_cpu() &&
+               md.seq_lens_cpu.size(0) >= md.num_decodes) {
+      const int32_t* lens = md.seq_lens_cpu.data_as<const int32_t>();
+      int64_t tiles = 0;
+      const int64_t stride = md.seq_lens_cpu.stride(0);
+      for (int r = 0; r < md.num_decodes; ++r) tiles += (std::max(lens[r * stride], 0) + 63) / 64;
+      km16_default = tiles <= int64_t(kKm16MaxTilesPerPart) * ctx.sm_count;
+    }
   }
   sm90_km16_ = hopper_ && allow_sm90 && !invariant && !fp8 && rows < kSm90MinRows && (km16_mode == 1 || km16_default) &&
                sm90::decode_sm90_unsupported_reason(params_.dtype, params_.kv_cache_dtype, params_.kv_lora_rank,

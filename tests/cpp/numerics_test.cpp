@@ -351,9 +351,9 @@ TEST_P(Numerics, BatchInvarianceRowsIdenticalAloneInABatchOf40AndAtAnotherPositi
         std::string want = list.substr(b, e - b);
         const bool at_end = !want.empty() && want.back() == '$';
         if (at_end) want.pop_back();
-        if (!want.empty() && (at_end ? name.size() >= want.size() && name.compare(name.size() - want.size(),
-                                                                                   want.size(), want) == 0
-                                     : name.find(want) != std::string::npos))
+        if (!want.empty() &&
+            (at_end ? name.size() >= want.size() && name.compare(name.size() - want.size(), want.size(), want) == 0
+                    : name.find(want) != std::string::npos))
           return true;
         b = e + 1;
       }

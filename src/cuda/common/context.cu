@@ -48,6 +48,12 @@ DeviceContext& device_context(int device) {
   ctx->max_smem_per_sm = int(prop.sharedMemPerMultiprocessor);
   ctx->capability_major = prop.major;
   ctx->capability_minor = prop.minor;
+  int memory_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) == cudaSuccess) {
+    ctx->dram_peak_gbps = 2.0 * double(memory_khz) * 1e3 * double(bus_bits / 8) / 1e9;
+  }
+  (void)cudaGetLastError();  // an unsupported attribute leaves nothing pending
   check_cublas(cublasCreate(&ctx->cublas), "cublasCreate");
   check_cublas(cublasLtCreate(&ctx->cublas_lt), "cublasLtCreate");
   LATTN_CUDA_CHECK(cudaMalloc(&ctx->cublas_workspace, DeviceContext::kCublasWorkspaceBytes));

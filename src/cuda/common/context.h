@@ -23,6 +23,10 @@ struct DeviceContext {
   int max_smem_per_block_optin = 0;  // bytes, usable after cudaFuncSetAttribute
   int max_smem_per_sm = 0;           // bytes
   int capability_major = 0, capability_minor = 0;
+  // Peak DRAM bandwidth in GB/s from the memory clock and bus width (double
+  // data rate); 0 where the driver reports neither. Kernel choices that
+  // depend on how many bytes must be in flight read it (cuda_decode_backend).
+  double dram_peak_gbps = 0;
   cublasHandle_t cublas = nullptr;
   cublasLtHandle_t cublas_lt = nullptr;
   void* cublas_workspace = nullptr;  // device, kCublasWorkspaceBytes
