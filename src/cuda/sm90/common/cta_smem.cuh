@@ -5,6 +5,11 @@
 // The base is rounded up to 1024 bytes: the dynamic window is only
 // guaranteed 16-byte aligned, and the 128-byte swizzle that TMA writes and
 // wgmma reads repeats every 1024 bytes (K::kSmemBytes reserves the 1024 more).
+// It is rounded by adding an offset to the shared array itself, never through
+// an integer cast of the pointer: a pointer rebuilt from an integer loses the
+// shared address space, and every access through it compiles to a generic
+// load or store (LD.E / ST.E, a longer path than LDS / STS; docs/perf.md,
+// "Shared memory through generic pointers").
 // Every such kernel has a Q tile, a ring of kStages KV tiles with a `full`
 // and an `empty` mbarrier per stage, a P tile and the row max / row sum
 // exchange buffers; what else it has it reads with at<U>(K::kSomeOffset).
@@ -29,7 +34,7 @@ struct CtaSmem {
   uint64_t* empty;  // [K::kStages] after them: a stage's tile has been read
 
   __device__ __forceinline__ explicit CtaSmem(uint8_t* raw)
-      : base(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023))),
+      : base(raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u)),
         q(base + K::kQOffset),
         kv(base + K::kKVOffset),
         p(base + K::kPOffset),
