@@ -59,13 +59,23 @@ __device__ __forceinline__ uint64_t make_smem_desc(const void* smem, uint32_t lb
 
 // K-major operand with 128-byte swizzle (see above).
 __device__ __forceinline__ uint64_t make_desc_kmajor_sw128(const void* smem) { return make_smem_desc(smem, 16, 1024); }
+
+// `desc` with its start address `bytes` (a multiple of 16) further on. The
+// start field is the shared address / 16 in bits 0..13, and every shared
+// address of a CTA is below 2^18 (228 KB), so the sum stays inside the field
+// and only the low word changes: one add per wgmma in the issue loops, where
+// rebuilding the descriptor from a pointer takes several instructions (they
+// were a fifth of the fp8 decode kernel's instructions; docs/perf.md, "Shared
+// memory through generic pointers").
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return (desc & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(desc) + (bytes >> 4));
+}
+
 // MN-major operand with 128-byte swizzle; `box_bytes` = bytes between the
 // 64-element wide MN boxes (rows of the box x 128).
 __device__ __forceinline__ uint64_t make_desc_mnmajor_sw128(const void* smem, uint32_t box_bytes) {
   return make_smem_desc(smem, box_bytes, 1024);
 }
-// Advances a descriptor's start address by `bytes` (a multiple of 16).
-__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 
 // ---- ordering ----------------------------------------------------------------
 // wgmma.fence: before the first wgmma of a warpgroup, and whenever the

@@ -63,13 +63,15 @@ template <class K>
 __device__ __forceinline__ void compute_qk(const uint8_t* q_smem, const uint8_t* kv, int g,
                                            float (&s)[K::kKeysPerWarpgroup / 2]) {
   constexpr bool kBf16 = std::is_same_v<typename K::T, __nv_bfloat16>;
+  const uint64_t q_desc = make_desc_kmajor_sw128(q_smem);
+  const uint64_t k_desc = make_desc_kmajor_sw128(kv + g * K::kKeysPerWarpgroup * 128);
   warpgroup_arrive();
 #pragma unroll
   for (int c = 0; c < K::kBoxes; ++c) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint64_t da = make_desc_kmajor_sw128(q_smem + c * K::kBoxBytes + kk * 32);
-      const uint64_t db = make_desc_kmajor_sw128(kv + c * K::kBlockN * 128 + g * K::kKeysPerWarpgroup * 128 + kk * 32);
+      const uint64_t da = desc_advance(q_desc, c * K::kBoxBytes + kk * 32);
+      const uint64_t db = desc_advance(k_desc, c * K::kBlockN * 128 + kk * 32);
       wgmma_ss<K::kKeysPerWarpgroup, kBf16>(s, da, db, (c | kk) != 0);
     }
   }
@@ -228,12 +230,13 @@ __device__ __forceinline__ void compute_pv(const uint8_t* p_smem, const uint8_t*
       o[4 * j + 3] *= alpha[1];
     }
   }
+  const uint64_t p_desc = make_desc_kmajor_sw128(p_smem);
+  const uint64_t v_desc = make_desc_mnmajor_sw128(kv + g * kVBoxesPerWg * K::kBlockN * 128, K::kBlockN * 128);
   warpgroup_arrive();
 #pragma unroll
   for (int kk = 0; kk < K::kBlockN / 16; ++kk) {
-    const uint64_t da = make_desc_kmajor_sw128(p_smem + kk * 32);
-    const uint64_t db =
-        make_desc_mnmajor_sw128(kv + g * kVBoxesPerWg * K::kBlockN * 128 + kk * 16 * 128, K::kBlockN * 128);
+    const uint64_t da = desc_advance(p_desc, kk * 32);
+    const uint64_t db = desc_advance(v_desc, kk * 16 * 128);
     wgmma_ss<K::kColsPerWarpgroup, kBf16, 0, 1>(o, da, db, 1);
   }
   wgmma_commit_group();

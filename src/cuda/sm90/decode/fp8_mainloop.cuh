@@ -136,6 +136,7 @@ template <class K>
 __device__ __forceinline__ void fp8_compute_qk(const uint8_t* q_smem, const uint8_t* kv, float (&s)[8]) {
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32, gid = lane / 4, t = lane % 4;
   const uint8_t* row0 = kv + (16 * w + gid) * K::kChunkCols + 16 * t;
+  const uint64_t q_desc = make_desc_kmajor_sw128(q_smem);
 #pragma unroll
   for (int c = 0; c < K::kChunks; ++c) {
     const uint4 w0 = *reinterpret_cast<const uint4*>(row0 + c * K::kChunkBytes);
@@ -150,7 +151,7 @@ __device__ __forceinline__ void fp8_compute_qk(const uint8_t* q_smem, const uint
     warpgroup_arrive();
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      wgmma_rs<16, false>(s, a[j], make_desc_kmajor_sw128(q_smem + c * K::kQBoxBytes + 32 * j), (c | j) != 0);
+      wgmma_rs<16, false>(s, a[j], desc_advance(q_desc, c * K::kQBoxBytes + 32 * j), (c | j) != 0);
     }
     wgmma_commit_group();
     wgmma_wait_group<1>();
@@ -261,6 +262,7 @@ __device__ __forceinline__ void fp8_compute_pv(const uint8_t* p_box, const uint8
   }
   const int col0 = 128 * w + 16 * gid;  // this thread's 16 latent columns
   const uint8_t* base = kv + (col0 / K::kChunkCols) * K::kChunkBytes + (col0 % K::kChunkCols);
+  const uint64_t p_desc = make_desc_kmajor_sw128(p_box);
 #pragma unroll
   for (int ks = 0; ks < K::kBlockN / 16; ++ks) {
     uint32_t v[4][4];  // [b][word]: key 16ks + t + 4b, columns col0 + 4 word .. + 3
@@ -292,7 +294,7 @@ __device__ __forceinline__ void fp8_compute_pv(const uint8_t* p_box, const uint8
     warpgroup_arrive();
 #pragma unroll
     for (int mb = 0; mb < K::kOBlocks; ++mb) {
-      wgmma_rs<16, false>(o[mb], a[mb], make_desc_kmajor_sw128(p_box + 32 * ks), 1);
+      wgmma_rs<16, false>(o[mb], a[mb], desc_advance(p_desc, 32 * ks), 1);
     }
     wgmma_commit_group();
     wgmma_wait_group<1>();

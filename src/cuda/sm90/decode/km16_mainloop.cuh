@@ -60,13 +60,14 @@ __device__ __forceinline__ void km16_load_q(const DecodeParams& p, const DecodeR
 template <class K>
 __device__ __forceinline__ void km16_compute_qk(const uint8_t* q_smem, const uint8_t* kv, float (&s)[8]) {
   constexpr bool kBf16 = std::is_same_v<typename K::T, __nv_bfloat16>;
+  const uint64_t k_desc = make_desc_kmajor_sw128(kv), q_desc = make_desc_kmajor_sw128(q_smem);
   warpgroup_arrive();
 #pragma unroll
   for (int c = 0; c < K::kChunks; ++c) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      wgmma_ss<16, kBf16>(s, make_desc_kmajor_sw128(kv + c * K::kChunkBytes + 32 * j),
-                          make_desc_kmajor_sw128(q_smem + c * K::kQBoxBytes + 32 * j), (c | j) != 0);
+      wgmma_ss<16, kBf16>(s, desc_advance(k_desc, c * K::kChunkBytes + 32 * j),
+                          desc_advance(q_desc, c * K::kQBoxBytes + 32 * j), (c | j) != 0);
     }
   }
   wgmma_commit_group();
@@ -119,13 +120,14 @@ __device__ __forceinline__ void km16_compute_pv(const uint8_t* p_box, const uint
   }
 #pragma unroll
   for (int mb = 0; mb < K::kOBlocks; ++mb) fence_operands(o[mb]);
+  const uint64_t v_desc = make_desc_mnmajor_sw128(kv, K::kChunkBytes), p_desc = make_desc_kmajor_sw128(p_box);
   warpgroup_arrive();
 #pragma unroll
   for (int ks = 0; ks < K::kBlockN / 16; ++ks) {
 #pragma unroll
     for (int mb = 0; mb < K::kOBlocks; ++mb) {
-      wgmma_ss<16, kBf16, 1, 0>(o[mb], make_desc_mnmajor_sw128(kv + mb * K::kChunkBytes + ks * 2048, K::kChunkBytes),
-                                make_desc_kmajor_sw128(p_box + 32 * ks), 1);
+      wgmma_ss<16, kBf16, 1, 0>(o[mb], desc_advance(v_desc, mb * K::kChunkBytes + ks * 2048),
+                                desc_advance(p_desc, 32 * ks), 1);
     }
   }
   wgmma_commit_group();
