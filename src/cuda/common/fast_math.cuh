@@ -27,6 +27,12 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return r;
 }
 
+// Lazy rescaling of an online softmax (the Hopper decode kernels): the
+// running max (log2 units) stays until a tile's max exceeds it by more than
+// this, so most tiles leave O unscaled; P = 2^(s - m) is then at most 2^8,
+// which f16 and bf16 hold at full relative precision.
+constexpr float kLazyRescaleLog2 = 8.f;
+
 // 2^x on the special-function unit (x = -inf gives 0).
 __device__ __forceinline__ float exp2_approx(float x) {
   float r;

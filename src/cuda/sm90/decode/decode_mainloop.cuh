@@ -124,10 +124,6 @@ __device__ __forceinline__ void sanitize_masked_keys(uint8_t* kv, int key0, int 
   fence_proxy_async_shared();
 }
 
-// softmax_tile keeps the running max (log2 units) until a tile's max exceeds
-// it by more than this: P is then at most 2^8.
-constexpr float kLazyRescaleLog2 = 8.f;
-
 // Online softmax state of this thread's two rows (r0 = 16 w + l/4, r0 + 8).
 struct SoftmaxState {
   float m[2];  // running max, log2 units (scores * scale * log2 e)

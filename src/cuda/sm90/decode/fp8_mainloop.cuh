@@ -30,6 +30,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "cuda/common/fast_math.cuh"  // exp2_approx, kLazyRescaleLog2
 #include "cuda/common/index_check.cuh"
 #include "cuda/sm80/mma.cuh"  // pack2
 #include "cuda/sm90/common/mbarrier.cuh"
@@ -212,10 +213,13 @@ __device__ __forceinline__ void fp8_softmax_tile(float (&s)[8], Fp8SoftmaxState&
     float m_tile = mine[n];
 #pragma unroll
     for (int ww = 1; ww < 4; ++ww) m_tile = fmaxf(m_tile, mine[ww * K::kRows + n]);
-    const float m_new = fmaxf(st.m[i], m_tile);
+    // Lazy rescaling (kLazyRescaleLog2; the same rule as the 64-row kernel's
+    // softmax_tile): the first tile (m = -inf), -inf rows and non-finite
+    // maxima take the exact update.
+    const float m_new = m_tile - st.m[i] <= kLazyRescaleLog2 ? st.m[i] : fmaxf(st.m[i], m_tile);
     // A row with no key yet keeps m = -inf; subtract 0 then (exp2(-inf) = 0).
     base[i] = m_new == -INFINITY ? 0.f : m_new;
-    alpha[i] = exp2f(st.m[i] - base[i]);
+    alpha[i] = exp2_approx(st.m[i] - base[i]);
     st.m[i] = m_new;
     st.l[i] *= alpha[i];
   }
@@ -229,7 +233,7 @@ __device__ __forceinline__ void fp8_softmax_tile(float (&s)[8], Fp8SoftmaxState&
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int i = 2 * jn + e, n = 8 * jn + 2 * t + e;
-        const float pr = exp2f(s[4 * jn + 2 * h + e] - base[i]);
+        const float pr = exp2_approx(s[4 * jn + 2 * h + e] - base[i]);
         st.l[i] += pr;
         if constexpr (std::is_same_v<PT, __half>) {
           *reinterpret_cast<__half*>(p_box + swizzle128_offset(n, col)) = __float2half_rn(pr);
@@ -255,10 +259,15 @@ __device__ __forceinline__ void fp8_compute_pv(const uint8_t* p_box, const uint8
                                                const float (&alpha)[4], int key0, bool fix, int mask_from, int seq_len,
                                                Release&& release) {
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32, gid = lane / 4, t = lane % 4;
+  // Skipped where it changes nothing (x * 1 = x): a tile raises no row's
+  // maximum in most tiles of a long walk, and the 64 multiplies sit in front
+  // of the tile's first P V wgmma.
+  if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f && alpha[2] == 1.f && alpha[3] == 1.f)) {
 #pragma unroll
-  for (int mb = 0; mb < K::kOBlocks; ++mb) {
+    for (int mb = 0; mb < K::kOBlocks; ++mb) {
 #pragma unroll
-    for (int r = 0; r < 8; ++r) o[mb][r] *= alpha[2 * (r / 4) + (r % 2)];
+      for (int r = 0; r < 8; ++r) o[mb][r] *= alpha[2 * (r / 4) + (r % 2)];
+    }
   }
   const int col0 = 128 * w + 16 * gid;  // this thread's 16 latent columns
   const uint8_t* base = kv + (col0 / K::kChunkCols) * K::kChunkBytes + (col0 % K::kChunkCols);
