@@ -365,6 +365,16 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
     run_and_check(*backend, *b, out, lse, c.name);
     EXPECT_FALSE(runs_fused(*backend)) << backend->kernel_label();
   }
+  if (!runs_fused(*backend)) {
+    // Both paths of the combine kernel (decode_combine.cu: one warp per row,
+    // or one CTA per row chunk, the default for steps of at most 128 rows).
+    for (const char* path : {"0", "1"}) {
+      ScopedEnv combine("LATTN_DECODE_COMBINE", path);
+      randomize(*b, c.seq_lens, c.s_q, rng);
+      const std::string what = std::string(c.name) + " with LATTN_DECODE_COMBINE=" + path;
+      run_and_check(*backend, *b, out, lse, what.c_str());
+    }
+  }
   if (km16_layout && !km16 && device_capability(0)->major == 9) {
     // The same case on the key-major 16-bit kernel.
     ScopedEnv on("LATTN_HOPPER_KM16", "1");
