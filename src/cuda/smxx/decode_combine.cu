@@ -77,8 +77,8 @@ constexpr int kBlockCombineL = 512;
 
 // One CTA per (listed request, row, column chunk) item: decode_combine_block.cuh.
 template <class T>
-__global__ void __launch_bounds__(kCombineThreads) decode_combine_block_kernel(const __grid_constant__ DecodeParams p,
-                                                                               int chunks) {
+__global__ void __launch_bounds__(kCombineThreads)
+    decode_combine_block_kernel(const __grid_constant__ DecodeParams p, int chunks) {
   __shared__ CombineBlockSmem<kCombineThreads> sm;
   grid_dependency_wait();  // a programmatic dependent launch: the attention kernel's partials are complete
   const DecodePlan& plan = p.plan;
@@ -89,9 +89,8 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_block_kernel(c
     const int row = int(item / chunks % rows), chunk = int(item % chunks);
     const int s_q = p.query_start_loc[r + 1] - p.query_start_loc[r];
     if (row >= s_q * p.num_heads) continue;
-    combine_row_chunk_in_block<T, kCombineThreads, kBlockCombineL>(p, r, row, plan.num_splits[r],
-                                                                   plan.split_offset[r], chunk, chunks, sm,
-                                                                   StreamLoads{});
+    combine_row_chunk_in_block<T, kCombineThreads, kBlockCombineL>(p, r, row, plan.num_splits[r], plan.split_offset[r],
+                                                                   chunk, chunks, sm, StreamLoads{});
   }
 }
 
@@ -136,10 +135,11 @@ void launch_decode_combine(const DecodeParams& p, DType out_dtype, cudaStream_t 
   if (use_block_combine(p)) {
     // Enough CTAs for every (request, row, chunk) item when all are listed, at most one wave.
     const int chunks = combine_block_chunks(int64_t(p.batch) * p.plan.rows_capacity);
-    const unsigned ctas = unsigned(std::clamp<int64_t>(int64_t(p.batch) * p.plan.rows_capacity * chunks, 1,
-                                                       kMaxCombineCtas));
-    LATTN_DISPATCH_HALF_TYPES(out_dtype, "decode", "out",
-                              [&] { launch_combine_kernel(decode_combine_block_kernel<T>, ctas, stream, pdl, p, chunks); });
+    const unsigned ctas =
+        unsigned(std::clamp<int64_t>(int64_t(p.batch) * p.plan.rows_capacity * chunks, 1, kMaxCombineCtas));
+    LATTN_DISPATCH_HALF_TYPES(out_dtype, "decode", "out", [&] {
+      launch_combine_kernel(decode_combine_block_kernel<T>, ctas, stream, pdl, p, chunks);
+    });
     LATTN_CUDA_CHECK_LAUNCH("decode_combine_block_kernel");
     return;
   }
