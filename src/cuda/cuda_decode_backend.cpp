@@ -52,12 +52,15 @@ constexpr int kKm16MaxTilesPerPart = 32;
 // reaches its copy ceiling with either, and the sm80 tiles are 1.5-3 %
 // faster there). docs/perf.md, "The merged tree of the eighth session".
 constexpr double kKm16AnyLengthMinDramGbps = 4000;
-// On such devices also batches the one-launch kernel would take (at most 8
-// requests) from this many 64-key tiles per SM (B1 S65536, B4 S16384, B8
-// S8192: ~7.8 on 132 SMs), where its sm80 tiles' reads bound the step; B1
-// S16384 (~1.9) stays there: its launch, barrier and merge in one kernel
-// beat three launches (docs/perf.md, "Hopper decode, at most 16 rows, small
-// batches", H100 and H200).
+// On such devices also a batch of one request (which the one-launch kernel
+// would take) from this many 64-key tiles per SM (S65536: ~7.8 on 132 SMs):
+// on an H200 its attention + combine measured 2.9 µs faster per layer than
+// the one-launch kernel at B1 S65536 (42.8 against 45.7 µs; its planning
+// kernel, once per step, makes a one-layer step 1 µs slower), within noise
+// at B4 S16384 and B8 S8192 (which stay one launch: their one-layer step is
+// 4-5 µs faster there), slower at B1 S16384 (~1.9 tiles per SM). On an H100
+// the one-launch kernel is as fast or faster at B1-B8. docs/perf.md, "Hopper
+// decode, at most 16 rows, small batches".
 constexpr int kKm16SmallBatchMinTilesPerPart = 6;
 
 void check_index(const char* op, const char* arg, const Tensor& t, Device device, int dims) {
@@ -273,9 +276,9 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   // limit of requests) whose 64-key tiles come to at most
   // kKm16MaxTilesPerPart per SM (short pieces), or of any length on a
   // device whose DRAM peaks above kKm16AnyLengthMinDramGbps (an H200: the
-  // sm80 tiles read at most ~3 TB/s there); on such a device also for the
-  // one-launch kernel's batches from kKm16SmallBatchMinTilesPerPart tiles
-  // per SM. Measured on an H100 (docs/perf.md, "Hopper decode, at most 16
+  // sm80 tiles read at most ~3 TB/s there); on such a device also for a
+  // batch of one request from kKm16SmallBatchMinTilesPerPart tiles per SM.
+  // Measured on an H100 (docs/perf.md, "Hopper decode, at most 16
   // rows: the 16-bit key-major kernel"): 3-4 % faster than the sm80 kernel
   // at H16 B32 S4096 (16 tiles per SM), 1.4-3 % slower at B64 S32768 and
   // B128 S16384 (248 per SM); at B1-B8 its three launches (plan, attention,
@@ -300,7 +303,8 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
     if (md.num_decodes > fused_max_batch()) {
       km16_default = fast_dram || (tiles >= 0 && tiles <= int64_t(kKm16MaxTilesPerPart) * ctx.sm_count);
     } else {
-      km16_default = fast_dram && tiles >= int64_t(kKm16SmallBatchMinTilesPerPart) * ctx.sm_count;
+      km16_default =
+          md.num_decodes == 1 && fast_dram && tiles >= int64_t(kKm16SmallBatchMinTilesPerPart) * ctx.sm_count;
     }
   }
   sm90_km16_ = hopper_ && allow_sm90 && !invariant && !fp8 && rows < kSm90MinRows && (km16_mode == 1 || km16_default) &&
