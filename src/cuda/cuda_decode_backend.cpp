@@ -281,10 +281,10 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
   // Measured on an H100 (docs/perf.md, "Hopper decode, at most 16
   // rows: the 16-bit key-major kernel"): 3-4 % faster than the sm80 kernel
   // at H16 B32 S4096 (16 tiles per SM), 1.4-3 % slower at B64 S32768 and
-  // B128 S16384 (248 per SM); at B1-B8 its three launches (plan, attention,
-  // and the combine, one CTA per row chunk) are 1-2 µs slower than the
-  // one-launch kernel's attention and merge, and the planning kernel adds
-  // ~5 µs to the step ("Hopper decode, at most 16 rows, small batches").
+  // B128 S16384 (248 per SM); at B1-B8 its attention and combine (one CTA
+  // per row chunk) come within -1.1..+2.3 µs of the one-launch kernel's
+  // attention and merge, and the planning kernel adds ~4.5 µs to the step
+  // ("Hopper decode, at most 16 rows, small batches").
   // The bound between 16 and 248 is not tuned. Not in the batch-invariant
   // mode (its warpgroups split a piece's tiles by the parity of the CTA's
   // walk, as the fp8 kernel's).
