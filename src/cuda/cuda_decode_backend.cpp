@@ -52,6 +52,16 @@ constexpr int kKm16MaxTilesPerPart = 32;
 // reaches its copy ceiling with either, and the sm80 tiles are 1.5-3 %
 // faster there). docs/perf.md, "The merged tree of the eighth session".
 constexpr double kKm16AnyLengthMinDramGbps = 4000;
+// On such devices also a batch of one request (which the one-launch kernel
+// would take) from this many 64-key tiles per SM (S65536: ~7.8 on 132 SMs):
+// on an H200 its attention + combine measured 2.9 µs faster per layer than
+// the one-launch kernel at B1 S65536 (42.8 against 45.7 µs; its planning
+// kernel, once per step, makes a one-layer step 1 µs slower), within noise
+// at B4 S16384 and B8 S8192 (which stay one launch: their one-layer step is
+// 4-5 µs faster there), slower at B1 S16384 (~1.9 tiles per SM). On an H100
+// the one-launch kernel is as fast or faster at B1-B8. docs/perf.md, "Hopper
+// decode, at most 16 rows, small batches".
+constexpr int kKm16SmallBatchMinTilesPerPart = 6;
 
 void check_index(const char* op, const char* arg, const Tensor& t, Device device, int dims) {
   check_defined(op, arg, t);
@@ -262,31 +272,39 @@ void CudaDecodeBackend::plan(const DecodeMetadata& md, bool allow_sm90) {
                   .empty();
   // hopper with a 16-bit cache and at most 16 rows per request: the
   // key-major kernel (16 rows x 64 keys per tile, TMA, nothing padded), by
-  // default only for batches the one-launch kernel does not take (more than
-  // its limit of requests) whose 64-key tiles come to at most
+  // default for batches the one-launch kernel does not take (more than its
+  // limit of requests) whose 64-key tiles come to at most
   // kKm16MaxTilesPerPart per SM (short pieces), or of any length on a
   // device whose DRAM peaks above kKm16AnyLengthMinDramGbps (an H200: the
-  // sm80 tiles read at most ~3 TB/s there). Measured on an H100
-  // (docs/perf.md, "Hopper decode, at most 16 rows: the 16-bit key-major kernel"): 3-4 % faster than the
-  // sm80 kernel at H16 B32 S4096 (16 tiles per SM), 1.4-3 % slower at B64
-  // S32768 and B128 S16384 (248 per SM), and far slower than the one-launch
-  // kernel at B1-B8 (its combine merges ~128 splits per row in one warp).
+  // sm80 tiles read at most ~3 TB/s there); on such a device also for a
+  // batch of one request from kKm16SmallBatchMinTilesPerPart tiles per SM.
+  // Measured on an H100 (docs/perf.md, "Hopper decode, at most 16
+  // rows: the 16-bit key-major kernel"): 3-4 % faster than the sm80 kernel
+  // at H16 B32 S4096 (16 tiles per SM), 1.4-3 % slower at B64 S32768 and
+  // B128 S16384 (248 per SM); at B1-B8 its attention and combine (one CTA
+  // per row chunk) come within -1.1..+2.3 µs of the one-launch kernel's
+  // attention and merge, and the planning kernel adds ~4.5 µs to the step
+  // ("Hopper decode, at most 16 rows, small batches").
   // The bound between 16 and 248 is not tuned. Not in the batch-invariant
   // mode (its warpgroups split a piece's tiles by the parity of the CTA's
   // walk, as the fp8 kernel's).
   const int km16_mode = hopper_km16_mode();
   pdl_ = hopper_pdl_enabled();
   bool km16_default = false;
-  if (km16_mode < 0 && md.num_decodes > fused_max_batch()) {
-    if (ctx.dram_peak_gbps > kKm16AnyLengthMinDramGbps) {
-      km16_default = true;
-    } else if (md.seq_lens_cpu.defined() && md.seq_lens_cpu.device().is_cpu() &&
-               md.seq_lens_cpu.size(0) >= md.num_decodes) {
+  if (km16_mode < 0) {
+    const bool fast_dram = ctx.dram_peak_gbps > kKm16AnyLengthMinDramGbps;
+    int64_t tiles = -1;  // the batch's 64-key tiles (-1: no host seq_lens)
+    if (md.seq_lens_cpu.defined() && md.seq_lens_cpu.device().is_cpu() && md.seq_lens_cpu.size(0) >= md.num_decodes) {
       const int32_t* lens = md.seq_lens_cpu.data_as<const int32_t>();
-      int64_t tiles = 0;
       const int64_t stride = md.seq_lens_cpu.stride(0);
+      tiles = 0;
       for (int r = 0; r < md.num_decodes; ++r) tiles += (std::max(lens[r * stride], 0) + 63) / 64;
-      km16_default = tiles <= int64_t(kKm16MaxTilesPerPart) * ctx.sm_count;
+    }
+    if (md.num_decodes > fused_max_batch()) {
+      km16_default = fast_dram || (tiles >= 0 && tiles <= int64_t(kKm16MaxTilesPerPart) * ctx.sm_count);
+    } else {
+      km16_default =
+          md.num_decodes == 1 && fast_dram && tiles >= int64_t(kKm16SmallBatchMinTilesPerPart) * ctx.sm_count;
     }
   }
   sm90_km16_ = hopper_ && allow_sm90 && !invariant && !fp8 && rows < kSm90MinRows && (km16_mode == 1 || km16_default) &&

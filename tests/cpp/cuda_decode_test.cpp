@@ -332,6 +332,8 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
   // 16 rows; by default for batches the one-launch kernel does not take (more
   // than 8 requests, or none with LATTN_DECODE_FUSED=0) with at most 32 key
   // tiles per SM (every case here has far fewer), LATTN_HOPPER_KM16=1: all.
+  // (A batch of one with 6 or more tiles per SM on an H200 takes it too:
+  // none here, CudaDecodeSmall.LongBatchOfOneTakesItsDevicesPath.)
   const bool km16_layout = name == "hopper" && c.cache_dtype == c.dtype && c.L == 512 && c.R == 64 &&
                            c.block_size % 64 == 0 && c.heads * max_s_q <= 16;
   const char* km16_env = std::getenv("LATTN_HOPPER_KM16");
@@ -364,6 +366,16 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
     randomize(*b, c.seq_lens, c.s_q, rng);
     run_and_check(*backend, *b, out, lse, c.name);
     EXPECT_FALSE(runs_fused(*backend)) << backend->kernel_label();
+  }
+  if (!runs_fused(*backend)) {
+    // Both paths of the combine kernel (decode_combine.cu: one warp per row,
+    // or one CTA per row chunk, the default for steps of at most 128 rows).
+    for (const char* path : {"0", "1"}) {
+      ScopedEnv combine("LATTN_DECODE_COMBINE", path);
+      randomize(*b, c.seq_lens, c.s_q, rng);
+      const std::string what = std::string(c.name) + " with LATTN_DECODE_COMBINE=" + path;
+      run_and_check(*backend, *b, out, lse, what.c_str());
+    }
   }
   if (km16_layout && !km16 && device_capability(0)->major == 9) {
     // The same case on the key-major 16-bit kernel.
@@ -496,6 +508,36 @@ TEST(CudaDecodeSmall, Fp8CacheNaNReachesOnlyRowsThatSeeIt) {
       nan_rows += std::isnan(load_as_f32(host.data(), b->dtype, int64_t(row) * b->L));
     EXPECT_EQ(nan_rows, 3 * b->H) << name << ": rows of tokens 1, 3 and 4";
   }
+}
+
+// A batch of one request with many key tiles: on a device whose DRAM peaks
+// above 4 TB/s (an H200) hopper runs the key-major 16-bit kernel (plan,
+// attention, then the combine kernel's block path: ~130 splits per row),
+// elsewhere the one-launch kernel; the other path on the same case too.
+// H16, 55000 keys: 860 64-key tiles, at least 6 per SM up to 143 SMs.
+TEST(CudaDecodeSmall, LongBatchOfOneTakesItsDevicesPath) {
+  LATTN_REQUIRE_GPU();
+  if (backend_unusable("hopper").size()) GTEST_SKIP() << backend_unusable("hopper");
+  const DecodeCase c{"long-batch-of-one", 16, 512, 64, 64, DType::bf16, DType::bf16, lens({55000}), ones(1)};
+  std::mt19937_64 rng(77);
+  auto b = make_batch(c, rng);
+  auto backend = make_backend(*b, nullptr, "hopper");
+  OwnedTensor out = OwnedTensor::empty({b->T, b->H, b->L}, b->dtype, kGpu);
+  OwnedTensor lse = OwnedTensor::empty({b->H, b->T}, DType::f32, kGpu);
+  run_and_check(*backend, *b, out, lse, c.name);
+  // The rule reads the DRAM peak (cuda_decode_backend.cpp); here the two
+  // GPUs it was measured on, by name: an H200 (4.8 TB/s), an H100 (3.35).
+  const CudaDeviceInfo dev = query_cuda_devices().devices.at(0);
+  const int tiles = (55000 + 63) / 64;
+  if (dev.name.find("H200") != std::string::npos && tiles >= 6 * dev.sm_count) {
+    EXPECT_EQ(backend->kernel_label().rfind(std::string("hopper: ") + kKm16Label, 0), 0u) << backend->kernel_label();
+  } else if (dev.name.find("H100") != std::string::npos) {
+    EXPECT_TRUE(runs_fused(*backend)) << backend->kernel_label();
+  }
+  // The other path on the same case.
+  ScopedEnv other("LATTN_HOPPER_KM16", runs_fused(*backend) ? "1" : "0");
+  randomize(*b, c.seq_lens, c.s_q, rng);
+  run_and_check(*backend, *b, out, lse, c.name);
 }
 
 // hopper's key-major 16-bit kernel (forced: these small batches would take

@@ -13,6 +13,7 @@
 #include "cuda/common/dtype_device.cuh"
 #include "cuda/sm80/decode/decode_kernel.cuh"
 #include "cuda/smxx/decode_combine.h"
+#include "cuda/smxx/decode_combine_block.cuh"
 #include "cuda/smxx/decode_combine_row.cuh"
 #include "cuda/smxx/decode_plan_math.cuh"
 #include "lattn/errors.h"
@@ -107,20 +108,6 @@ __device__ __forceinline__ void grid_barrier(uint32_t* sync, unsigned ctas) {
   __syncthreads();
 }
 
-template <int kThreads>
-__device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) {
-  for (int d = 16; d > 0; d /= 2) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, d);
-    v = is_max ? max_nan(v, o) : v + o;
-  }
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
-  __syncthreads();
-  float r = red[0];
-  for (int w = 1; w < kThreads / 32; ++w) r = is_max ? max_nan(r, red[w]) : r + red[w];
-  __syncthreads();
-  return r;
-}
-
 // Batch-invariant plans: one warp per (request, row, 128-column slice), with
 // the combine kernel's arithmetic for those plans (decode_combine_row.cuh),
 // so that a request's bits are the same whether this kernel or the combine
@@ -146,105 +133,28 @@ __device__ __forceinline__ void combine_phase_invariant(const DecodeParams& p, c
   }
 }
 
-// The combine (decode_combine.cu's arithmetic) after the grid barrier. The
-// work (request, row, column chunk) is cut so that there are about as many
-// items as CTAs: a batch of one has 16 rows x 8 chunks of 64 columns, each
-// CTA merging its chunk's partials with 16 groups of threads taking every
-// 16th split (every split's partial of the chunk loaded at once: about 8
-// loads per thread at 132 splits). The partials were written by this launch,
-// so they are read through L2 (ld.global.cg), never the non-coherent path.
+// The combine after the grid barrier (decode_combine_block.cuh: one CTA per
+// (request, row, column chunk) item). The work is cut so that there are about
+// as many items as CTAs: a batch of one has 16 rows x 8 chunks of 64
+// columns, each CTA merging its chunk's partials with 16 groups of threads
+// taking every 16th split (every split's partial of the chunk loaded at
+// once: about 8 loads per thread at 132 splits). The partials were written
+// by this launch, so they are read through L2 (ld.global.cg), never the
+// non-coherent path.
 template <class K>
 __device__ __forceinline__ void combine_phase(const DecodeParams& p, const SmallPlan& sp, char* smem) {
-  using T = typename K::T;
-  constexpr int kThreads = K::kThreads;
-  const DecodePlan& plan = p.plan;
   const int chunks = p.batch == 1 ? 8 : p.batch == 2 ? 4 : p.batch <= 4 ? 2 : 1;
-  const int c4 = K::kL / 4 / chunks;  // float4 columns per item
-  const int groups = kThreads / c4;   // split groups per item
-  const int rows = plan.rows_capacity;
+  const int rows = p.plan.rows_capacity;
   const int items = p.batch * rows * chunks;
-  float* weights = reinterpret_cast<float*>(smem);                                      // [kMaxDecodeSplitsPerRequest]
-  float4* group_acc = reinterpret_cast<float4*>(weights + kMaxDecodeSplitsPerRequest);  // [kThreads]
-  float* red = reinterpret_cast<float*>(group_acc + kThreads);                          // [kThreads / 32]
-  const int ct = threadIdx.x % c4, g = threadIdx.x / c4;
+  auto& sm = *reinterpret_cast<CombineBlockSmem<K::kThreads>*>(smem);
   for (int item = blockIdx.y * gridDim.x + blockIdx.x; item < items; item += gridDim.x * gridDim.y) {
     const int r = item / (rows * chunks), row = item / chunks % rows, chunk = item % chunks;
     const int n = sp.splits[r];
     if (n == 1) continue;  // written by its only part
-    const int q0 = p.query_start_loc[r];
-    const int s_q = p.query_start_loc[r + 1] - q0;
+    const int s_q = p.query_start_loc[r + 1] - p.query_start_loc[r];
     if (row >= s_q * p.num_heads) continue;
-    const int j = row / p.num_heads, h = row % p.num_heads;
-    T* out = static_cast<T*>(p.out) + (q0 + j) * p.out_stride_t + h * p.out_stride_h;
-    float* lse_out = p.lse ? p.lse + h * p.lse_stride_h + int64_t(q0 + j) * p.lse_stride_t : nullptr;
-    const int c = (chunk * c4 + ct) * 4;
-    if (n == 0) {  // no keys: output 0, LSE -inf
-      if (g == 0) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) out[c + k] = from_f32<T>(0.f);
-      }
-      if (lse_out && threadIdx.x == 0 && chunk == 0) *lse_out = -INFINITY;
-      continue;
-    }
-    const int slot0 = sp.slot0[r];
-    const float* lse = plan.partial_lse + int64_t(slot0) * rows + row;
-    const float* part = plan.partial_o + (int64_t(slot0) * rows + row) * K::kL + c;
-    const int64_t stride = int64_t(rows) * K::kL;
-    // The first kEarly partials of this thread are loaded before the LSE
-    // reductions (they do not depend on the weights): their L2 latency
-    // overlaps the reductions' barriers.
-    constexpr int kEarly = 8;
-    float4 early[kEarly];
-#pragma unroll
-    for (int k = 0; k < kEarly; ++k) {
-      const int se = g + k * groups;
-      early[k] = se < n ? __ldcg(reinterpret_cast<const float4*>(part + se * stride)) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    float m = -INFINITY;
-    for (int s = threadIdx.x; s < n; s += kThreads) m = max_nan(m, __ldcg(lse + int64_t(s) * rows));
-    m = block_reduce<kThreads>(m, red, true);
-    float sum = 0.f;
-    for (int s = threadIdx.x; s < n; s += kThreads) {
-      const float e = m == -INFINITY ? 0.f : exp2f((__ldcg(lse + int64_t(s) * rows) - m) * 1.4426950408889634f);
-      weights[s] = e;
-      sum += e;
-    }
-    sum = block_reduce<kThreads>(sum, red, false);  // its barriers also publish `weights`
-    const float inv = sum == 0.f ? 0.f : 1.f / sum;
-    const float final_lse = sum == 0.f ? -INFINITY : m + logf(sum);
-
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    auto add = [&](float w, float4 v) {
-      // A part with weight 0 saw no key of this row: skipped (never 0 * NaN).
-      if (w != 0.f) acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
-    };
-#pragma unroll
-    for (int k = 0; k < kEarly; ++k) {
-      if (g + k * groups < n) add(weights[g + k * groups], early[k]);
-    }
-    int s = g + kEarly * groups;
-    for (; s + 3 * groups < n; s += 4 * groups) {  // four loads in flight
-      float4 v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = __ldcg(reinterpret_cast<const float4*>(part + (s + u * groups) * stride));
-#pragma unroll
-      for (int u = 0; u < 4; ++u) add(weights[s + u * groups], v[u]);
-    }
-    for (; s < n; s += groups) add(weights[s], __ldcg(reinterpret_cast<const float4*>(part + s * stride)));
-    group_acc[threadIdx.x] = acc;  // [g][ct]
-    __syncthreads();
-    if (g == 0) {
-      for (int k = 1; k < groups; ++k) {
-        const float4 v = group_acc[k * c4 + ct];
-        acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
-      }
-      out[c] = from_f32<T>(acc.x * inv);
-      out[c + 1] = from_f32<T>(acc.y * inv);
-      out[c + 2] = from_f32<T>(acc.z * inv);
-      out[c + 3] = from_f32<T>(acc.w * inv);
-    }
-    if (lse_out && threadIdx.x == 0 && chunk == 0) *lse_out = final_lse;
-    __syncthreads();  // group_acc and weights are reused by the next item
+    combine_row_chunk_in_block<typename K::T, K::kThreads, K::kL>(p, r, row, n, sp.slot0[r], chunk, chunks, sm,
+                                                                  CoherentLoads{});
   }
 }
 
@@ -313,8 +223,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
 
 // The combine phase's shared memory fits in the attention's.
 template <class K>
-constexpr bool kCombineFits =
-    size_t(kMaxDecodeSplitsPerRequest) * 4 + size_t(K::kThreads) * 16 + size_t(K::kThreads / 32) * 4 <= K::kSmemBytes;
+constexpr bool kCombineFits = sizeof(CombineBlockSmem<K::kThreads>) <= K::kSmemBytes;
 
 template <class K>
 void set_fused_attributes() {
