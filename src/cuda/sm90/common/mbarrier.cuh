@@ -70,6 +70,28 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
   while (!mbarrier_try_wait(bar, parity)) {}
 }
 
+// The same for a thread with nothing else to do meanwhile (a producer
+// waiting for a free stage): try_wait with a suspend-time hint, so the
+// thread sleeps until the phase completes (or the hint, in ns, runs out)
+// instead of probing every few cycles; the probes of the plain wait took
+// issue slots of the consumer warps sharing its scheduler (about a tenth
+// of the fp8 decode kernel's instructions; docs/perf.md).
+__device__ __forceinline__ void mbarrier_wait_sleeping(uint32_t bar, uint32_t parity) {
+  constexpr uint32_t kSuspendNs = 1000000;
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n"
+        " .reg .pred p;\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+        " selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity), "r"(kSuspendNs)
+        : "memory");
+  } while (done == 0);
+}
+
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) { mbarrier_arrive(smem_u32(bar)); }
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   mbarrier_arrive_expect_tx(smem_u32(bar), bytes);
@@ -78,6 +100,9 @@ __device__ __forceinline__ bool mbarrier_try_wait(uint64_t* bar, uint32_t parity
   return mbarrier_try_wait(smem_u32(bar), parity);
 }
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) { mbarrier_wait(smem_u32(bar), parity); }
+__device__ __forceinline__ void mbarrier_wait_sleeping(uint64_t* bar, uint32_t parity) {
+  mbarrier_wait_sleeping(smem_u32(bar), parity);
+}
 
 // mbarrier.expect_tx without arriving (PTX ISA: mbarrier.expect_tx).
 __device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {

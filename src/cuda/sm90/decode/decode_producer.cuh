@@ -49,7 +49,17 @@ __device__ __forceinline__ void producer_walk(const DecodeParams& p, int part, u
   for_each_tile_piece<kBlockM>(p, part, kBlockN, [&](const DecodeRequestView& v, int tile_begin, int tile_end, int) {
     for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
       const int s = it % kStages, round = it / kStages;
-      if (round > 0) mbarrier_wait(&empty[s], (round - 1) & 1);
+      if (round > 0) {
+        // The tile's block-table entry is brought into L1 before the wait,
+        // so the copy leaves when the stage is released, not a global-memory
+        // round trip later (load() reads the entry; an out-of-range column
+        // is left to its check).
+        const int64_t col = int64_t(tile) * kBlockN / p.block_size;
+        if (p.table_width <= 0 || col < p.table_width) {
+          asm volatile("prefetch.global.L1 [%0];" ::"l"(v.table + col));
+        }
+        mbarrier_wait_sleeping(&empty[s], (round - 1) & 1);
+      }
       load(v, tile, s);
     }
   });
