@@ -182,7 +182,12 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       float alpha[4];
       fp8_softmax_tile<K>(sc, st, key0, fix, key_limit, rsc, g, row_max, p_box, alpha);
       named_barrier_sync(kFp8BarP + g, 128);  // the warpgroup's P written (and fenced)
-      fp8_compute_pv<K>(p_box, kv, o, alpha, key0, fix, mask_from, pv.seq_len, [&] { mbarrier_arrive(&empty[s]); });
+      const auto release = [&] { mbarrier_arrive(&empty[s]); };
+      if (fix) {
+        fp8_compute_pv<K, true>(p_box, kv, o, alpha, key0, mask_from, pv.seq_len, release);
+      } else {
+        fp8_compute_pv<K, false>(p_box, kv, o, alpha, key0, mask_from, pv.seq_len, release);
+      }
     }
     fp8_write_o<K>(p, pv, st, o, slot, g, row_sum, stat, merge);
   });

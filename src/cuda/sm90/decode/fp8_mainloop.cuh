@@ -254,9 +254,12 @@ __device__ __forceinline__ void fp8_softmax_tile(float (&s)[8], Fp8SoftmaxState&
 // key is masked for some rows, and a row that does see it has a NaN score
 // already (V is part of K), so it is NaN either way. Calls `release` (the
 // stage's empty barrier) after the tile's last shared-memory read.
-template <class K, class Release>
+// kFix: the tile reaches past mask_from (a compile-time split, so the
+// common tile carries no per-key branch: 16 of them per tile cost ~50
+// instructions of branch bookkeeping even when not taken).
+template <class K, bool kFix, class Release>
 __device__ __forceinline__ void fp8_compute_pv(const uint8_t* p_box, const uint8_t* kv, float (&o)[K::kOBlocks][8],
-                                               const float (&alpha)[4], int key0, bool fix, int mask_from, int seq_len,
+                                               const float (&alpha)[4], int key0, int mask_from, int seq_len,
                                                Release&& release) {
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32, gid = lane / 4, t = lane % 4;
   // Skipped where it changes nothing (x * 1 = x): a tile raises no row's
@@ -280,7 +283,7 @@ __device__ __forceinline__ void fp8_compute_pv(const uint8_t* p_box, const uint8
       const int key = 16 * ks + t + 4 * b;
       const uint4 x = *reinterpret_cast<const uint4*>(base + key * K::kChunkCols);
       v[b][0] = x.x, v[b][1] = x.y, v[b][2] = x.z, v[b][3] = x.w;
-      if (fix) {
+      if constexpr (kFix) {
         const int abs_key = key0 + key;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
