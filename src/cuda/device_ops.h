@@ -6,23 +6,7 @@
 // (cuda/common/index_check.cuh).
 #pragma once
 
-#include <cstddef>
-#include <span>
-
-#include "lattn/cache.h"
-#include "lattn/device.h"
-#include "lattn/stream.h"
-#include "lattn/tensor.h"
-
-namespace lattn {
-struct SparseMlaArgs;  // lattn/sparse.h
-struct IndexerArgs;
-struct IndexerKeyCache;
-}  // namespace lattn
-
-namespace lattn::detail {
-struct GemmProblem;
-}
+#include "core/ops/device_ops_types.h"
 
 namespace lattn::cuda {
 

@@ -27,6 +27,13 @@ struct SelectionMemo {
   std::vector<Entry> entries;  // a handful per process: linear search is enough
 };
 
+// The memo of one kind, one per process.
+template <class BackendClass>
+SelectionMemo<BackendClass>& selection_memo() {
+  static SelectionMemo<BackendClass> memo;
+  return memo;
+}
+
 // What differs between prefill and decode selection.
 template <class BackendClass>
 struct SelectorTraits;
@@ -40,10 +47,6 @@ struct SelectorTraits<PrefillBackendClass> {
   static PrefillBackendRegistry& registry() { return mla_prefill_backend_registry(); }
   static const std::string& explicit_choice(const SelectorConfig& c) { return c.prefill_backend; }
   static std::string repr(const SelectorConfig& c) { return c.repr(); }
-  static SelectionMemo<PrefillBackendClass>& memo() {
-    static SelectionMemo<PrefillBackendClass> m;
-    return m;
-  }
 };
 
 template <>
@@ -56,10 +59,6 @@ struct SelectorTraits<DecodeBackendClass> {
   static DecodeBackendRegistry& registry() { return mla_decode_backend_registry(); }
   static const std::string& explicit_choice(const SelectorConfig& c) { return c.decode_backend; }
   static std::string repr(const SelectorConfig& c) { return c.decode_repr(); }
-  static SelectionMemo<DecodeBackendClass>& memo() {
-    static SelectionMemo<DecodeBackendClass> m;
-    return m;
-  }
 };
 
 // The CPU has no compute capability, whatever the caller passed.
@@ -98,7 +97,7 @@ std::shared_ptr<const BackendClass> auto_select(std::optional<DeviceCapability> 
                                                 const SelectorConfig& config) {
   using Traits = SelectorTraits<BackendClass>;
   capability = capability_of(config, capability);
-  auto& memo = Traits::memo();
+  auto& memo = selection_memo<BackendClass>();
   const SelectorConfig key = memo_key(config);
   const uint64_t generation = Traits::registry().generation();
   {
@@ -211,7 +210,7 @@ std::vector<BackendVerdict> explain(std::optional<DeviceCapability> capability, 
 
 template <class BackendClass>
 void clear_memo() {
-  auto& m = SelectorTraits<BackendClass>::memo();
+  auto& m = selection_memo<BackendClass>();
   std::lock_guard lock(m.mutex);
   m.entries.clear();
 }

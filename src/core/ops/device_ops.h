@@ -11,24 +11,10 @@
 // Entries only compute; index values on a device are unchecked.
 #pragma once
 
-#include <cstddef>
-#include <span>
-
-#include "lattn/backend.h"
-#include "lattn/cache.h"
-#include "lattn/device.h"
-#include "lattn/stream.h"
-#include "lattn/tensor.h"
-
-namespace lattn {
-struct SparseMlaArgs;  // lattn/sparse.h
-struct IndexerArgs;
-struct IndexerKeyCache;
-}  // namespace lattn
+#include "core/ops/device_ops_types.h"
+#include "lattn/backend.h"  // RunContext
 
 namespace lattn::detail {
-
-struct GemmProblem;
 
 struct DeviceOps {
   const char* name = "";  // "cpu", "cuda"

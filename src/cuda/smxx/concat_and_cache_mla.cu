@@ -12,19 +12,12 @@
 #include "cuda/common/dtype_device.cuh"
 #include "cuda/common/index_check.cuh"
 #include "cuda/device_ops.h"
+#include "cuda/smxx/cache_write_params.h"
 
 namespace lattn::cuda {
 namespace {
 
-struct ConcatParams {
-  const void* kv_c;      // [T, L], row stride kv_c_stride (elements)
-  const void* k_pe;      // [T, R], row stride k_pe_stride
-  void* cache;           // [num_blocks, block_size, L+R], block stride cache_block_stride
-  const int64_t* slots;  // [num_tokens], stride slot_stride
-  int64_t kv_c_stride, k_pe_stride, slot_stride;
-  int64_t cache_block_stride;     // elements between blocks (>= block_size * (L+R))
-  int64_t block_size, num_slots;  // num_slots = num_blocks * block_size
-  int num_tokens, L, R;
+struct ConcatParams : CacheWriteParams {
   float scale;           // fp8 caches store fp8(x / scale); 1 otherwise
   uint32_t* violations;  // index_check.h words of this device (may be nullptr)
 };
@@ -45,8 +38,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) concat_and_cache_mla_kern
     if (lane == 0) record_index_violation(p.violations, kBadSlot);
     return;
   }
-  C* dst = static_cast<C*>(p.cache) + (slot / p.block_size) * p.cache_block_stride +
-           (slot % p.block_size) * int64_t(p.L + p.R);
+  C* dst =
+      static_cast<C*>(p.cache) + (slot / p.block_size) * p.block_stride + (slot % p.block_size) * int64_t(p.L + p.R);
   const In* kv = static_cast<const In*>(p.kv_c) + token * p.kv_c_stride;
   const In* pe = static_cast<const In*>(p.k_pe) + token * p.k_pe_stride;
   const bool fp8 = sizeof(C) == 1;
@@ -96,29 +89,15 @@ void concat_and_cache_mla(const Tensor& kv_c, const Tensor& k_pe, const LatentCa
   const int device = cache.device().index;
   DeviceGuard guard(device);
   raise_pending_index_violation(device, "concat_and_cache_mla");
-  ConcatParams p{};
-  p.kv_c = kv_c.data();
-  p.k_pe = k_pe.data();
-  p.cache = cache.data.data();
-  p.slots = slot_mapping.data_as<const int64_t>();
-  p.kv_c_stride = kv_c.stride(0);
-  p.k_pe_stride = k_pe.stride(0);
-  p.slot_stride = slot_mapping.stride(0);
-  p.cache_block_stride = cache.data.stride(0);
-  p.block_size = cache.block_size();
-  p.num_slots = cache.num_blocks() * cache.block_size();
-  p.num_tokens = num_tokens;
-  p.L = cache.kv_lora_rank;
-  p.R = cache.qk_rope_head_dim;
-  p.scale = cache.is_fp8() ? cache.scale : 1.f;
-  p.violations = index_violation_words(device);
+  const ConcatParams p{cache_write_params(kv_c, k_pe, cache, slot_mapping), cache.is_fp8() ? cache.scale : 1.f,
+                       index_violation_words(device)};
 
   const int in_size = kv_c.element_size();
   const int cache_size = cache.data.element_size();
   // 8-element vectors need both segments and every row start aligned.
   const bool vec = p.L % 8 == 0 && p.R % 8 == 0 && is_aligned(p.kv_c, 16) && is_aligned(p.k_pe, 16) &&
                    (p.kv_c_stride * in_size) % 16 == 0 && (p.k_pe_stride * in_size) % 16 == 0 &&
-                   is_aligned(p.cache, 8 * cache_size) && (p.cache_block_stride * cache_size) % (8 * cache_size) == 0;
+                   is_aligned(p.cache, 8 * cache_size) && (p.block_stride * cache_size) % (8 * cache_size) == 0;
   const dim3 grid((num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
   auto s = reinterpret_cast<cudaStream_t>(stream);
   LATTN_DISPATCH_FLOAT_TYPES(kv_c.dtype(), "concat_and_cache_mla", "kv_c", [&] {

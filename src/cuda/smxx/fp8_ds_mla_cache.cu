@@ -11,6 +11,7 @@
 #include "cuda/common/dispatch.h"
 #include "cuda/common/dtype_device.cuh"
 #include "cuda/device_ops.h"
+#include "cuda/smxx/cache_write_params.h"
 #include "lattn/sparse.h"
 
 namespace lattn::cuda {
@@ -18,15 +19,8 @@ namespace {
 
 constexpr int kWarps = 8;
 
-struct DsWriteParams {
-  const void* kv_c;      // [T, L], row stride kv_c_stride (elements)
-  const void* k_pe;      // [T, R], row stride k_pe_stride
-  uint8_t* cache;        // [num_blocks, block_size, bytes] u8
-  const int64_t* slots;  // [num_tokens], stride slot_stride
-  int64_t kv_c_stride, k_pe_stride, slot_stride;
-  int64_t block_stride, entry_stride;  // bytes between blocks / entries
-  int64_t block_size, num_slots;
-  int num_tokens, L, R;
+struct DsWriteParams : CacheWriteParams {
+  int64_t entry_stride;  // bytes between entries (the cache is u8: block_stride is bytes too)
 };
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -40,7 +34,8 @@ __global__ void __launch_bounds__(kWarps * 32) concat_ds_mla_kernel(DsWriteParam
   if (token >= p.num_tokens) return;
   const int64_t slot = p.slots[token * p.slot_stride];
   if (slot < 0 || slot >= p.num_slots) return;  // PAD_SLOT_ID; out of range: a last guard
-  uint8_t* entry = p.cache + (slot / p.block_size) * p.block_stride + (slot % p.block_size) * p.entry_stride;
+  uint8_t* entry =
+      static_cast<uint8_t*>(p.cache) + (slot / p.block_size) * p.block_stride + (slot % p.block_size) * p.entry_stride;
   const In* kv = static_cast<const In*>(p.kv_c) + token * p.kv_c_stride;
   const int tiles = p.L / 128;
   for (int tile = 0; tile < tiles; ++tile) {
@@ -122,21 +117,7 @@ void concat_and_cache_ds_mla(const Tensor& kv_c, const Tensor& k_pe, const Laten
   const int num_tokens = int(slot_mapping.size(0));
   if (num_tokens == 0 || cache.num_blocks() == 0) return;
   DeviceGuard guard(cache.device().index);
-  DsWriteParams p{};
-  p.kv_c = kv_c.data();
-  p.k_pe = k_pe.data();
-  p.cache = static_cast<uint8_t*>(cache.data.data());
-  p.slots = slot_mapping.data_as<const int64_t>();
-  p.kv_c_stride = kv_c.stride(0);
-  p.k_pe_stride = k_pe.stride(0);
-  p.slot_stride = slot_mapping.stride(0);
-  p.block_stride = cache.data.stride(0);
-  p.entry_stride = cache.data.stride(1);
-  p.block_size = cache.block_size();
-  p.num_slots = cache.num_blocks() * cache.block_size();
-  p.num_tokens = num_tokens;
-  p.L = cache.kv_lora_rank;
-  p.R = cache.qk_rope_head_dim;
+  const DsWriteParams p{cache_write_params(kv_c, k_pe, cache, slot_mapping), cache.data.stride(1)};
   const dim3 grid((num_tokens + kWarps - 1) / kWarps);
   auto s = reinterpret_cast<cudaStream_t>(stream);
   LATTN_DISPATCH_FLOAT_TYPES(kv_c.dtype(), "concat_and_cache_mla", "kv_c",

@@ -104,6 +104,30 @@ __device__ __forceinline__ void write_rows(const SoftmaxState& st, const float (
   }
 }
 
+// This thread's outputs of row `row` of the CTA (rows [rv.row0, +kBlockM) of
+// one request; pair(ni) as write_rows' store_row gets it): slot < 0, the
+// final output; else partial O of plan slot `slot`. Shared by the decode
+// epilogue and the batch-invariant fold's write (write_folded).
+template <class K, class Pair>
+__device__ __forceinline__ void store_o_row(const DecodeParams& p, const DecodeRequestView& rv, int slot, int row,
+                                            int col0, Pair pair) {
+  using T = typename K::T;
+  const int gr = rv.row0 + row;
+  if (slot < 0) {
+    const int j = gr / p.num_heads, h = gr % p.num_heads;
+    T* out = static_cast<T*>(p.out) + (rv.q0 + j) * p.out_stride_t + h * p.out_stride_h + col0;
+#pragma unroll
+    for (int ni = 0; ni < K::kNTilesO; ++ni) {
+      const float2 v = pair(ni);
+      *reinterpret_cast<uint32_t*>(out + ni * 8) = pack2<T>(v.x, v.y);
+    }
+  } else {
+    float* out = p.plan.partial_o + (int64_t(slot) * p.plan.rows_capacity + gr) * K::kL + col0;
+#pragma unroll
+    for (int ni = 0; ni < K::kNTilesO; ++ni) *reinterpret_cast<float2*>(out + ni * 8) = pair(ni);
+  }
+}
+
 // The decode kernel's epilogue for rows [rv.row0, +kBlockM) of one request:
 // slot < 0: the final output (times out_scale) and LSE; else the partial O
 // and LSE of plan slot `slot`.
@@ -111,24 +135,8 @@ template <class K>
 __device__ __forceinline__ void write_o(const DecodeParams& p, const DecodeRequestView& rv, const SoftmaxState& st,
                                         const float (&o)[K::kMTiles][K::kNTilesO][4], int slot, float* reduce,
                                         float* row_vec) {
-  using T = typename K::T;
   const auto factor = [&](int, float l, float) { return p.out_scale / l; };
-  const auto store_row = [&](int row, int col0, auto pair) {
-    const int gr = rv.row0 + row;
-    if (slot < 0) {
-      const int j = gr / p.num_heads, h = gr % p.num_heads;
-      T* out = static_cast<T*>(p.out) + (rv.q0 + j) * p.out_stride_t + h * p.out_stride_h + col0;
-#pragma unroll
-      for (int ni = 0; ni < K::kNTilesO; ++ni) {
-        const float2 v = pair(ni);
-        *reinterpret_cast<uint32_t*>(out + ni * 8) = pack2<T>(v.x, v.y);
-      }
-    } else {
-      float* out = p.plan.partial_o + (int64_t(slot) * p.plan.rows_capacity + gr) * K::kL + col0;
-#pragma unroll
-      for (int ni = 0; ni < K::kNTilesO; ++ni) *reinterpret_cast<float2*>(out + ni * 8) = pair(ni);
-    }
-  };
+  const auto store_row = [&](int row, int col0, auto pair) { store_o_row<K>(p, rv, slot, row, col0, pair); };
   const auto store_lse = [&](int row, float lse) {
     const int gr = rv.row0 + row;
     if (slot < 0) {

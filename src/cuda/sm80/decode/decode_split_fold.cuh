@@ -107,7 +107,6 @@ __device__ __forceinline__ void fold_split(const DecodeParams& p, SplitFold<K>& 
 template <class K>
 __device__ __forceinline__ void write_folded(const DecodeParams& p, const DecodeRequestView& rv, const SplitFold<K>& f,
                                              const float (&acc)[K::kMTiles][K::kNTilesO][4], int slot, int empty) {
-  using T = typename K::T;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rg = warp % K::kRowGroups, cg = warp / K::kRowGroups;
   const int n_rows = rv.rows - rv.row0;
@@ -118,21 +117,8 @@ __device__ __forceinline__ void write_folded(const DecodeParams& p, const Decode
     for (int half = 0; half < 2; ++half) {
       const int row = mi * 16 + lane / 4 + 8 * half;
       if (row >= n_rows) continue;
-      const int gr = rv.row0 + row;
-      if (slot < 0) {
-        const int j = gr / p.num_heads, h = gr % p.num_heads;
-        T* out = static_cast<T*>(p.out) + (rv.q0 + j) * p.out_stride_t + h * p.out_stride_h + col0;
-#pragma unroll
-        for (int ni = 0; ni < K::kNTilesO; ++ni) {
-          *reinterpret_cast<uint32_t*>(out + ni * 8) = pack2<T>(acc[mi][ni][2 * half], acc[mi][ni][2 * half + 1]);
-        }
-      } else {
-        float* out = p.plan.partial_o + (int64_t(slot) * p.plan.rows_capacity + gr) * K::kL + col0;
-#pragma unroll
-        for (int ni = 0; ni < K::kNTilesO; ++ni) {
-          *reinterpret_cast<float2*>(out + ni * 8) = make_float2(acc[mi][ni][2 * half], acc[mi][ni][2 * half + 1]);
-        }
-      }
+      store_o_row<K>(p, rv, slot, row, col0,
+                     [&](int ni) { return make_float2(acc[mi][ni][2 * half], acc[mi][ni][2 * half + 1]); });
     }
   }
   if (cg == 0 && lane % 4 == 0) {

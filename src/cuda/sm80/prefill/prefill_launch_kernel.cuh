@@ -17,7 +17,7 @@ namespace lattn::cuda::sm80 {
 
 template <int kConfig, class Element, bool kCausal>
 void launch_prefill_kernel(const PrefillParams& params, cudaStream_t stream) {
-  using Traits = PrefillKernelTraits<PrefillTileShape<kConfig>, Element>;
+  using Traits = PrefillKernelTraits<kConfig, Element>;
   using Scheduler = PrefillTileScheduler<Traits::kBlockM>;
   auto* kernel = &prefill_attention_kernel<Traits, kCausal>;
 

@@ -15,10 +15,11 @@
 
 namespace lattn::cuda::sm80 {
 
-// A row of kPrefillTileConfigs as types (the launcher instantiates by index,
-// so the table stays the single source of truth).
-template <int kConfig>
-struct PrefillTileShape {
+// Instance kConfig of the table kPrefillTileConfigs (the launcher
+// instantiates by index, so the table stays the single source of truth).
+template <int kConfig, class Element_>
+struct PrefillKernelTraits {
+  using Element = Element_;  // __nv_bfloat16 or __half
   static constexpr PrefillTileConfig kCfg = kPrefillTileConfigs[kConfig];
   static constexpr int kHeadDimQK = kCfg.head_dim_qk;
   static constexpr int kHeadDimV = kCfg.head_dim_v;
@@ -26,19 +27,8 @@ struct PrefillTileShape {
   static constexpr int kBlockN = kCfg.block_n;
   static constexpr int kNumWarps = kCfg.num_warps;
   static constexpr int kMinBlocksPerSm = kCfg.min_blocks_per_sm;
+  // Unroll factor of the k16 loop of Q Kᵀ.
   static constexpr int kQKUnroll = kCfg.qk_unroll == 0 ? kHeadDimQK / 16 : kCfg.qk_unroll;
-};
-
-template <class Shape, class Element_>
-struct PrefillKernelTraits {
-  using Element = Element_;  // __nv_bfloat16 or __half
-  static constexpr int kHeadDimQK = Shape::kHeadDimQK;
-  static constexpr int kHeadDimV = Shape::kHeadDimV;
-  static constexpr int kBlockM = Shape::kBlockM;
-  static constexpr int kBlockN = Shape::kBlockN;
-  static constexpr int kNumWarps = Shape::kNumWarps;
-  static constexpr int kMinBlocksPerSm = Shape::kMinBlocksPerSm;
-  static constexpr int kQKUnroll = Shape::kQKUnroll;  // unroll factor of the k16 loop of Q Kᵀ
   static constexpr int kThreads = kNumWarps * 32;
 
   // Each warp owns kWarpRows consecutive query rows = kMTiles m16 tiles.

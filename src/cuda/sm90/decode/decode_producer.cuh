@@ -1,8 +1,8 @@
 // src/cuda/sm90/decode/decode_producer.cuh — the producer side of the KV
-// ring of both Hopper decode kernels (decode_kernel.cuh: 16-bit caches,
-// fp8_kernel.cuh: fp8 caches): one thread walks the pieces the consumers walk
-// and, tile after tile, waits until the consumers have released the tile's
-// stage, then issues its copy.
+// ring of the Hopper decode kernels (decode_kernel.cuh, and the key-major
+// ones through keymajor_walk.cuh): one thread walks the pieces the
+// consumers walk and, tile after tile, waits until the consumers have
+// released the tile's stage, then issues its copy.
 #pragma once
 
 #include <cuda.h>

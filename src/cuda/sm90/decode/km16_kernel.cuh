@@ -6,7 +6,9 @@
 // is), the producer warpgroup's first thread keeps the two stages full (TMA
 // through the block table, decode_producer.cuh). At the end of a piece the
 // two warpgroups' states are merged and warpgroup 0 writes O and the LSE
-// (the output, or the f32 partial slot for decode_combine when split).
+// (the output, or the f32 partial slot for decode_combine when split). The
+// roles and the walk are the fp8 kernel's too (keymajor_walk.cuh); the
+// tile's steps and the stores are this kernel's.
 //
 // sm_90a only: the body compiles to nothing for other targets.
 #pragma once
@@ -14,8 +16,9 @@
 #include "cuda/common/grid_dependency.cuh"
 #include "cuda/sm80/mma.cuh"  // pack2
 #include "cuda/sm90/common/cta_smem.cuh"
-#include "cuda/sm90/decode/decode_producer.cuh"
 #include "cuda/sm90/decode/fp8_mainloop.cuh"  // fp8_softmax_tile, Fp8SoftmaxState, barrier ids
+#include "cuda/sm90/decode/keymajor_merge.cuh"
+#include "cuda/sm90/decode/keymajor_walk.cuh"
 #include "cuda/sm90/decode/km16_mainloop.cuh"
 #include "cuda/smxx/decode_pieces.cuh"
 
@@ -28,70 +31,21 @@ namespace lattn::cuda::sm90 {
 // Warpgroup 0 alone (its output stores), beside the fp8 kernel's ids 1..5.
 constexpr int kKm16BarOut = 6;
 
-// Merges warpgroup 1's state into warpgroup 0's and writes the piece's
-// result (both warpgroups call it; warpgroup 0 writes). The merged O^T goes
-// through shared memory as [16 rows][kOutStride] so that each row is stored
-// with 16-byte writes.
+// Warpgroup 0 stores the piece's merged O^T and LSE (keymajor_consume's
+// store) through shared memory: O as [16 rows][kOutStride] in `merge` (once
+// every thread has read its part of warpgroup 1's O^T there), so that each
+// row is stored with 16-byte writes, and the LSE in stat + kRows.
 template <class K>
-__device__ __forceinline__ void km16_write_o(const DecodeParams& p, const DecodeRequestView& pv,
-                                             const Fp8SoftmaxState& st, float (&o)[K::kOBlocks][8], int slot, int g,
-                                             float* row_sum, float* stat, float* merge) {
+__device__ __forceinline__ void km16_store_o(const DecodeParams& p, const DecodeRequestView& pv,
+                                             const float (&o)[K::kOBlocks][8], const float (&lse)[4], int slot,
+                                             float* stat, float* merge) {
   using T = typename K::T;
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32, gid = lane / 4, t = lane % 4;
   const int tid = threadIdx.x % 128;
   float* lse_s = stat + K::kRows;
-  float l[4];
+  if (w == 0 && gid == 0) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    l[i] = st.l[i];
-#pragma unroll
-    for (int off = 4; off < 32; off *= 2) l[i] += __shfl_xor_sync(0xffffffffu, l[i], off);
-  }
-  if (gid == 0) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int n = 8 * (i / 2) + 2 * t + (i % 2);
-      row_sum[(g * 4 + w) * K::kRows + n] = l[i];
-      if (g == 1 && w == 0) stat[n] = st.m[i];
-    }
-  }
-  if (g == 1) {
-#pragma unroll
-    for (int mb = 0; mb < K::kOBlocks; ++mb) {
-#pragma unroll
-      for (int r = 0; r < 8; ++r) merge[(mb * 8 + r) * 128 + tid] = o[mb][r];
-    }
-  }
-  named_barrier_sync(kFp8BarAll, K::kConsumerThreads);
-  if (g == 1) return;
-  float f0[4], f1[4], inv[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int n = 8 * (i / 2) + 2 * t + (i % 2);
-    float l0 = 0.f, l1 = 0.f;
-#pragma unroll
-    for (int ww = 0; ww < 4; ++ww) {
-      l0 += row_sum[ww * K::kRows + n];
-      l1 += row_sum[(4 + ww) * K::kRows + n];
-    }
-    const float m0 = st.m[i], m1 = stat[n];
-    const float mm = fmaxf(m0, m1);
-    const float base = mm == -INFINITY ? 0.f : mm;
-    f0[i] = exp2f(m0 - base);
-    f1[i] = exp2f(m1 - base);
-    const float total = l0 * f0[i] + l1 * f1[i];
-    // No key: output 0, LSE -inf. A NaN sum (the row saw a NaN) passes through.
-    const bool seen = !(total <= 0.f);
-    inv[i] = seen ? p.out_scale / total : 0.f;
-    if (w == 0 && gid == 0) lse_s[n] = seen ? (base + log2f(total)) * 0.69314718055994531f : -INFINITY;
-  }
-#pragma unroll
-  for (int mb = 0; mb < K::kOBlocks; ++mb) {
-#pragma unroll
-    for (int r = 0; r < 8; ++r) {
-      const int i = 2 * (r / 4) + (r % 2);
-      o[mb][r] = (o[mb][r] * f0[i] + merge[(mb * 8 + r) * 128 + tid] * f1[i]) * inv[i];
-    }
+    for (int i = 0; i < 4; ++i) lse_s[keymajor_row(i, t)] = lse[i];
   }
   named_barrier_sync(kKm16BarOut, 128);  // every thread has read its part of warpgroup 1's O^T
 #pragma unroll
@@ -137,13 +91,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   using T = typename K::T;
   extern __shared__ uint8_t smem_raw[];
   const CtaSmem<K> smem(smem_raw);
-  uint8_t *const q_smem = smem.q, *const kv_smem = smem.kv;
-  float *const row_max = smem.row_max, *const row_sum = smem.row_sum;
-  uint64_t *const full = smem.full, *const empty = smem.empty;
-  float* merge = smem.template at<float>(K::kMergeOffset);
-  float* stat = smem.template at<float>(K::kStatOffset);
   int* bad_key = smem.template at<int>(K::kBadKeyOffset);  // [wg][parity of the warpgroup's tiles]
-  const int part = blockIdx.y;
   // full: the producer's arrive.expect_tx; empty: every thread of the warpgroup that consumed the tile.
   smem.init_ring(1, 128);
   // Launched as a programmatic dependent (batch 1: the plan kernel's launch
@@ -152,80 +100,37 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   // after this one may start now; it waits for this one's end the same way.
   grid_dependency_wait();
   grid_dependency_trigger();
-
-  if (threadIdx.x >= K::kConsumerThreads) {
-    // ---- producer warpgroup: one thread issues the copies ----
-    setmaxnreg_dec<K::kProducerRegs>();
-    if (threadIdx.x != K::kConsumerThreads) return;
-    tma_prefetch_descriptor(&cache_map);
-    producer_walk<K::kRows, K::kBlockN, K::kStages>(p, part, empty, [&](const DecodeRequestView& pv, int tile, int s) {
-      producer_load_tile<K::kBlockN, K::kChunks, K::kChunkCols, K::kChunkBytes, K::kTileTxBytes>(
-          &cache_map, p, pv, tile, kv_smem + s * K::kTileBytes, &full[s], kv_hint);
-    });
-    return;
-  }
-
-  // ---- consumer warpgroups ----
-  setmaxnreg_inc<K::kConsumerRegs>();
-  const int g = threadIdx.x / 128;
-  const int t = threadIdx.x % 4;
-  uint8_t* p_box = smem.p + g * K::kQBoxBytes;
-  int it = 0;  // tiles of the walk so far (both warpgroups count all of them)
-  for_each_tile_piece<K::kRows>(p, part, K::kBlockN, [&](const auto& pv, int tile_begin, int tile_end, int slot) {
-    // The previous piece's products and merge are done in both warpgroups
-    // before Q and the merge buffer are overwritten.
-    named_barrier_sync(kFp8BarAll, K::kConsumerThreads);
-    km16_load_q<K>(p, pv, q_smem);
-    named_barrier_sync(kFp8BarAll, K::kConsumerThreads);
-
-    int key_limit[4];
-    float rsc[4];
+  keymajor_roles<K>(
+      p, &cache_map, kv_hint, smem, [&](const DecodeRequestView& pv) { km16_load_q<K>(p, pv, smem.q); },
+      [&](int) { return p.scale_log2; },
+      [&](const DecodeRequestView& pv, const KeymajorTile& tl, KeymajorPiece<K>& s) {
+        // Keys only some rows may see lie in this tile: the flag of this
+        // warpgroup's tile parity was last read two of its tiles ago.
+        const bool sanitize = tl.fix && s.mask_from < pv.seq_len;
+        int* bad = &bad_key[2 * tl.g + ((tl.it / 2) & 1)];
+        if (sanitize && threadIdx.x % 128 == 0) *bad = INT_MAX;
+        mbarrier_wait(&smem.full[tl.stage], tl.phase);
+        float sc[8];
+        km16_compute_qk<K>(smem.q, tl.kv, sc);
+        float alpha[4];
+        fp8_softmax_tile<K, T, false>(sc, s.st, tl.key0, tl.fix, s.key_limit, s.rsc, tl.g, smem.row_max, tl.p_box,
+                                      alpha);
+        if (tl.fix) km16_clean_v<K>(tl.kv, tl.key0, s.mask_from, pv.seq_len, bad);
+        named_barrier_sync(kFp8BarP + tl.g, 128);  // the warpgroup's P written, V cleaned (and fenced)
+        if (sanitize) {
+          const int first_bad = *bad;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int n = 8 * (i / 2) + 2 * t + (i % 2), gr = pv.row0 + n;
-      key_limit[i] = gr < pv.rows ? pv.seq_len - pv.s_q + gr / p.num_heads + 1 : pv.seq_len;
-      rsc[i] = p.scale_log2;
-    }
-    const int mask_from = pv.seq_len - pv.s_q + 1;  // tiles reaching past it need masking
-
-    Fp8SoftmaxState st{{-INFINITY, -INFINITY, -INFINITY, -INFINITY}, {0.f, 0.f, 0.f, 0.f}};
-    float o[K::kOBlocks][8];
-#pragma unroll
-    for (int mb = 0; mb < K::kOBlocks; ++mb) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) o[mb][i] = 0.f;
-    }
-
-    for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
-      if (it % 2 != g) continue;
-      const int s = it % K::kStages, round = it / K::kStages;
-      uint8_t* kv = kv_smem + s * K::kTileBytes;
-      const int key0 = tile * K::kBlockN;
-      const bool fix = key0 + K::kBlockN > mask_from;
-      // Keys only some rows may see lie in this tile: the flag of this
-      // warpgroup's tile parity was last read two of its tiles ago.
-      const bool sanitize = fix && mask_from < pv.seq_len;
-      int* bad = &bad_key[2 * g + ((it / 2) & 1)];
-      if (sanitize && threadIdx.x % 128 == 0) *bad = INT_MAX;
-      mbarrier_wait(&full[s], round & 1);
-      float sc[8];
-      km16_compute_qk<K>(q_smem, kv, sc);
-      float alpha[4];
-      fp8_softmax_tile<K, T, false>(sc, st, key0, fix, key_limit, rsc, g, row_max, p_box, alpha);
-      if (fix) km16_clean_v<K>(kv, key0, mask_from, pv.seq_len, bad);
-      named_barrier_sync(kFp8BarP + g, 128);  // the warpgroup's P written, V cleaned (and fenced)
-      if (sanitize) {
-        const int first_bad = *bad;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if (first_bad < key_limit[i]) st.l[i] = NAN;  // this row sees a non-finite value: NaN, as the math
+          for (int i = 0; i < 4; ++i) {
+            if (first_bad < s.key_limit[i]) s.st.l[i] = NAN;  // this row sees a non-finite value: NaN, as the math
+          }
         }
-      }
-      km16_compute_pv<K>(p_box, kv, o, alpha);
-      mbarrier_arrive(&empty[s]);  // this thread's wgmmas have read the stage
-    }
-    km16_write_o<K>(p, pv, st, o, slot, g, row_sum, stat, merge);
-  });
+        km16_compute_pv<K>(tl.p_box, tl.kv, s.o, alpha);
+        mbarrier_arrive(&smem.empty[tl.stage]);  // this thread's wgmmas have read the stage
+      },
+      [&](const DecodeRequestView& pv, const float(&o)[K::kOBlocks][8], const float(&lse)[4], int slot) {
+        km16_store_o<K>(p, pv, o, lse, slot, smem.template at<float>(K::kStatOffset),
+                        smem.template at<float>(K::kMergeOffset));
+      });
 #endif
 }
 
