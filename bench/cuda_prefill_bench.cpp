@@ -489,6 +489,80 @@ void register_benchmarks() {
   }
 }
 
+// ---- traced launches (the two experiments below) -------------------------------------
+// One launch at a time with the diagnostic trace on (PrefillSchedule::trace):
+// event-timed, its trace copied back and appended to a trace file as
+// bench/prefill_trace_analyze.py reads it: int64 tag, float64 µs, int64
+// grid, then per CTA its header words and 3 words per tile it saw.
+class PrefillTracer {
+ public:
+  PrefillTracer() {
+    int device = 0;
+    BENCH_CUDA(cudaGetDevice(&device));
+    BENCH_CUDA(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
+    words_ = size_t(sms_) * sm90::kPrefillTraceWords;
+    dtrace_ = std::make_unique<DeviceBuffer>(words_ * 8);
+    diag_.trace = dtrace_->as<unsigned long long>();
+    host_.resize(words_);
+    BENCH_CUDA(cudaEventCreate(&e0_));
+    BENCH_CUDA(cudaEventCreate(&e1_));
+  }
+  ~PrefillTracer() {
+    cudaEventDestroy(e0_);
+    cudaEventDestroy(e1_);
+  }
+  PrefillTracer(const PrefillTracer&) = delete;
+  PrefillTracer& operator=(const PrefillTracer&) = delete;
+
+  int sms() const { return sms_; }
+
+  struct Launch {
+    double us = 0;
+    int64_t grid = 0;         // CTAs that ran
+    std::vector<double> mhz;  // each CTA's SM clock (its cycles / ns), ascending
+    double median_mhz() const { return mhz[mhz.size() / 2]; }
+  };
+
+  // Runs `p` of `pb` with `kernel` and the default walk (what
+  // LATTN_HOPPER_PREFILL_SCHEDULE says, else the library's rule) on at most
+  // max_ctas CTAs (0: one per SM), traced, and appends it to `f` under `tag`.
+  Launch launch(const Problem& pb, const sm80::PrefillParams& p, int kernel, int max_ctas, int64_t tag, FILE* f) {
+    BENCH_CUDA(cudaMemset(dtrace_->ptr, 0, words_ * 8));
+    BENCH_CUDA(cudaEventRecord(e0_, nullptr));
+    pb.run(p, kernel, 0, 0, &diag_, max_ctas);
+    BENCH_CUDA(cudaEventRecord(e1_, nullptr));
+    BENCH_CUDA(cudaEventSynchronize(e1_));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0_, e1_));
+    BENCH_CUDA(cudaMemcpy(host_.data(), dtrace_->ptr, words_ * 8, cudaMemcpyDeviceToHost));
+    Launch l;
+    l.us = ms * 1e3;
+    for (int c = 0; c < sms_; ++c) l.grid += cta(c)[1] != 0;
+    std::fwrite(&tag, 8, 1, f);
+    std::fwrite(&l.us, 8, 1, f);
+    std::fwrite(&l.grid, 8, 1, f);
+    for (int c = 0; c < l.grid; ++c) {
+      const unsigned long long* w = cta(c);
+      const size_t n = std::min<size_t>(w[5], sm90::kPrefillTraceTiles);
+      std::fwrite(w, 8, sm90::kPrefillTraceHeader + 3 * n, f);
+      l.mhz.push_back(double(w[4] - w[2]) / double(w[3] - w[1]) * 1e3);
+    }
+    std::sort(l.mhz.begin(), l.mhz.end());
+    return l;
+  }
+
+  // The last launch's trace words of CTA c (layout: prefill_schedule.h).
+  const unsigned long long* cta(int c) const { return host_.data() + size_t(c) * sm90::kPrefillTraceWords; }
+
+ private:
+  int sms_ = 0;
+  size_t words_ = 0;
+  std::unique_ptr<DeviceBuffer> dtrace_;
+  sm90::HopperPrefillDiagnostics diag_;
+  std::vector<unsigned long long> host_;
+  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+};
+
 // ---- the trace experiment (LATTN_PREFILL_BENCH_TRACE=dir) ---------------------------
 // What makes the two speed levels of the long causal shapes (docs/perf.md,
 // "Hopper prefill"): per shape, kAllocs copies of the problem in different
@@ -502,18 +576,9 @@ void register_benchmarks() {
 // saw) and one summary line per launch to stdout; then 16 untraced launches
 // back to back per copy, each one's time.
 int run_trace_experiment(const std::string& dir) {
-  int device = 0, sms = 0;
-  BENCH_CUDA(cudaGetDevice(&device));
-  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  PrefillTracer tracer;
+  const int sms = tracer.sms();
   constexpr int kAllocs = 3, kRounds = 8, kConsecutive = 12;
-  const size_t words = size_t(sms) * sm90::kPrefillTraceWords;
-  DeviceBuffer dtrace(words * 8);
-  sm90::HopperPrefillDiagnostics diag;
-  diag.trace = dtrace.as<unsigned long long>();
-  std::vector<unsigned long long> host(words);
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
   for (auto [heads, batch, seq] : {std::tuple{128, 1, 8192}, std::tuple{16, 8, 8192}, std::tuple{128, 4, 4096}}) {
     const std::string tag = "h" + std::to_string(heads) + "_b" + std::to_string(batch) + "_s" + std::to_string(seq);
     std::vector<std::unique_ptr<Problem>> pbs;
@@ -535,42 +600,23 @@ int run_trace_experiment(const std::string& dir) {
     BENCH_CUDA(cudaDeviceSynchronize());
     for (size_t i = 0; i < order.size(); ++i) {
       const Problem& pb = *pbs[size_t(order[i] % 100)];
-      const sm80::PrefillParams p = pb.params(true);
-      BENCH_CUDA(cudaMemset(dtrace.ptr, 0, words * 8));
-      BENCH_CUDA(cudaEventRecord(e0, nullptr));
-      pb.run(p, kHopper, 0, 0, &diag, order[i] >= 100 ? sms / 2 : 0);
-      BENCH_CUDA(cudaEventRecord(e1, nullptr));
-      BENCH_CUDA(cudaEventSynchronize(e1));
-      float ms = 0;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-      BENCH_CUDA(cudaMemcpy(host.data(), dtrace.ptr, words * 8, cudaMemcpyDeviceToHost));
-      const int64_t alloc = order[i];
-      const double us = ms * 1e3;
-      int64_t grid = 0;
-      for (int c = 0; c < sms; ++c) grid += host[size_t(c) * sm90::kPrefillTraceWords + 1] != 0;
-      std::fwrite(&alloc, 8, 1, f);
-      std::fwrite(&us, 8, 1, f);
-      std::fwrite(&grid, 8, 1, f);
-      // Summary: the SM clock (cycles / ns, median over CTAs), the spread of
-      // the CTAs' starts and ends, and their mean life.
-      std::vector<double> mhz;
+      const PrefillTracer::Launch l =
+          tracer.launch(pb, pb.params(true), kHopper, order[i] >= 100 ? sms / 2 : 0, order[i], f);
+      // Summary: the SM clock (median over CTAs), the spread of the CTAs'
+      // starts and ends, and their mean life.
       unsigned long long t0min = ~0ull, t0max = 0, t1min = ~0ull, t1max = 0;
       double life = 0;
-      for (int c = 0; c < grid; ++c) {
-        const unsigned long long* w = host.data() + size_t(c) * sm90::kPrefillTraceWords;
-        const size_t n = std::min<size_t>(w[5], sm90::kPrefillTraceTiles);
-        std::fwrite(w, 8, sm90::kPrefillTraceHeader + 3 * n, f);
-        mhz.push_back(double(w[4] - w[2]) / double(w[3] - w[1]) * 1e3);
+      for (int c = 0; c < l.grid; ++c) {
+        const unsigned long long* w = tracer.cta(c);
         t0min = std::min(t0min, w[1]), t0max = std::max(t0max, w[1]);
         t1min = std::min(t1min, w[3]), t1max = std::max(t1max, w[3]);
-        life += double(w[3] - w[1]) / grid;
+        life += double(w[3] - w[1]) / double(l.grid);
       }
-      std::sort(mhz.begin(), mhz.end());
       std::printf(
-          "trace %s launch %zu alloc %lld: %.1f us, SM clock %.0f MHz (min %.0f, max %.0f), start spread %.1f us, "
+          "trace %s launch %zu alloc %d: %.1f us, SM clock %.0f MHz (min %.0f, max %.0f), start spread %.1f us, "
           "end spread %.1f us, mean CTA life %.1f us\n",
-          tag.c_str(), i, static_cast<long long>(alloc), us, mhz[mhz.size() / 2], mhz.front(), mhz.back(),
-          double(t0max - t0min) * 1e-3, double(t1max - t1min) * 1e-3, life * 1e-3);
+          tag.c_str(), i, order[i], l.us, l.median_mhz(), l.mhz.front(), l.mhz.back(), double(t0max - t0min) * 1e-3,
+          double(t1max - t1min) * 1e-3, life * 1e-3);
     }
     std::fclose(f);
     // Untraced, back to back as the benchmark rows run (no gap between
@@ -598,8 +644,6 @@ int run_trace_experiment(const std::string& dir) {
       }
     std::fflush(stdout);
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return 0;
 }
 
@@ -607,24 +651,16 @@ int run_trace_experiment(const std::string& dir) {
 // The SM clock moves under the power cap between launches (docs/perf.md,
 // "what makes the two levels"), so times of two kernels differ by the clock
 // they were given as much as by their work; their cycles do not. Per causal
-// shape: the given config rows (default walk) launched in turn, kRounds
-// times (the order reversed every round), every launch traced; written as
+// shape: the given config rows (default walk; run one process per
+// LATTN_HOPPER_PREFILL_SCHEDULE value to compare walks in cycles) launched
+// in turn, kRounds times (the order reversed every round), every launch
+// traced; written as
 // run_trace_experiment's files (dir/trace_ab_<shape>.bin, the "alloc" field
 // = the config row) for bench/prefill_trace_analyze.py, and one line per
 // launch: time, SM clock, cycles (time x clock).
 int run_trace_ab(const std::string& dir, const std::vector<int>& configs) {
-  int device = 0, sms = 0;
-  BENCH_CUDA(cudaGetDevice(&device));
-  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  PrefillTracer tracer;
   constexpr int kRounds = 10;
-  const size_t words = size_t(sms) * sm90::kPrefillTraceWords;
-  DeviceBuffer dtrace(words * 8);
-  sm90::HopperPrefillDiagnostics diag;
-  diag.trace = dtrace.as<unsigned long long>();
-  std::vector<unsigned long long> host(words);
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
   for (auto [heads, batch, seq] :
        {std::tuple{128, 1, 8192}, std::tuple{128, 4, 4096}, std::tuple{128, 16, 1024}, std::tuple{16, 8, 8192}}) {
     const std::string tag = "h" + std::to_string(heads) + "_b" + std::to_string(batch) + "_s" + std::to_string(seq);
@@ -640,33 +676,12 @@ int run_trace_ab(const std::string& dir, const std::vector<int>& configs) {
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < configs.size(); ++k) {
         const size_t ci = round % 2 == 0 ? k : configs.size() - 1 - k;
-        BENCH_CUDA(cudaMemset(dtrace.ptr, 0, words * 8));
-        BENCH_CUDA(cudaEventRecord(e0, nullptr));
-        pb.run(p, kHopper - configs[ci], 0, 0, &diag);
-        BENCH_CUDA(cudaEventRecord(e1, nullptr));
-        BENCH_CUDA(cudaEventSynchronize(e1));
-        float ms = 0;
-        BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-        BENCH_CUDA(cudaMemcpy(host.data(), dtrace.ptr, words * 8, cudaMemcpyDeviceToHost));
-        const int64_t alloc = configs[ci];
-        const double us = ms * 1e3;
-        int64_t grid = 0;
-        for (int c = 0; c < sms; ++c) grid += host[size_t(c) * sm90::kPrefillTraceWords + 1] != 0;
-        std::fwrite(&alloc, 8, 1, f);
-        std::fwrite(&us, 8, 1, f);
-        std::fwrite(&grid, 8, 1, f);
-        std::vector<double> mhz;
-        for (int c = 0; c < grid; ++c) {
-          const unsigned long long* w = host.data() + size_t(c) * sm90::kPrefillTraceWords;
-          const size_t n = std::min<size_t>(w[5], sm90::kPrefillTraceTiles);
-          std::fwrite(w, 8, sm90::kPrefillTraceHeader + 3 * n, f);
-          mhz.push_back(double(w[4] - w[2]) / double(w[3] - w[1]) * 1e3);
-        }
-        std::sort(mhz.begin(), mhz.end());
-        const double clock = mhz[mhz.size() / 2];
-        cycles[ci].push_back(us * clock);
+        const PrefillTracer::Launch l = tracer.launch(pb, p, kHopper - configs[ci], 0, configs[ci], f);
+        const double clock = l.median_mhz();
+        cycles[ci].push_back(l.us * clock);
         std::printf("trace-ab %s round %d config %d (%s): %.1f us, SM clock %.0f MHz, %.3f M cycles\n", tag.c_str(),
-                    round, configs[ci], sm90::kHopperPrefillConfigs[configs[ci]].name, us, clock, us * clock * 1e-6);
+                    round, configs[ci], sm90::kHopperPrefillConfigs[configs[ci]].name, l.us, clock,
+                    l.us * clock * 1e-6);
       }
     }
     std::fclose(f);
@@ -679,8 +694,6 @@ int run_trace_ab(const std::string& dir, const std::vector<int>& configs) {
     }
     std::fflush(stdout);
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return 0;
 }
 
