@@ -395,16 +395,24 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       softmax_tile<K>(sc, st, 0, false, key_limit, scale_log2, g, row_max, p_smem, alpha);
       if constexpr (kMode == kSSoftmaxPBar) named_barrier_sync(kBarP, K::kConsumerThreads);
       acc += alpha[0];
-    } else if constexpr (kMode == kFull || kMode == kFull2Chains) {
+    } else if constexpr (kMode == kFull || kMode == kFull2Chains || kMode == kFullCopies || kMode == kFullSkipScale ||
+                         kMode == kFullSplitScale) {
+      // The kernel's tile; the modes swap one product for a variant.
       mbarrier_wait(&smem.full[0], 0);
-      if constexpr (kMode == kFull) {
-        compute_qk<K>(q_smem, kv, g, sc);
-      } else {
+      if constexpr (kMode == kFull2Chains) {
         compute_qk_2chains(q_smem, kv, g, sc);
+      } else {
+        compute_qk<K>(q_smem, kv, g, sc);
       }
       softmax_tile<K>(sc, st, 0, false, key_limit, scale_log2, g, row_max, p_smem, alpha);
       named_barrier_sync(kBarP, K::kConsumerThreads);
-      compute_pv<K>(p_smem, kv, g, o, alpha);
+      if constexpr (kMode == kFullSkipScale) {
+        compute_pv_skip(p_smem, kv, g, o, alpha);
+      } else if constexpr (kMode == kFullSplitScale) {
+        compute_pv_halves(p_smem, kv, g, o, alpha);
+      } else {
+        compute_pv<K>(p_smem, kv, g, o, alpha);
+      }
       mbarrier_arrive(&smem.empty[0]);
     } else if constexpr (kMode == kFullCopy || kMode == kFullNoFence || kMode == kFullNoRowMax || kMode == kFullNoBar) {
       mbarrier_wait(&smem.full[0], 0);
@@ -412,27 +420,6 @@ __global__ void __launch_bounds__(K::kThreads, 1)
       softmax_probe<kMode != kFullNoRowMax && kMode != kFullNoBar, kMode != kFullNoFence>(sc, st, scale_log2, g,
                                                                                           row_max, p_smem, alpha);
       if constexpr (kMode != kFullNoBar) named_barrier_sync(kBarP, K::kConsumerThreads);
-      compute_pv<K>(p_smem, kv, g, o, alpha);
-      mbarrier_arrive(&smem.empty[0]);
-    } else if constexpr (kMode == kFullSkipScale) {
-      mbarrier_wait(&smem.full[0], 0);
-      compute_qk<K>(q_smem, kv, g, sc);
-      softmax_tile<K>(sc, st, 0, false, key_limit, scale_log2, g, row_max, p_smem, alpha);
-      named_barrier_sync(kBarP, K::kConsumerThreads);
-      compute_pv_skip(p_smem, kv, g, o, alpha);
-      mbarrier_arrive(&smem.empty[0]);
-    } else if constexpr (kMode == kFullSplitScale) {
-      mbarrier_wait(&smem.full[0], 0);
-      compute_qk<K>(q_smem, kv, g, sc);
-      softmax_tile<K>(sc, st, 0, false, key_limit, scale_log2, g, row_max, p_smem, alpha);
-      named_barrier_sync(kBarP, K::kConsumerThreads);
-      compute_pv_halves(p_smem, kv, g, o, alpha);
-      mbarrier_arrive(&smem.empty[0]);
-    } else if constexpr (kMode == kFullCopies) {
-      mbarrier_wait(&smem.full[0], 0);
-      compute_qk<K>(q_smem, kv, g, sc);
-      softmax_tile<K>(sc, st, 0, false, key_limit, scale_log2, g, row_max, p_smem, alpha);
-      named_barrier_sync(kBarP, K::kConsumerThreads);
       compute_pv<K>(p_smem, kv, g, o, alpha);
       mbarrier_arrive(&smem.empty[0]);
     } else if constexpr (kMode == kS1Wg) {
