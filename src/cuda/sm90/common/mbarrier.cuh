@@ -42,6 +42,16 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
+// One arrival per warp: the warp's lanes meet (__syncwarp orders their
+// earlier accesses before lane 0's release), then lane 0 arrives; a barrier
+// released this way counts warps, not threads (32 times fewer arrivals on
+// one address; measured neutral on the decode rows, docs/perf.md, "Per-warp
+// stage release and a uniform warpgroup index").
+__device__ __forceinline__ void mbarrier_arrive_per_warp(uint32_t bar) {
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) mbarrier_arrive(bar);
+}
+
 // mbarrier.arrive.expect_tx: one arrival, and the phase also waits for `bytes`
 // transaction bytes (the bulk copies issued against this barrier).
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
@@ -93,6 +103,7 @@ __device__ __forceinline__ void mbarrier_wait_sleeping(uint32_t bar, uint32_t pa
 }
 
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) { mbarrier_arrive(smem_u32(bar)); }
+__device__ __forceinline__ void mbarrier_arrive_per_warp(uint64_t* bar) { mbarrier_arrive_per_warp(smem_u32(bar)); }
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   mbarrier_arrive_expect_tx(smem_u32(bar), bytes);
 }

@@ -45,8 +45,8 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   uint64_t *const full = smem.full, *const empty = smem.empty;
   int* bad_key = smem.template at<int>(K::kBadKeyOffset);  // [2], by tile parity
   const int part = blockIdx.y;
-  // full: the producer's arrive.expect_tx; empty: every consumer thread, after its wgmmas.
-  smem.init_ring(1, K::kConsumerThreads);
+  // full: the producer's arrive.expect_tx; empty: every consumer warp, after its wgmmas.
+  smem.init_ring(1, K::kConsumerThreads / 32);
 
   if (threadIdx.x >= K::kConsumerThreads) {
     // ---- producer warpgroup: one thread issues the copies ----
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
 
   // ---- consumer warpgroups ----
   setmaxnreg_inc<K::kConsumerRegs>();
-  const int g = threadIdx.x / 128;
+  const int g = warpgroup_index();
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
   int it = 0;  // tiles consumed so far
   for_each_tile_piece<K::kBlockM>(p, part, K::kBlockN, [&](const auto& pv, int tile_begin, int tile_end, int slot) {
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
         }
       }
       compute_pv<K>(p_smem, kv, g, o, alpha);
-      mbarrier_arrive(&empty[s]);  // this thread's wgmmas have read the stage
+      mbarrier_arrive_per_warp(&empty[s]);  // this warp's wgmmas have read the stage
     }
     if constexpr (kFold) {
       if (fold) {

@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   const CtaSmem<K> smem(smem_raw);
   float* row_scale = smem.template at<float>(K::kRowScaleOffset);
-  // full: the producer's arrive.expect_tx; empty: every thread of the warpgroup that consumed the tile.
-  smem.init_ring(1, 128);
+  // full: the producer's arrive.expect_tx; empty: every warp of the warpgroup that consumed the tile.
+  smem.init_ring(1, 4);
   keymajor_roles<K>(
       p, &cache_map, kv_hint, smem, [&](const DecodeRequestView& pv) { fp8_load_q<K>(p, pv, smem.q, row_scale); },
       [&](int n) { return row_scale[n]; },
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
         float alpha[4];
         fp8_softmax_tile<K>(sc, s.st, tl.key0, tl.fix, s.key_limit, s.rsc, tl.g, smem.row_max, tl.p_box, alpha);
         named_barrier_sync(kFp8BarP + tl.g, 128);  // the warpgroup's P written (and fenced)
-        const auto release = [&] { mbarrier_arrive(&smem.empty[tl.stage]); };
+        const auto release = [&] { mbarrier_arrive_per_warp(&smem.empty[tl.stage]); };
         if (tl.fix) {
           fp8_compute_pv<K, true>(tl.p_box, tl.kv, s.o, alpha, tl.key0, s.mask_from, pv.seq_len, release);
         } else {

@@ -72,7 +72,7 @@ template <class K, class LoadQ, class RowScale, class Tile, class Store>
 __device__ __forceinline__ void keymajor_consume(const DecodeParams& p, int part, const CtaSmem<K>& smem,
                                                  LoadQ&& load_q, RowScale&& row_scale, Tile&& tile_step,
                                                  Store&& store) {
-  const int g = threadIdx.x / 128, t = threadIdx.x % 4;
+  const int g = warpgroup_index(), t = threadIdx.x % 4;
   float* const stat = smem.template at<float>(K::kStatOffset);
   float* const merge = smem.template at<float>(K::kMergeOffset);
   int it = 0;  // tiles of the walk so far (both warpgroups count all of them)

@@ -92,8 +92,8 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   const CtaSmem<K> smem(smem_raw);
   int* bad_key = smem.template at<int>(K::kBadKeyOffset);  // [wg][parity of the warpgroup's tiles]
-  // full: the producer's arrive.expect_tx; empty: every thread of the warpgroup that consumed the tile.
-  smem.init_ring(1, 128);
+  // full: the producer's arrive.expect_tx; empty: every warp of the warpgroup that consumed the tile.
+  smem.init_ring(1, 4);
   // Launched as a programmatic dependent (batch 1: the plan kernel's launch
   // overlaps this one's): nothing in global memory is read before the plan
   // kernel (and so every kernel before it) has completed. The combine kernel
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
           }
         }
         km16_compute_pv<K>(tl.p_box, tl.kv, s.o, alpha);
-        mbarrier_arrive(&smem.empty[tl.stage]);  // this thread's wgmmas have read the stage
+        mbarrier_arrive_per_warp(&smem.empty[tl.stage]);  // this warp's wgmmas have read the stage
       },
       [&](const DecodeRequestView& pv, const float(&o)[K::kOBlocks][8], const float(&lse)[4], int slot) {
         km16_store_o<K>(p, pv, o, lse, slot, smem.template at<float>(K::kStatOffset),

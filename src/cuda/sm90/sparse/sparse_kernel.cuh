@@ -270,8 +270,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) sparse_mla_sm90_kernel(const _
   const uint32_t counts_u32 = smem_u32(smem.base + K::kCountsOffset);  // [kStages]
   const int n_tiles = (p.topk + K::kBlockN - 1) / K::kBlockN;
   const int32_t* idx = p.indices + int64_t(t) * p.idx_stride;
-  // full: every producer thread, after its copies; empty: every consumer thread, after its wgmmas.
-  smem.init_ring(K::kProducerThreads, K::kConsumerThreads);
+  // full: every producer thread, after its copies; empty: every consumer warp, after its wgmmas.
+  smem.init_ring(K::kProducerThreads, K::kConsumerThreads / 32);
 
   if (threadIdx.x >= K::kConsumerThreads) {
     // ---- producer warpgroup ----
@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) sparse_mla_sm90_kernel(const _
 
   // ---- consumer warpgroups ----
   setmaxnreg_inc<K::kConsumerRegs>();
-  const int g = threadIdx.x / 128;
+  const int g = warpgroup_index();
   sparse_load_q<K>(p, t, h0, q_smem);
   named_barrier_sync(kBarConsumers, K::kConsumerThreads);
 
@@ -343,7 +343,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) sparse_mla_sm90_kernel(const _
     softmax_tile<K>(sc, st, 0, count < K::kBlockN, key_limit, scale_log2, g, row_max, p_smem, alpha);
     named_barrier_sync(kBarP, K::kConsumerThreads);  // both halves of P written (and fenced)
     compute_pv<K>(p_smem, kv, g, o, alpha);
-    mbarrier_arrive(&empty[s]);  // this thread's wgmmas have read the stage
+    mbarrier_arrive_per_warp(&empty[s]);  // this warp's wgmmas have read the stage
   }
   sparse_write_o<K>(p, t, h0, st, o, g, row_sum);
 #endif
