@@ -9,6 +9,7 @@
 #include "cuda/cuda_prefill_backend.h"
 #include "cuda/sm80/prefill/prefill_config.h"
 #include "cuda/sm90/decode/decode_host.h"
+#include "cuda/sm90/decode/decode_schedule.h"
 #include "cuda/sm90/prefill/prefill_config.h"
 #include "lattn/dtype.h"
 
@@ -66,11 +67,13 @@ std::string CudaDecodeBackend::kernel_label() const {
     s += std::string(hopper_ ? "sm90a wgmma + TMA or sm80 mma.sync" : "sm80 mma.sync") +
          " tensor-core decode; tile configuration and split-KV parts are chosen by each step's plan (none yet)";
   } else {
-    // The wgmma kernel runs S, softmax and P V of each tile in turn: its
-    // "serial schedule" (docs/hopper.md).
+    // The wgmma kernel's schedule (docs/hopper.md): "seesaw" (each consumer
+    // warpgroup a whole tile, the softmax of one overlapping the other's
+    // products) or "serial" (S, softmax and P V of each tile in turn).
     // The fp8-cache kernel puts the keys in the MMAs' M dimension ("key-major", docs/hopper.md).
     // So does the 16-bit kernel for at most 16 rows per request.
-    s += sm90_        ? std::string("sm90a wgmma + TMA decode (serial schedule)")
+    const bool seesaw = sm90_ && sm90::decode_sm90_seesaw(plan_.batch_invariant && plan_.fold_splits);
+    s += sm90_        ? std::string("sm90a wgmma + TMA decode (") + (seesaw ? "seesaw" : "serial") + " schedule)"
          : sm90_fp8_  ? std::string("sm90a wgmma + TMA decode (fp8 cache, key-major)")
          : sm90_km16_ ? std::string("sm90a wgmma + TMA decode (16-bit cache, key-major)")
                       : std::string("sm80 mma.sync decode");

@@ -592,7 +592,7 @@ def cuda_labels_name_the_kernel_tiles_and_splits(lattn):
     if device["capability"] == "9.0":  # the selector's hopper: wgmma from 17 rows per request (128 heads here)
         wide = lattn.json("run", "--json", "-q", "--device", "cuda:0", "--num-requests", "4", "--layers", "1",
                           "--tp", "1")["backends"]["decode"]["kernel"]
-        check(re.match(r"^hopper: sm90a wgmma \+ TMA decode \(serial schedule\), tile m64n64", wide),
+        check(re.match(r"^hopper: sm90a wgmma \+ TMA decode \((seesaw|serial) schedule\), tile m64n64", wide),
               wide)
         check(" (sm80 delegate: at most 16 rows per request" in decode["kernel"], decode["kernel"])
     rows = lattn.json("bench", "--device", "cuda:0", "--phase", "prefill,decode", "--batch", "2", "--seq", "256",

@@ -28,6 +28,7 @@
 #include "core/ops/gemm.h"
 #include "cuda/common/runtime_utils.h"
 #include "cuda/cuda_decode_backend.h"
+#include "cuda/sm90/decode/decode_schedule.h"
 #include "lattn/backend.h"
 #include "lattn/cache.h"
 #include "lattn/device.h"
@@ -341,7 +342,8 @@ TEST_P(CudaDecode, MatchesFloat64Reference) {
   const bool km16 = km16_layout && (km16_env ? std::atoi(km16_env) != 0
                                              : c.seq_lens.size() > 8 || (fused_env && std::atoi(fused_env) == 0));
   const std::string expected = name + ": " +
-                               (wgmma       ? std::string("sm90a wgmma + TMA decode (serial schedule)")
+                               (wgmma ? std::string("sm90a wgmma + TMA decode (") +
+                                            (cuda::sm90::decode_sm90_seesaw(false) ? "seesaw" : "serial") + " schedule)"
                                 : fp8_wgmma ? std::string("sm90a wgmma + TMA decode (fp8 cache, key-major)")
                                 : km16      ? std::string(kKm16Label)
                                 : generic   ? std::string("generic SIMT decode kernel")

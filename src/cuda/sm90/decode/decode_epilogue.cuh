@@ -14,10 +14,13 @@ namespace lattn::cuda::sm90 {
 // The full row sums of this thread's two rows (16 w + lane / 4 + 8 i of the
 // M tile) in total[i]: the quad's partial sums, then the two warpgroups'
 // (they share the row max, so their sums add directly) through row_sum
-// ([2][kBlockM] f32 in shared memory). Every consumer thread calls it: it
-// syncs the consumers. Shared by write_o and the sparse kernel's epilogue.
-template <class K>
-__device__ __forceinline__ void share_row_sums(const SoftmaxState& st, int g, float* row_sum, float (&total)[2]) {
+// ([2][kBlockM] f32 in shared memory), with `meet()` between each
+// warpgroup's stores and its reads of the other's: every consumer thread
+// calls it. share_row_sums meets at a named barrier (write_o and the sparse
+// kernel's epilogue); the seesaw kernel at an mbarrier (seesaw_kernel.cuh).
+template <class K, class Meet>
+__device__ __forceinline__ void share_row_sums_at(const SoftmaxState& st, int g, float* row_sum, float (&total)[2],
+                                                  Meet&& meet) {
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
   const int r0 = 16 * w + lane / 4;
   float l[2];
@@ -31,9 +34,13 @@ __device__ __forceinline__ void share_row_sums(const SoftmaxState& st, int g, fl
     row_sum[g * K::kBlockM + r0] = l[0];
     row_sum[g * K::kBlockM + r0 + 8] = l[1];
   }
-  named_barrier_sync(kBarConsumers, K::kConsumerThreads);
+  meet();
 #pragma unroll
   for (int i = 0; i < 2; ++i) total[i] = l[i] + row_sum[(1 - g) * K::kBlockM + r0 + 8 * i];
+}
+template <class K>
+__device__ __forceinline__ void share_row_sums(const SoftmaxState& st, int g, float* row_sum, float (&total)[2]) {
+  share_row_sums_at<K>(st, g, row_sum, total, [] { named_barrier_sync(kBarConsumers, K::kConsumerThreads); });
 }
 
 // A finished row's factor from O to the normalized output (out_scale /
@@ -48,14 +55,16 @@ __device__ __forceinline__ void row_scale_and_lse(float total, float m, float ou
   lse = seen ? (m + log2f(total)) * 0.69314718055994531f : -INFINITY;
 }
 
+// O / l of this warpgroup's columns and the LSE, from the full row sums
+// `sums` (share_row_sums): the final output when slot < 0, else the partial
+// result of split `slot` for decode_combine.
 template <class K>
-__device__ __forceinline__ void write_o(const DecodeParams& p, const DecodeRequestView& pv, const SoftmaxState& st,
-                                        const float (&o)[K::kColsPerWarpgroup / 2], int slot, int g, float* row_sum) {
+__device__ __forceinline__ void write_o_rows(const DecodeParams& p, const DecodeRequestView& pv, const SoftmaxState& st,
+                                             const float (&o)[K::kColsPerWarpgroup / 2], int slot, int g,
+                                             const float (&sums)[2]) {
   using T = typename K::T;
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
   const int r0 = 16 * w + lane / 4;
-  float sums[2];
-  share_row_sums<K>(st, g, row_sum, sums);
   float inv[2], lse[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) row_scale_and_lse(sums[i], st.m[i], p.out_scale, inv[i], lse[i]);
@@ -82,6 +91,14 @@ __device__ __forceinline__ void write_o(const DecodeParams& p, const DecodeReque
       if (g == 0 && lane % 4 == 0) p.plan.partial_lse[int64_t(slot) * p.plan.rows_capacity + gr] = lse[i];
     }
   }
+}
+
+template <class K>
+__device__ __forceinline__ void write_o(const DecodeParams& p, const DecodeRequestView& pv, const SoftmaxState& st,
+                                        const float (&o)[K::kColsPerWarpgroup / 2], int slot, int g, float* row_sum) {
+  float sums[2];
+  share_row_sums<K>(st, g, row_sum, sums);
+  write_o_rows<K>(p, pv, st, o, slot, g, sums);
 }
 
 }  // namespace lattn::cuda::sm90

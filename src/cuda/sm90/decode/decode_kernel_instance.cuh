@@ -5,6 +5,8 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/sm90/decode/decode_kernel.cuh"
 #include "cuda/sm90/decode/decode_kernel_instance.h"
+#include "cuda/sm90/decode/decode_schedule.h"
+#include "cuda/sm90/decode/seesaw_kernel.cuh"
 #include "cuda/sm90/decode/smem_opt_in_launch.cuh"
 
 namespace lattn::cuda::sm90 {
@@ -18,6 +20,12 @@ void DecodeKernelInstance<T>::launch(const DecodeParams& p, const CUtensorMap& c
   if (p.plan.batch_invariant && p.plan.fold_splits) {
     detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K, true>>(p, cache_map, m_tiles, kv_hint, stream);
     LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_kernel (folding)");
+    return;
+  }
+  if (decode_sm90_seesaw(false)) {
+    using KS = SeesawTraits<T>;
+    detail::launch_decode_kernel<KS, mla_decode_sm90_seesaw_kernel<KS>>(p, cache_map, m_tiles, kv_hint, stream);
+    LATTN_CUDA_CHECK_LAUNCH("mla_decode_sm90_seesaw_kernel");
     return;
   }
   detail::launch_decode_kernel<K, mla_decode_sm90_kernel<K>>(p, cache_map, m_tiles, kv_hint, stream);

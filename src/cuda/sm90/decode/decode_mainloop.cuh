@@ -130,6 +130,27 @@ struct SoftmaxState {
   float l[2];  // this thread's partial row sum (its keys only)
 };
 
+// The lazy running-max update of one row, from its old max m_old and a
+// tile's max m_tile (log2 units). Lazy rescaling: the running max moves only
+// when the tile's max exceeds it by more than kLazyRescaleLog2, so most
+// tiles keep alpha = 1 and O's rescale can be skipped. P = exp2(s - base)
+// then stays below 2^kLazyRescaleLog2 (256: f16 and bf16 hold it at full
+// relative precision), and O, l and m stay consistent, so the result is the
+// same softmax. The first tile (m_old = -inf: difference +inf), -inf rows
+// (difference NaN) and non-finite maxima take the exact update. Outputs: the
+// new max, the subtrahend of the exponentials (0 for a row with no key yet:
+// exp2(-inf) = 0, never inf - inf) and the factor alpha taking values
+// relative to m_old to the new max. ex2.approx.ftz: one MUFU.EX2 (exp2f's
+// denormal handling added three instructions per call); results below
+// 2^-126 flush to 0, which no 16-bit P nor f32 sum can tell apart from 0
+// next to the row's max term. Every warpgroup that applies the same update
+// to the same values gets the same bits.
+__device__ __forceinline__ void lazy_row_max(float m_old, float m_tile, float& m_new, float& base, float& alpha) {
+  m_new = m_tile - m_old <= kLazyRescaleLog2 ? m_old : fmaxf(m_old, m_tile);
+  base = m_new == -INFINITY ? 0.f : m_new;
+  alpha = exp2_approx(m_old - base);
+}
+
 // Scores -> probabilities for one tile: masks keys at or past each row's
 // limit, exchanges the row max with the other warpgroup, rescales the
 // running sums, writes P (16-bit) into the swizzled P box and returns the
@@ -167,24 +188,12 @@ __device__ __forceinline__ void softmax_tile(float (&s)[K::kKeysPerWarpgroup / 2
   named_barrier_sync(kBarRowMax, K::kConsumerThreads);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
+    // Both warpgroups see the same (m, tile max) and take the same decision
+    // (lazy_row_max); compute_pv skips O's rescale where alpha = 1 (128
+    // multiplies per thread in front of P V).
     const float other = row_max[(1 - g) * K::kBlockM + r0 + 8 * i];
-    // Lazy rescaling: the running max moves only when the tile's max exceeds
-    // it by more than kLazyRescaleLog2, so most tiles keep alpha = 1 and
-    // compute_pv skips O's rescale (128 multiplies per thread in front of
-    // P V). P = exp2(s - m) then stays below 2^kLazyRescaleLog2 (256: f16 and
-    // bf16 hold it at full relative precision), and O, l and m stay
-    // consistent, so the result is the same softmax. Both warpgroups see the
-    // same (m, tile max) and take the same decision. The first tile
-    // (m = -inf: difference +inf), -inf rows (difference NaN) and non-finite
-    // maxima take the exact update, as before.
-    const float m_tile = fmaxf(mx[i], other);
-    const float m_new = m_tile - st.m[i] <= kLazyRescaleLog2 ? st.m[i] : fmaxf(st.m[i], m_tile);
-    // A row with no key yet keeps m = -inf; subtract 0 then (exp2(-inf) = 0).
-    const float base = m_new == -INFINITY ? 0.f : m_new;
-    // ex2.approx.ftz: one MUFU.EX2 (exp2f's denormal handling added three
-    // instructions per call); results below 2^-126 flush to 0, which no
-    // 16-bit P nor f32 sum can tell apart from 0 next to the row's max term.
-    alpha[i] = exp2_approx(st.m[i] - base);
+    float m_new, base;
+    lazy_row_max(st.m[i], fmaxf(mx[i], other), m_new, base, alpha[i]);
     st.m[i] = m_new;
     mx[i] = base;
   }
