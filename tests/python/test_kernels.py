@@ -73,7 +73,7 @@ for name, call in calls.items():
 # CUDA (the GPU machine)
 
 DECODE = re.compile(r"^(?P<backend>cuda|hopper): (?P<kernel>sm80 mma\.sync|sm90a wgmma \+ TMA) decode"
-                    r"(?: \((?:(?P<schedule>serial) schedule|(?P<fp8>fp8 cache, key-major)|(?P<km16>16-bit cache, key-major))\))?"
+                    r"(?: \((?:(?P<schedule>serial|seesaw) schedule|(?P<fp8>fp8 cache, key-major)|(?P<km16>16-bit cache, key-major))\))?"
                     r"(?P<why> \(sm80 delegate: [^)]*\))?, tile m(?P<m>\d+)n(?P<n>\d+)w\d+s\d+ "
                     r"\((?P=m) head rows x (?P=n) keys, \d+ warps, \d+ stages\), (?P<tiles>\d+) row tiles? x "
                     r"(?P<parts>\d+) split-KV parts, (?:then the combine kernel|planned and combined in the same launch); "
