@@ -214,10 +214,10 @@ note "SASS: decode kernels with HMMA: $(echo "$decode_lines" | grep -c -v 'HMMA=
 # The hopper decode kernel (sm_90a): wgmma shows as HGMMA; no local memory.
 {
   echo
-  echo "# hopper decode kernels (mla_decode_sm90_kernel, the fp8-cache mla_decode_sm90_fp8_kernel, the <= 16-row mla_decode_sm90_km16_kernel): HGMMA / LDL / STL per instantiation"
+  echo "# hopper decode kernels (mla_decode_sm90_kernel and its seesaw schedule mla_decode_sm90_seesaw_kernel, the fp8-cache mla_decode_sm90_fp8_kernel, the <= 16-row mla_decode_sm90_km16_kernel): HGMMA / LDL / STL per instantiation"
   # (sm_90a code only: the sm_80 pass compiles the kernel to an empty body)
   cuobjdump -sass "$lib" 2>/dev/null | awk '
-    function flush() { if (name ~ /mla_decode_sm90_(fp8_|km16_)?kernel/ && arch == "sm_90a") print name, hg, ldl, stl }
+    function flush() { if (name ~ /mla_decode_sm90_(fp8_|km16_|seesaw_)?kernel/ && arch == "sm_90a") print name, hg, ldl, stl }
     /arch = / { flush(); name = ""; arch = $3; next }
     /Function :/ { flush(); name=$3; hg=ldl=stl=0; next }
     / HGMMA/ { hg++ } / LDL/ { ldl++ } / STL/ { stl++ }
