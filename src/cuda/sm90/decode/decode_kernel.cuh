@@ -64,27 +64,12 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   // ---- consumer warpgroups ----
   setmaxnreg_inc<K::kConsumerRegs>();
   const int g = warpgroup_index();
-  const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
   int it = 0;  // tiles consumed so far
   for_each_tile_piece<K::kBlockM>(p, part, K::kBlockN, [&](const auto& pv, int tile_begin, int tile_end, int slot) {
-    // The previous piece's wgmmas are complete (waited) in both warpgroups
-    // before anyone overwrites Q.
-    named_barrier_sync(kBarConsumers, K::kConsumerThreads);
-    load_q<K>(p, pv, q_smem);
-    named_barrier_sync(kBarConsumers, K::kConsumerThreads);
-
     int key_limit[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int gr = pv.row0 + 16 * w + lane / 4 + 8 * i;
-      key_limit[i] = gr < pv.rows ? pv.seq_len - pv.s_q + gr / p.num_heads + 1 : pv.seq_len;
-    }
-    const int mask_from = pv.seq_len - pv.s_q + 1;  // tiles reaching past it need masking
-
-    SoftmaxState st{{-INFINITY, -INFINITY}, {0.f, 0.f}};
+    SoftmaxState st;
     float o[K::kColsPerWarpgroup / 2];
-#pragma unroll
-    for (int i = 0; i < K::kColsPerWarpgroup / 2; ++i) o[i] = 0.f;
+    const int mask_from = start_piece<K>(p, pv, q_smem, key_limit, st, o);
 
     // Several splits in this piece (kFold plans only): tile_begin and
     // tile_end are split boundaries (decode_pieces.cuh).

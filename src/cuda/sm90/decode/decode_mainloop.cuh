@@ -80,14 +80,12 @@ __device__ __forceinline__ void compute_qk(const uint8_t* q_smem, const uint8_t*
   fence_operands(s);
 }
 
-// Zeroes the V rows (columns 0..511) of keys [valid, 64) that belong to this
-// warpgroup's S keys [32g, 32g + 32): whatever the page holds past the
-// sequence (NaN poison included) must not reach O through 0 * NaN. The other
-// warpgroup reads them in P V only after the row-max barrier, and the fence
-// orders these stores before the async proxy's reads.
+// Zeroes the V rows (columns 0..511) of the tile's keys [first, last), by
+// the 128 threads of the calling warpgroup, then fence.proxy.async (the
+// stores before the async proxy's reads): whatever the page holds past the
+// sequence (NaN poison included) must not reach O through 0 * NaN.
 template <class K>
-__device__ __forceinline__ void zero_tail_rows(uint8_t* kv, int valid, int g) {
-  const int first = max(valid, g * K::kKeysPerWarpgroup), last = (g + 1) * K::kKeysPerWarpgroup;
+__device__ __forceinline__ void zero_v_rows(uint8_t* kv, int first, int last) {
   const int rows = last - first;
   if (rows <= 0) return;
   const int t = warpgroup_thread();
@@ -97,6 +95,14 @@ __device__ __forceinline__ void zero_tail_rows(uint8_t* kv, int valid, int g) {
     *reinterpret_cast<uint4*>(kv + box * K::kBlockN * 128 + row * 128 + chunk * 16) = make_uint4(0, 0, 0, 0);
   }
   fence_proxy_async_shared();
+}
+
+// The serial kernel's tail: keys [valid, 64) among this warpgroup's S keys
+// [32g, 32g + 32). The other warpgroup reads them in P V only after the
+// row-max barrier.
+template <class K>
+__device__ __forceinline__ void zero_tail_rows(uint8_t* kv, int valid, int g) {
+  zero_v_rows<K>(kv, max(valid, g * K::kKeysPerWarpgroup), (g + 1) * K::kKeysPerWarpgroup);
 }
 
 // Keys [k_lo, k_hi) of the tile (key0 = its first key) are masked for some
@@ -130,6 +136,32 @@ struct SoftmaxState {
   float l[2];  // this thread's partial row sum (its keys only)
 };
 
+// The start of a (request, key range) piece in the 64-row kernels (both
+// schedules), by every consumer thread: the previous piece's wgmmas are
+// complete (waited) in both warpgroups before anyone overwrites Q, then Q is
+// loaded; key_limit[i] = how many keys row r0 + 8i may see (causal within the
+// request: its token's position + 1); O and the softmax state start empty.
+// Returns mask_from: tiles reaching past it need masking.
+template <class K>
+__device__ __forceinline__ int start_piece(const DecodeParams& p, const DecodeRequestView& pv, uint8_t* q_smem,
+                                           int (&key_limit)[2], SoftmaxState& st,
+                                           float (&o)[K::kColsPerWarpgroup / 2]) {
+  named_barrier_sync(kBarConsumers, K::kConsumerThreads);
+  load_q<K>(p, pv, q_smem);
+  named_barrier_sync(kBarConsumers, K::kConsumerThreads);
+  const int r0 = 16 * warp_in_warpgroup() + (threadIdx.x % 32) / 4;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = pv.row0 + r0 + 8 * i;
+    key_limit[i] = gr < pv.rows ? pv.seq_len - pv.s_q + gr / p.num_heads + 1 : pv.seq_len;
+    st.m[i] = -INFINITY;
+    st.l[i] = 0.f;
+  }
+#pragma unroll
+  for (int i = 0; i < K::kColsPerWarpgroup / 2; ++i) o[i] = 0.f;
+  return pv.seq_len - pv.s_q + 1;
+}
+
 // The lazy running-max update of one row, from its old max m_old and a
 // tile's max m_tile (log2 units). Lazy rescaling: the running max moves only
 // when the tile's max exceeds it by more than kLazyRescaleLog2, so most
@@ -151,6 +183,49 @@ __device__ __forceinline__ void lazy_row_max(float m_old, float m_tile, float& m
   alpha = exp2_approx(m_old - base);
 }
 
+// Scores of 8 kGroups keys (accumulator layout: s[4j + 0..1] row r0, keys
+// key_base + 8j + 2(lane % 4) + {0, 1}; s[4j + 2..3] the same keys of row
+// r0 + 8) in log2 units (scale folded in), keys at or past each row's limit
+// masked to -inf (when `mask`); mx = the max of this thread's two rows over
+// the 4 threads that share them.
+template <int kGroups>
+__device__ __forceinline__ void mask_and_row_max(float (&s)[4 * kGroups], int key_base, bool mask,
+                                                 const int (&key_limit)[2], float scale_log2, float (&mx)[2]) {
+  const int lane = threadIdx.x % 32;
+  mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = key_base + 8 * j + 2 * (lane % 4) + (e % 2);
+      float x = s[4 * j + e] * scale_log2;
+      if (mask && key >= key_limit[e / 2]) x = -INFINITY;
+      s[4 * j + e] = x;
+      mx[e / 2] = fmaxf(mx[e / 2], x);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+  }
+}
+
+// O's rows r0, r0 + 8 (kCols / 2 accumulators of an m64nKCols product) times
+// f[0], f[1]; skipped where it changes nothing (x * 1 = x), which lazy
+// rescaling makes the common case (kCols / 2 multiplies per thread otherwise).
+template <int kCols>
+__device__ __forceinline__ void scale_o_rows(float (&o)[kCols / 2], const float (&f)[2]) {
+  if (__all_sync(0xffffffffu, f[0] == 1.f && f[1] == 1.f)) return;
+#pragma unroll
+  for (int j = 0; j < kCols / 8; ++j) {
+    o[4 * j] *= f[0];
+    o[4 * j + 1] *= f[0];
+    o[4 * j + 2] *= f[1];
+    o[4 * j + 3] *= f[1];
+  }
+}
+
 // Scores -> probabilities for one tile: masks keys at or past each row's
 // limit, exchanges the row max with the other warpgroup, rescales the
 // running sums, writes P (16-bit) into the swizzled P box and returns the
@@ -163,24 +238,8 @@ __device__ __forceinline__ void softmax_tile(float (&s)[K::kKeysPerWarpgroup / 2
   constexpr int kGroups = K::kKeysPerWarpgroup / 8;
   const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
   const int r0 = 16 * w + lane / 4;
-  float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int j = 0; j < kGroups; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = e / 2;
-      const int key = key0 + g * K::kKeysPerWarpgroup + 8 * j + 2 * (lane % 4) + (e % 2);
-      float x = s[4 * j + e] * scale_log2;
-      if (mask && key >= key_limit[i]) x = -INFINITY;
-      s[4 * j + e] = x;
-      mx[i] = fmaxf(mx[i], x);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-  }
+  float mx[2];
+  mask_and_row_max<kGroups>(s, key0 + g * K::kKeysPerWarpgroup, mask, key_limit, scale_log2, mx);
   if (lane % 4 == 0) {
     row_max[g * K::kBlockM + r0] = mx[0];
     row_max[g * K::kBlockM + r0 + 8] = mx[1];
@@ -224,17 +283,8 @@ __device__ __forceinline__ void compute_pv(const uint8_t* p_smem, const uint8_t*
   constexpr bool kBf16 = std::is_same_v<typename K::T, __nv_bfloat16>;
   constexpr int kVBoxesPerWg = K::kColsPerWarpgroup / K::kBoxCols;
   // The rescale sits between the P barrier and the first wgmma (256 issue
-  // slots per scheduler for the two warps): skipped where it changes nothing
-  // (x * 1 = x), which softmax_tile's lazy rescaling makes the common case.
-  if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
-#pragma unroll
-    for (int j = 0; j < K::kColsPerWarpgroup / 8; ++j) {
-      o[4 * j] *= alpha[0];
-      o[4 * j + 1] *= alpha[0];
-      o[4 * j + 2] *= alpha[1];
-      o[4 * j + 3] *= alpha[1];
-    }
-  }
+  // slots per scheduler for the two warps): skipped where alpha = 1.
+  scale_o_rows<K::kColsPerWarpgroup>(o, alpha);
   const uint64_t p_desc = make_desc_kmajor_sw128(p_smem);
   const uint64_t v_desc = make_desc_mnmajor_sw128(kv + g * kVBoxesPerWg * K::kBlockN * 128, K::kBlockN * 128);
   warpgroup_arrive();

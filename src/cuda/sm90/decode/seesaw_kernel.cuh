@@ -145,24 +145,10 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   uint32_t pieces = 0;                  // pieces finished: the row-sum slots' parity
   for_each_tile_piece<K::kBlockM>(
       p, part, K::kBlockN, [&](const DecodeRequestView& pv, int tile_begin, int tile_end, int slot) {
-        // The previous piece's wgmmas are complete (waited) in both warpgroups
-        // before anyone overwrites Q.
-        named_barrier_sync(kBarConsumers, K::kConsumerThreads);
-        load_q<K>(p, pv, q_smem);
-        named_barrier_sync(kBarConsumers, K::kConsumerThreads);
-
         int key_limit[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int gr = pv.row0 + r0 + 8 * i;
-          key_limit[i] = gr < pv.rows ? pv.seq_len - pv.s_q + gr / p.num_heads + 1 : pv.seq_len;
-        }
-        const int mask_from = pv.seq_len - pv.s_q + 1;  // tiles reaching past it need masking
-
-        SoftmaxState st{{-INFINITY, -INFINITY}, {0.f, 0.f}};
+        SoftmaxState st;
         float o[K::kColsPerWarpgroup / 2];
-#pragma unroll
-        for (int i = 0; i < K::kColsPerWarpgroup / 2; ++i) o[i] = 0.f;
+        const int mask_from = start_piece<K>(p, pv, q_smem, key_limit, st, o);
 
         for (int t = tile_begin; t < tile_end; t += 2) {
           const bool has_b = t + 1 < tile_end;
@@ -174,31 +160,15 @@ __global__ void __launch_bounds__(K::kThreads, 1)
             const int key0 = t * K::kBlockN;
             seesaw_qk<K, 0>(q_smem, tile_a, &full[0], uses_a & 1, s);
             ++uses_a;
-            if (key0 + K::kBlockN > pv.seq_len) seesaw_zero_tail<K>(tile_a, pv.seq_len - key0, kBarSeesawWarpgroup0);
-            int first_bad = INT_MAX;
-            if (mask_from < pv.seq_len && key0 + K::kBlockN > mask_from) {
-              first_bad = seesaw_sanitize<K>(tile_a, key0, max(key0, mask_from), min(key0 + K::kBlockN, pv.seq_len),
-                                             &bad_key[0], kBarSeesawWarpgroup0);
-            }
-            float mx[2], m_a[2], base[2], alpha[2], sum[2];
-            seesaw_scores<K>(s, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, mx);
+            const int first_bad =
+                seesaw_clean_tile<K>(tile_a, key0, pv.seq_len, mask_from, &bad_key[0], kBarSeesawWarpgroup0);
+            float mx[2], m_a[2], base[2], alpha[2];
+            mask_and_row_max<K::kBlockN / 8>(s, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, mx);
 #pragma unroll
             for (int i = 0; i < 2; ++i) lazy_row_max(st.m[i], mx[i], m_a[i], base[i], alpha[i]);
-            seesaw_exp<K>(s, base, sum);
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              st.l[i] = st.l[i] * alpha[i] + sum[i];
-              if (first_bad < key_limit[i]) st.l[i] = NAN;  // this row sees a non-finite value: NaN, as the math
-            }
-            seesaw_pack_p<K>(s, pa);
-            if (lane % 4 == 0) {
-              m_slot[r0] = m_a[0];
-              m_slot[r0 + 8] = m_a[1];
-            }
-            seesaw_store_p<K>(pa, p_box_a);
-            mbarrier_arrive(&handed[0]);  // P_A and m_A are published
+            seesaw_hand_over<K>(s, base, alpha, first_bad, key_limit, st, pa, m_a, m_slot, p_box_a, &handed[0]);
             ++handed_a;
-            seesaw_scale_o<K>(o, alpha);
+            scale_o_rows<K::kColsPerWarpgroup>(o, alpha);
             seesaw_pv_rs<K>(o, pa, tile_a, 0);  // O_L += P_A V_A[:, :256], in flight during what follows
             if (has_b) {
               mbarrier_wait(&handed[1], handed_b & 1);  // P_B and m_B are published
@@ -211,11 +181,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
                 st.l[i] *= beta[i];
                 st.m[i] = m_b;
               }
-              if (!__all_sync(0xffffffffu, beta[0] == 1.f && beta[1] == 1.f)) {
-                wgmma_wait_group<0>();  // O_L is complete before it is scaled
-                fence_operands(o);
-                seesaw_scale_o<K>(o, beta);
-              }
+              seesaw_rescale_in_flight<K>(o, beta);
               seesaw_pv_ss<K>(o, p_box_b, tile_b, 0);  // O_L += P_B V_B[:, :256]
               wgmma_wait_group<1>();
               fence_fragments(pa);
@@ -239,14 +205,9 @@ __global__ void __launch_bounds__(K::kThreads, 1)
             if (has_b) {
               seesaw_qk<K, 1>(q_smem, tile_b, &full[K::kBoxes], uses_b & 1, s);
               ++uses_b;
-              if (key0 + K::kBlockN > pv.seq_len) {
-                seesaw_zero_tail<K>(tile_b, pv.seq_len - key0, kBarSeesawWarpgroup0 + 1);
-              }
-              if (mask_from < pv.seq_len && key0 + K::kBlockN > mask_from) {
-                first_bad = seesaw_sanitize<K>(tile_b, key0, max(key0, mask_from), min(key0 + K::kBlockN, pv.seq_len),
-                                               &bad_key[1], kBarSeesawWarpgroup0 + 1);
-              }
-              seesaw_scores<K>(s, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, mx);
+              first_bad =
+                  seesaw_clean_tile<K>(tile_b, key0, pv.seq_len, mask_from, &bad_key[1], kBarSeesawWarpgroup0 + 1);
+              mask_and_row_max<K::kBlockN / 8>(s, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, mx);
             }
             mbarrier_wait(&handed[0], handed_a & 1);  // P_A and m_A are published
             ++handed_a;
@@ -259,29 +220,13 @@ __global__ void __launch_bounds__(K::kThreads, 1)
               st.l[i] *= alpha[i];
               st.m[i] = m_b[i];
             }
-            seesaw_scale_o<K>(o, alpha);
+            scale_o_rows<K::kColsPerWarpgroup>(o, alpha);
             seesaw_pv_ss<K>(o, p_box_a, tile_a, 1);  // O_R += P_A V_A[:, 256:], in flight during the softmax
             if (has_b) {
-              float sum[2];
-              seesaw_exp<K>(s, base, sum);
-#pragma unroll
-              for (int i = 0; i < 2; ++i) {
-                st.l[i] = st.l[i] * beta[i] + sum[i];
-                if (first_bad < key_limit[i]) st.l[i] = NAN;  // this row sees a non-finite value: NaN, as the math
-              }
-              seesaw_pack_p<K>(s, pa);
-              if (lane % 4 == 0) {
-                m_slot[K::kBlockM + r0] = m_b[0];
-                m_slot[K::kBlockM + r0 + 8] = m_b[1];
-              }
-              seesaw_store_p<K>(pa, p_box_b);
-              mbarrier_arrive(&handed[1]);  // P_B and m_B are published
+              seesaw_hand_over<K>(s, base, beta, first_bad, key_limit, st, pa, m_b, m_slot + K::kBlockM, p_box_b,
+                                  &handed[1]);
               ++handed_b;
-              if (!__all_sync(0xffffffffu, beta[0] == 1.f && beta[1] == 1.f)) {
-                wgmma_wait_group<0>();  // O_R is complete before it is scaled
-                fence_operands(o);
-                seesaw_scale_o<K>(o, beta);
-              }
+              seesaw_rescale_in_flight<K>(o, beta);
               seesaw_pv_rs<K>(o, pa, tile_b, 1);  // O_R += P_B V_B[:, 256:]
               wgmma_wait_group<1>();
               mbarrier_arrive_per_warp(&empty[0 * K::kGroups + 1]);  // A's right V half and its P box

@@ -1,8 +1,7 @@
 // src/cuda/sm90/decode/seesaw_steps.cuh — the steps of the seesaw decode
 // kernel (seesaw_traits.h has the shape, seesaw_kernel.cuh the schedule):
 // the producer's paged copy of one release group, S = Q K^T for a whole
-// 64-key tile, the tail and NaN cleaning of a tile's V, the score mask and
-// row max, the exponentials, P as wgmma A fragments or as a swizzled
+// 64-key tile, the tail and NaN cleaning of a tile's V, the exponentials, P as wgmma A fragments or as a swizzled
 // shared-memory box, and the two forms of O += P V.
 //
 // Accumulator layout of S (m64n64k16, f32, 32 registers): thread (warp w,
@@ -22,6 +21,7 @@
 #include "cuda/sm90/common/tma.cuh"
 #include "cuda/sm90/common/warpgroup.cuh"
 #include "cuda/sm90/common/wgmma.cuh"
+#include "cuda/sm90/decode/decode_mainloop.cuh"  // zero_v_rows, mask_and_row_max, scale_o_rows
 #include "cuda/sm90/decode/seesaw_traits.h"
 #include "cuda/smxx/decode_params.h"
 #include "cuda/smxx/decode_pieces.cuh"  // DecodeRequestView
@@ -77,22 +77,13 @@ __device__ __forceinline__ void seesaw_qk(const uint8_t* q_smem, const uint8_t* 
   fence_operands(s);
 }
 
-// Zeroes the V rows (columns 0..511) of keys [valid, 64) of a tile, by the
-// 128 threads of the warpgroup that owns it: whatever the page holds past
-// the sequence (NaN poison included) must not reach O through 0 * NaN.
-// Called after the warpgroup's S (which masks those keys) has completed; the
-// fence and the warpgroup barrier order the stores before its own wgmma
+// Zeroes the V rows of keys [valid, 64) of a tile (zero_v_rows), by the 128
+// threads of the warpgroup that owns it, after its S (which masks those keys)
+// has completed; the warpgroup barrier orders the stores before its own wgmma
 // reads them, and the other warpgroup reads them only after the hand-over.
 template <class K>
 __device__ __forceinline__ void seesaw_zero_tail(uint8_t* kv, int valid, int wg_barrier) {
-  const int rows = K::kBlockN - valid;
-  const int t = warpgroup_thread();
-  for (int i = t; i < rows * K::kVBoxes * 8; i += 128) {
-    const int row = valid + i / (K::kVBoxes * 8), rest = i % (K::kVBoxes * 8);
-    const int box = rest / 8, chunk = rest % 8;
-    *reinterpret_cast<uint4*>(kv + box * K::kBlockN * 128 + row * 128 + chunk * 16) = make_uint4(0, 0, 0, 0);
-  }
-  fence_proxy_async_shared();
+  zero_v_rows<K>(kv, valid, K::kBlockN);
   named_barrier_sync(wg_barrier, 128);
 }
 
@@ -124,32 +115,6 @@ __device__ __forceinline__ int seesaw_sanitize(uint8_t* kv, int key0, int k_lo, 
   fence_proxy_async_shared();
   named_barrier_sync(wg_barrier, 128);
   return *flag;
-}
-
-// Scores in log2 units (scale folded in), keys at or past each row's limit
-// masked to -inf; returns the tile's max of this thread's two rows (reduced
-// over the 4 threads that share a row).
-template <class K>
-__device__ __forceinline__ void seesaw_scores(float (&s)[K::kBlockN / 2], int key0, bool mask,
-                                              const int (&key_limit)[2], float scale_log2, float (&mx)[2]) {
-  const int lane = threadIdx.x % 32;
-  mx[0] = mx[1] = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < K::kBlockN / 8; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = key0 + 8 * j + 2 * (lane % 4) + (e % 2);
-      float x = s[4 * j + e] * scale_log2;
-      if (mask && key >= key_limit[e / 2]) x = -INFINITY;
-      s[4 * j + e] = x;
-      mx[e / 2] = fmaxf(mx[e / 2], x);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-  }
 }
 
 // s := exp2(s - base) per row (base: lazy_row_max's subtrahend); sum = this
@@ -196,19 +161,56 @@ __device__ __forceinline__ void seesaw_store_p(const uint32_t (&a)[K::kBlockN / 
   fence_proxy_async_shared();
 }
 
-// O rows r0, r0 + 8 times f[0], f[1]; skipped where it changes nothing
-// (x * 1 = x), which lazy rescaling makes the common case (128 multiplies
-// per thread otherwise).
+// The cleaning of a warpgroup's own tile after its S (keys [key0, +64)):
+// the V rows past the sequence zeroed, and where the tile holds keys only
+// some rows may see (from mask_from on), their non-finite V values; returns
+// the first key that had one (INT_MAX if none).
 template <class K>
-__device__ __forceinline__ void seesaw_scale_o(float (&o)[K::kColsPerWarpgroup / 2], const float (&f)[2]) {
-  if (__all_sync(0xffffffffu, f[0] == 1.f && f[1] == 1.f)) return;
+__device__ __forceinline__ int seesaw_clean_tile(uint8_t* kv, int key0, int seq_len, int mask_from, int* flag,
+                                                 int wg_barrier) {
+  if (key0 + K::kBlockN > seq_len) seesaw_zero_tail<K>(kv, seq_len - key0, wg_barrier);
+  if (mask_from >= seq_len || key0 + K::kBlockN <= mask_from) return INT_MAX;
+  return seesaw_sanitize<K>(kv, key0, max(key0, mask_from), min(key0 + K::kBlockN, seq_len), flag, wg_barrier);
+}
+
+// A warpgroup's hand-over of its tile: P = 2^(S - base), the row sums into
+// st.l (after st.l *= f), NaN for the rows that may see a non-finite value
+// (first_bad, seesaw_clean_tile), P's fragments into `pa` and the tile's
+// k_pe box, the tile's row max m_new into its slot, then this thread's
+// arrival on `handed` (which orders its stores before the other
+// warpgroup's reads).
+template <class K>
+__device__ __forceinline__ void seesaw_hand_over(float (&s)[K::kBlockN / 2], const float (&base)[2],
+                                                 const float (&f)[2], int first_bad, const int (&key_limit)[2],
+                                                 SoftmaxState& st, uint32_t (&pa)[K::kBlockN / 16][4],
+                                                 const float (&m_new)[2], float* m_slot, uint8_t* p_box,
+                                                 uint64_t* handed) {
+  const int w = warp_in_warpgroup(), lane = threadIdx.x % 32;
+  const int r0 = 16 * w + lane / 4;
+  float sum[2];
+  seesaw_exp<K>(s, base, sum);
 #pragma unroll
-  for (int j = 0; j < K::kColsPerWarpgroup / 8; ++j) {
-    o[4 * j] *= f[0];
-    o[4 * j + 1] *= f[0];
-    o[4 * j + 2] *= f[1];
-    o[4 * j + 3] *= f[1];
+  for (int i = 0; i < 2; ++i) {
+    st.l[i] = st.l[i] * f[i] + sum[i];
+    if (first_bad < key_limit[i]) st.l[i] = NAN;  // this row sees a non-finite value: NaN, as the math
   }
+  seesaw_pack_p<K>(s, pa);
+  if (lane % 4 == 0) {
+    m_slot[r0] = m_new[0];
+    m_slot[r0 + 8] = m_new[1];
+  }
+  seesaw_store_p<K>(pa, p_box);
+  mbarrier_arrive(handed);
+}
+
+// O rows scaled by f where some factor is not 1, after the warpgroup's
+// products in flight (which accumulate into O) are complete.
+template <class K>
+__device__ __forceinline__ void seesaw_rescale_in_flight(float (&o)[K::kColsPerWarpgroup / 2], const float (&f)[2]) {
+  if (__all_sync(0xffffffffu, f[0] == 1.f && f[1] == 1.f)) return;
+  wgmma_wait_group<0>();
+  fence_operands(o);
+  scale_o_rows<K::kColsPerWarpgroup>(o, f);
 }
 
 // O[64][256] of warpgroup g += P . V[:, 256g .. 256g + 256) over a tile's 64

@@ -18,21 +18,21 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/sm90/common/warp_roles.h"
+#include "cuda/sm90/decode/decode_traits.h"
 
 namespace lattn::cuda::sm90 {
 
+// The serial kernel's shape (decode_traits.h: the 576-wide latent row in
+// 64-column boxes, Q and two 72 KB stages), with what the seesaw does
+// differently: its register split, release groups and shared-memory map.
 template <class T_>
-struct SeesawTraits : WarpRoles<40, 232> {
-  using T = T_;  // activations, cache and MMA operands: __nv_bfloat16 or __half
-  static constexpr int kL = 512, kR = 64, kD = kL + kR;
-  static constexpr int kBlockM = 64, kBlockN = 64;
-  static constexpr int kBoxCols = 64;                                 // 128 bytes of 16-bit elements
-  static constexpr int kBoxes = kD / kBoxCols;                        // 9 boxes per 576-wide row
-  static constexpr int kVBoxes = kL / kBoxCols;                       // the first 8 are V
-  static constexpr int kPeBox = kBoxes - 1;                           // k_pe: dead after the tile's S, then holds its P
-  static constexpr int kStages = 2;                                   // stage 0 = tile A, stage 1 = tile B
-  static constexpr int kColsPerWarpgroup = kL / kConsumerWarpgroups;  // P V: N = 256 (O_L, O_R)
+struct SeesawTraits : DecodeTraits<T_> {
+  using Base = DecodeTraits<T_>;
+  using Base::kBlockM, Base::kBlockN, Base::kBoxes, Base::kStages, Base::kKVTileBytes;
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  static_assert(kProducerRegs * Base::kProducerThreads + kConsumerRegs * Base::kConsumerThreads <= 168 * Base::kThreads,
+                "setmaxnreg may only redistribute the registers allocated at launch (168 per thread)");
+  static constexpr int kPeBox = kBoxes - 1;  // k_pe: dead after the tile's S, then holds its P
 
   // Release groups: each stage is freed in two halves, each by the one
   // warpgroup that reads it last, so a producer thread refills half a tile
@@ -46,17 +46,13 @@ struct SeesawTraits : WarpRoles<40, 232> {
     return box < 4 ? 0 : box < kPeBox ? 1 : (stage == 0 ? 1 : 0);
   }
 
-  // Shared memory, byte offsets from a 1024-byte aligned base (the names
-  // CtaSmem expects; P has no box of its own: kPOffset is tile A's k_pe box).
-  static constexpr size_t kBoxBytes = size_t(kBlockM) * 128;              // one [64][64] box: 8 KB
-  static constexpr size_t kQBytes = kBoxes * kBoxBytes;                   // 72 KB
-  static constexpr size_t kKVTileBytes = kBoxes * size_t(kBlockN) * 128;  // 72 KB
-  static constexpr size_t kQOffset = 0;
-  static constexpr size_t kKVOffset = kQOffset + kQBytes;
-  static constexpr size_t kPOffset = kKVOffset + kPeBox * size_t(kBlockN) * 128;
+  // Shared memory, byte offsets from a 1024-byte aligned base: Q and the
+  // stages where the serial kernel has them; P has no box of its own
+  // (kPOffset is tile A's k_pe box, for CtaSmem).
+  static constexpr size_t kPOffset = Base::kKVOffset + kPeBox * size_t(kBlockN) * 128;
   // [2 pair parities][2][64] f32: the row max after tile A, after tile B (a
   // slot is rewritten two pairs later).
-  static constexpr size_t kRowMaxOffset = kKVOffset + kStages * kKVTileBytes;
+  static constexpr size_t kRowMaxOffset = Base::kKVOffset + kStages * kKVTileBytes;
   // [2 piece parities][2][64] f32: the epilogue's row sums (a slot is
   // rewritten two pieces later).
   static constexpr size_t kRowSumOffset = kRowMaxOffset + 2 * 2 * kBlockM * 4;
