@@ -169,7 +169,14 @@ __global__ void __launch_bounds__(K::kThreads, 1)
             seesaw_hand_over<K>(s, base, alpha, first_bad, key_limit, st, pa, m_a, m_slot, p_box_a, &handed[0]);
             ++handed_a;
             scale_o_rows<K::kColsPerWarpgroup>(o, alpha);
-            seesaw_pv_rs<K>(o, pa, tile_a, 0);  // O_L += P_A V_A[:, :256], in flight during what follows
+            seesaw_pv_rs<K>(o, pa, tile_a, 0);  // O_L += P_A V_A[:, :256]
+            // Tile B's hand-over comes after warpgroup 1's softmax: finish
+            // P_A V_A meanwhile and free A's left V half at once, so that its
+            // refill starts before this pair's last products are issued.
+            wgmma_wait_group<0>();
+            fence_operands(o);
+            fence_fragments(pa);
+            mbarrier_arrive_per_warp(&empty[0 * K::kGroups + 0]);  // A's left V half
             if (has_b) {
               mbarrier_wait(&handed[1], handed_b & 1);  // P_B and m_B are published
               ++handed_b;
@@ -181,21 +188,14 @@ __global__ void __launch_bounds__(K::kThreads, 1)
                 st.l[i] *= beta[i];
                 st.m[i] = m_b;
               }
-              seesaw_rescale_in_flight<K>(o, beta);
+              scale_o_rows<K::kColsPerWarpgroup>(o, beta);
               seesaw_pv_ss<K>(o, p_box_b, tile_b, 0);  // O_L += P_B V_B[:, :256]
-              wgmma_wait_group<1>();
-              fence_fragments(pa);
-              mbarrier_arrive_per_warp(&empty[0 * K::kGroups + 0]);  // A's left V half
               wgmma_wait_group<0>();
               fence_operands(o);
               mbarrier_arrive_per_warp(&empty[1 * K::kGroups + 0]);  // B's left V half and its P box
             } else {
               st.m[0] = m_a[0];
               st.m[1] = m_a[1];
-              wgmma_wait_group<0>();
-              fence_operands(o);
-              fence_fragments(pa);
-              mbarrier_arrive_per_warp(&empty[0 * K::kGroups + 0]);
             }
           } else {
             // ---- warpgroup 1: tile B, O_R ----
@@ -226,10 +226,11 @@ __global__ void __launch_bounds__(K::kThreads, 1)
               seesaw_hand_over<K>(s, base, beta, first_bad, key_limit, st, pa, m_b, m_slot + K::kBlockM, p_box_b,
                                   &handed[1]);
               ++handed_b;
-              seesaw_rescale_in_flight<K>(o, beta);
-              seesaw_pv_rs<K>(o, pa, tile_b, 1);  // O_R += P_B V_B[:, 256:]
-              wgmma_wait_group<1>();
+              wgmma_wait_group<0>();  // P_A V_A done: free A's right half before P_B V_B is issued
+              fence_operands(o);
               mbarrier_arrive_per_warp(&empty[0 * K::kGroups + 1]);  // A's right V half and its P box
+              scale_o_rows<K::kColsPerWarpgroup>(o, beta);
+              seesaw_pv_rs<K>(o, pa, tile_b, 1);  // O_R += P_B V_B[:, 256:]
               wgmma_wait_group<0>();
               fence_operands(o);
               fence_fragments(pa);
