@@ -157,13 +157,13 @@ fi
 if phase sanitize; then
 # ---- compute-sanitizer on small cases ---------------------------------------------------
 : > "$OUT/sanitizer.log"
-san() {  # tool binary filter
-  local tool=$1 bin=$2 filter=$3
-  echo "### compute-sanitizer --tool $tool $bin --gtest_filter=$filter" >> "$OUT/sanitizer.log"
-  timeout 400 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/$bin" --gtest_filter="$filter" \
-    --gtest_color=no >> "$OUT/sanitizer.log" 2>&1
+san() {  # tool binary filter [VAR=value: an environment setting for this run]
+  local tool=$1 bin=$2 filter=$3 setting=${4:-}
+  echo "### ${setting:+$setting }compute-sanitizer --tool $tool $bin --gtest_filter=$filter" >> "$OUT/sanitizer.log"
+  env ${setting:+"$setting"} timeout 400 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/$bin" \
+    --gtest_filter="$filter" --gtest_color=no >> "$OUT/sanitizer.log" 2>&1
   local rc=$?
-  note "sanitizer $tool $bin $filter: rc=$rc ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)) at $(stamp)"
+  note "sanitizer ${setting:+$setting }$tool $bin $filter: rc=$rc ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)) at $(stamp)"
 }
 if command -v compute-sanitizer >/dev/null; then
   san memcheck cuda_ops_test '*'
@@ -175,6 +175,10 @@ if command -v compute-sanitizer >/dev/null; then
   san memcheck backend_driver_test '*_cuda_tiny_mixed:*_hopper_tiny_mixed:*_cuda_deepseek_mixed:*_hopper_deepseek_mixed:*_cuda_tiny_fp8_cache:*_hopper_tiny_fp8_cache'
   san racecheck backend_driver_test '*decode_hopper_deepseek_nonfinite_h32_wgmma'
   san synccheck backend_driver_test '*decode_hopper_deepseek_nonfinite_h32_wgmma'
+  # The same on the 64-row kernel's other schedule (docs/hopper.md, "Two
+  # schedules": the serial one serves the batch-invariant folded plans).
+  san racecheck backend_driver_test '*decode_hopper_deepseek_nonfinite_h32_wgmma' LATTN_HOPPER_DECODE=serial
+  san synccheck backend_driver_test '*decode_hopper_deepseek_nonfinite_h32_wgmma' LATTN_HOPPER_DECODE=serial
   san racecheck cuda_decode_test 'CudaDecodeSmall.SanitizerCase:CudaDecodeSmall.LseIsOptional'
   san racecheck cuda_ops_test '*Merge*:*Gather*'
   # The hopper backend (sm90): its wrapper unit test and the small decode case

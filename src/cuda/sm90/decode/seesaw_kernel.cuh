@@ -247,9 +247,9 @@ __global__ void __launch_bounds__(K::kThreads, 1)
           }
         }
         // The row sums meet at an mbarrier (every consumer thread arrives), in
-        // slots that alternate by piece: compute-sanitizer's racecheck did not
-        // take the named barrier of share_row_sums as ordering the two
-        // warpgroups' accesses in this kernel (docs/hopper.md, "The seesaw").
+        // slots that alternate by piece: with share_row_sums' named barrier
+        // compute-sanitizer's racecheck reported the slots as racing in this
+        // kernel, for a reason not found (docs/hopper.md, "The seesaw").
         float sums[2];
         share_row_sums_at<K>(st, g, row_sum + (pieces & 1) * 2 * K::kBlockM, sums, [&] {
           mbarrier_arrive(&sums_met[0]);

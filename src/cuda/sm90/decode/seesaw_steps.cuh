@@ -51,9 +51,10 @@ __device__ __forceinline__ void seesaw_load_group(const CUtensorMap* cache_map, 
 
 // S[64 rows][64 keys] = Q . K^T over 576 columns: 36 wgmma m64n64k16 (Q and
 // K K-major from shared memory), each box issued as soon as it has landed,
-// in the order the stage's boxes are released and refilled: tile A's left V
-// half is freed first (by warpgroup 0's own P V), tile B's right half first
-// (by warpgroup 1's), so stage 1 reads boxes 4..7 before 0..3 and k_pe.
+// in the order the stage's halves are usually refilled: each warpgroup reads
+// first the half it frees itself (tile A's left V half, warpgroup 0; tile
+// B's right half, warpgroup 1), so stage 1 reads boxes 4..7 before 0..3 and
+// k_pe (measured within the noise of the plain order, docs/perf.md).
 template <class K, int kStage>
 __device__ __forceinline__ void seesaw_qk(const uint8_t* q_smem, const uint8_t* kv, uint64_t* full, uint32_t parity,
                                           float (&s)[K::kBlockN / 2]) {
@@ -201,16 +202,6 @@ __device__ __forceinline__ void seesaw_hand_over(float (&s)[K::kBlockN / 2], con
   }
   seesaw_store_p<K>(pa, p_box);
   mbarrier_arrive(handed);
-}
-
-// O rows scaled by f where some factor is not 1, after the warpgroup's
-// products in flight (which accumulate into O) are complete.
-template <class K>
-__device__ __forceinline__ void seesaw_rescale_in_flight(float (&o)[K::kColsPerWarpgroup / 2], const float (&f)[2]) {
-  if (__all_sync(0xffffffffu, f[0] == 1.f && f[1] == 1.f)) return;
-  wgmma_wait_group<0>();
-  fence_operands(o);
-  scale_o_rows<K::kColsPerWarpgroup>(o, f);
 }
 
 // O[64][256] of warpgroup g += P . V[:, 256g .. 256g + 256) over a tile's 64
