@@ -8,22 +8,16 @@
 
 #include <array>
 #include <cstdlib>
-#include <string>
 
 #include "cuda/sm90/common/tma.cuh"
 #include "cuda/sm90/common/tma_host.h"
 #include "cuda/sm90/decode/decode_kernel_instance.h"
-#include "cuda/sm90/decode/decode_schedule.h"
 #include "lattn/errors.h"
 
 namespace lattn::cuda::sm90 {
 namespace {
 
 constexpr int kD = 576;
-
-// The seesaw schedule unless LATTN_HOPPER_DECODE says otherwise
-// (decode_sm90_seesaw).
-constexpr bool kSeesawByDefault = true;
 
 // The latent cache as a 3D tensor {576 columns, block_size keys, num_blocks
 // pages}; a box is {64 columns, 64 keys, 1 page}: 9 boxes make a KV tile.
@@ -132,19 +126,6 @@ void launch_decode_sm90_km16(const DecodeParams& p, DType dtype, int64_t num_blo
       throw NotImplementedError(std::string("hopper key-major decode: activation dtype ") + dtype_name(dtype) +
                                 " (supported: f16, bf16)");
   }
-}
-
-bool decode_sm90_seesaw(bool fold_splits) {
-  static const bool seesaw = [] {
-    const char* v = std::getenv("LATTN_HOPPER_DECODE");
-    if (v == nullptr || *v == 0) return kSeesawByDefault;
-    const std::string s(v);
-    if (s != "serial" && s != "seesaw") {
-      throw ValueError("LATTN_HOPPER_DECODE: expected serial or seesaw, got '" + s + "'");
-    }
-    return s == "seesaw";
-  }();
-  return seesaw && !fold_splits;
 }
 
 void launch_decode_sm90(const DecodeParams& p, DType dtype, int64_t num_blocks, int m_tiles, cudaStream_t stream) {
