@@ -182,6 +182,14 @@ __device__ __forceinline__ void lazy_row_max(float m_old, float m_tile, float& m
   base = m_new == -INFINITY ? 0.f : m_new;
   alpha = exp2_approx(m_old - base);
 }
+// lazy_row_max's alpha from the two maxima alone: the factor taking values
+// relative to m_old to m_new (the seesaw's warpgroups recompute it from the
+// other's published max, bit for bit; written with lazy_row_max's own
+// expressions, which it does not call: doing so reordered the serial
+// kernel's compiled blocks).
+__device__ __forceinline__ float lazy_rescale_factor(float m_old, float m_new) {
+  return exp2_approx(m_old - (m_new == -INFINITY ? 0.f : m_new));
+}
 
 // Scores of 8 kGroups keys (accumulator layout: s[4j + 0..1] row r0, keys
 // key_base + 8j + 2(lane % 4) + {0, 1}; s[4j + 2..3] the same keys of row

@@ -42,7 +42,8 @@
 
 #include "cuda/sm90/common/cta_smem.cuh"
 #include "cuda/sm90/decode/decode_epilogue.cuh"
-#include "cuda/sm90/decode/decode_kernel.cuh"  // LATTN_SM90_DECODE_BODY
+#include "cuda/sm90/decode/decode_kernel.cuh"    // LATTN_SM90_DECODE_BODY
+#include "cuda/sm90/decode/decode_producer.cuh"  // tile_source, wait_to_refill
 #include "cuda/sm90/decode/seesaw_steps.cuh"
 
 namespace lattn::cuda::sm90 {
@@ -65,13 +66,7 @@ __device__ __forceinline__ void seesaw_produce(const DecodeParams& p, const CUte
   for_each_tile_piece<K::kBlockM>(p, part, K::kBlockN,
                                   [&](const DecodeRequestView& v, int tile_begin, int tile_end, int) {
                                     for (int t = tile_begin + kStage; t < tile_end; t += 2, ++uses) {
-                                      if (uses > 0) {
-                                        // The block-table entry into L1 before the wait (decode_producer.cuh).
-                                        const int64_t col = int64_t(t) * K::kBlockN / p.block_size;
-                                        if (p.table_width <= 0 || col < p.table_width)
-                                          asm volatile("prefetch.global.L1 [%0];" ::"l"(v.table + col));
-                                        mbarrier_wait_sleeping(group_empty, (uses - 1) & 1);
-                                      }
+                                      if (uses > 0) wait_to_refill<K::kBlockN>(p, v, t, group_empty, uses - 1);
                                       seesaw_load_group<K>(cache_map, p, v, t, kStage, kGroup, dst, stage_full, hint);
                                     }
                                   });
@@ -86,12 +81,6 @@ __device__ __forceinline__ void fence_fragments(uint32_t (&a)[kSteps][4]) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) fence_operand(a[kk][r]);
   }
-}
-
-// The factor 2^(m_from - base(m_to)) by which values relative to m_from are
-// taken to m_to (lazy_row_max's alpha, recomputed from the published max).
-__device__ __forceinline__ float rescale_to(float m_from, float m_to) {
-  return exp2_approx(m_from - (m_to == -INFINITY ? 0.f : m_to));
 }
 
 template <class K>
@@ -188,7 +177,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
 #pragma unroll
               for (int i = 0; i < 2; ++i) {
                 const float m_b = m_slot[K::kBlockM + r0 + 8 * i];
-                beta[i] = rescale_to(m_a[i], m_b);
+                beta[i] = lazy_rescale_factor(m_a[i], m_b);
                 st.l[i] *= beta[i];
                 st.m[i] = m_b;
               }
@@ -219,7 +208,7 @@ __global__ void __launch_bounds__(K::kThreads, 1)
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
               const float m_a = m_slot[r0 + 8 * i];
-              alpha[i] = rescale_to(st.m[i], m_a);  // warpgroup 0's alpha, bit for bit
+              alpha[i] = lazy_rescale_factor(st.m[i], m_a);  // warpgroup 0's alpha, bit for bit
               lazy_row_max(m_a, mx[i], m_b[i], base[i], beta[i]);
               st.l[i] *= alpha[i];
               st.m[i] = m_b[i];

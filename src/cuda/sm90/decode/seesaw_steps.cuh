@@ -22,6 +22,7 @@
 #include "cuda/sm90/common/warpgroup.cuh"
 #include "cuda/sm90/common/wgmma.cuh"
 #include "cuda/sm90/decode/decode_mainloop.cuh"  // zero_v_rows, mask_and_row_max, scale_o_rows
+#include "cuda/sm90/decode/decode_producer.cuh"  // tile_source
 #include "cuda/sm90/decode/seesaw_traits.h"
 #include "cuda/smxx/decode_params.h"
 #include "cuda/smxx/decode_pieces.cuh"  // DecodeRequestView
@@ -38,14 +39,12 @@ template <class K>
 __device__ __forceinline__ void seesaw_load_group(const CUtensorMap* cache_map, const DecodeParams& p,
                                                   const DecodeRequestView& v, int tile, int stage, int group,
                                                   uint8_t* dst, uint64_t* full, CacheHint hint) {
-  const int key0 = tile * K::kBlockN;
-  const int page = int(checked_block_id(v.table, key0 / p.block_size, p.table_width, p.num_blocks, p.index_violations));
-  const int row = key0 % p.block_size;
+  const TileSource src = tile_source<K::kBlockN>(p, v, tile);
 #pragma unroll
   for (int c = 0; c < K::kBoxes; ++c) {
     if (K::box_group(stage, c) != group) continue;
     mbarrier_arrive_expect_tx(&full[c], K::kBoxTxBytes);
-    tma_load_3d(dst + c * K::kBlockN * 128, cache_map, &full[c], c * K::kBoxCols, row, page, hint);
+    tma_load_3d(dst + c * K::kBlockN * 128, cache_map, &full[c], c * K::kBoxCols, src.row, src.page, hint);
   }
 }
 
