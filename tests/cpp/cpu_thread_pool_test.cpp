@@ -98,20 +98,28 @@ TEST(CpuThreadPool, ConcurrentCallersBothFinish) {
 
 TEST(CpuThreadPool, StalledCallsFallBackToTheCaller) {
   // What another process holding a core looks like to the pool: a job a
-  // worker runs takes 2 ms (the caller's take 50 us, time for a worker to
-  // claim its own), so the caller waits for it. Two such calls in a row make
-  // the pool run the next calls on the caller alone for a while (docs/cpu.md,
-  // "Threads and memory"); a call made then runs every job on slot 0.
+  // worker runs takes 20 ms, so the caller waits for it. Two such calls in a
+  // row make the pool run the next calls on the caller alone for a while
+  // (docs/cpu.md, "Threads and memory"); a call made then runs every job on
+  // slot 0. The caller's first job waits (up to 50 ms) until a worker has
+  // claimed a job: on a loaded machine (ctest -j on every core) a worker that
+  // is not scheduled in time leaves every job to the caller, which is no sign
+  // of contention, and 200 such calls never backed off. The worker's 20 ms
+  // dwarf the delays such a machine adds to the caller's own jobs (a stall
+  // needs the caller's wait to exceed its own work).
   const auto stalling_call = [](int64_t jobs) {
     std::atomic<int> worker_jobs{0};
+    std::atomic<bool> first_own{true};
     parallel_jobs(jobs, 2, [&](int64_t, int slot) {
       if (slot == 0) {
-        const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-        while (std::chrono::steady_clock::now() < end) {}
+        const auto now = std::chrono::steady_clock::now();
+        const auto end =
+            now + (first_own.exchange(false) ? std::chrono::milliseconds(50) : std::chrono::milliseconds(0));
+        while (worker_jobs.load() == 0 && std::chrono::steady_clock::now() < end) {}
         return;
       }
       worker_jobs.fetch_add(1);
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     });
     return worker_jobs.load();
   };
