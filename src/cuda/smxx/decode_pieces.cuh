@@ -11,13 +11,52 @@
 
 namespace lattn::cuda {
 
+// A piece of a part's walk: tiles [tile_begin, tile_end) of request r,
+// partial slot `slot` (-1: the piece writes the final output).
+struct DecodePiece {
+  int r, tile_begin, tile_end, slot;
+};
+
+// Request r's piece in part `part` (cost units [begin, end) of the plan's
+// W = w per part): 1 with `piece` set, 0 when the part has no tiles of it
+// (no keys, or none of its tiles), -1 when r and every later request lie past
+// the part. In batch-invariant plans a piece is one or more whole splits and
+// slot is its first split's (the next splits' slots follow it;
+// decode_params.h).
+__device__ __forceinline__ int decode_piece_of_request(const DecodeParams& p, int part, int tile_keys, int begin,
+                                                       int end, int w, int r, DecodePiece& piece) {
+  const DecodePlan& plan = p.plan;
+  const int c0 = plan.cost_prefix[r];
+  if (c0 >= end) return -1;
+  const int c1 = plan.cost_prefix[r + 1];
+  if (c1 == c0) return 0;
+  const int first_tile_pos = c0 + plan.overhead_tiles;
+  const int tiles = (p.seq_lens[r] + tile_keys - 1) / tile_keys;
+  int tile_begin = max(begin, first_tile_pos) - first_tile_pos;
+  int tile_end = min(min(end, c1) - first_tile_pos, tiles);
+  // The part's slot; batch-invariant plans: the cost unit is one split,
+  // splits [a, b) of the request are mapped to their tiles, one slot per
+  // split (the piece's first split's is passed).
+  int slot_index = part - first_tile_pos / w;
+  if (plan.batch_invariant) {
+    slot_index = tile_begin;
+    batch_invariant_splits_range(tiles, tile_begin, tile_end, plan.split_rule, tile_begin, tile_end);
+  }
+  if (tile_end <= tile_begin) return 0;
+  piece = {r, tile_begin, tile_end, plan.num_splits[r] >= 2 ? plan.split_offset[r] + slot_index : -1};
+  return 1;
+}
+
 // Calls fn(request, tile_begin, tile_end, slot) for every request whose cost
 // range meets part `part`'s: tiles [tile_begin, tile_end) of `tile_keys` keys
 // each (never empty), slot = the partial-result slot when the request is
 // split, else -1 (the part writes the final output). In batch-invariant plans
 // a piece is one or more whole splits and slot is its first split's (the
 // next splits' slots follow it; decode_params.h). Requests without keys
-// are skipped (decode_combine writes their 0 / -inf).
+// are skipped (decode_combine writes their 0 / -inf). The arithmetic is
+// decode_piece_of_request's, written out: calling it made every decode
+// kernel's code longer (8 % more PTX registers in the key-major kernel),
+// which was not timed.
 template <class Fn>
 __device__ __forceinline__ void for_each_decode_piece(const DecodeParams& p, int part, int tile_keys, Fn&& fn) {
   const DecodePlan& plan = p.plan;
@@ -47,6 +86,21 @@ __device__ __forceinline__ void for_each_decode_piece(const DecodeParams& p, int
     const int slot = plan.num_splits[r] >= 2 ? plan.split_offset[r] + slot_index : -1;
     fn(r, tile_begin, tile_end, slot);
   }
+}
+
+// The first piece of part `part` whose request is r_from or later; false
+// when the part has none left (a walk that looks one piece ahead).
+__device__ __forceinline__ bool find_decode_piece(const DecodeParams& p, int part, int tile_keys, int r_from,
+                                                  DecodePiece& piece) {
+  const DecodePlan& plan = p.plan;
+  const int w = plan.header[0], total = plan.header[1];
+  const int begin = part * w, end = min(begin + w, total);
+  if (begin >= end) return false;
+  for (int r = max(r_from, plan.part_first_req[part]); r < p.batch; ++r) {
+    const int found = decode_piece_of_request(p, part, tile_keys, begin, end, w, r, piece);
+    if (found != 0) return found > 0;
+  }
+  return false;
 }
 
 // What a CTA knows about the request of the piece it works on.
@@ -91,6 +145,19 @@ __device__ __forceinline__ void for_each_tile_piece(const DecodeParams& p, int p
     const DecodeRequestView v = make_decode_request_view(p, r, blockIdx.x * kBlockM);
     if (v.row0 < v.rows) fn(v, tile_begin, tile_end, slot);
   });
+}
+
+// find_decode_piece restricted to the pieces that have rows of this CTA's M
+// tile (kBlockM packed rows from blockIdx.x * kBlockM), with their view: a
+// kernel that looks one piece ahead (the seesaw's early Q load) walks with it.
+template <int kBlockM>
+__device__ __forceinline__ bool find_tile_piece(const DecodeParams& p, int part, int tile_keys, int r_from,
+                                                DecodePiece& piece, DecodeRequestView& view) {
+  for (int r = r_from; find_decode_piece(p, part, tile_keys, r, piece); r = piece.r + 1) {
+    view = make_decode_request_view(p, piece.r, blockIdx.x * kBlockM);
+    if (view.row0 < view.rows) return true;
+  }
+  return false;
 }
 
 }  // namespace lattn::cuda

@@ -37,6 +37,13 @@ __device__ __forceinline__ uint4 load_q_chunk(const T* src, bool vec) {
   return v;
 }
 
+// Where Q's 16-byte chunk of tile row `row`, columns [col, col + 8), lives
+// in shared memory: 9 swizzled boxes of 64 columns.
+template <class K>
+__device__ __forceinline__ uint32_t q_chunk_offset(int row, int col) {
+  return (col / K::kBoxCols) * K::kBoxBytes + swizzle128_offset(row, col % K::kBoxCols);
+}
+
 // Consumers (256 threads): Q tile rows [row0, +64) of [q_nope | q_pe] into 9
 // swizzled boxes; rows past the request's rows are zero. Ordinary loads and
 // stores, then fence.proxy.async so wgmma (async proxy) may read it after the
@@ -51,10 +58,29 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const DecodeReques
     const int col = chunk * 8;
     const uint4 v =
         gr < pv.rows ? load_q_chunk(decode_q_src<T, K::kL>(p, pv, gr, col), p.q_vec) : make_uint4(0, 0, 0, 0);
-    const int box = col / K::kBoxCols;
-    *reinterpret_cast<uint4*>(q_smem + box * K::kBoxBytes + swizzle128_offset(row, col % K::kBoxCols)) = v;
+    *reinterpret_cast<uint4*>(q_smem + q_chunk_offset<K>(row, col)) = v;
   }
   fence_proxy_async_shared();
+}
+
+// load_q's chunks as 16-byte asynchronous copies (cp.async; rows past the
+// request's rows zero-filled, their source not read), committed as one group
+// per thread: a kernel issues them while the previous piece's last products
+// run and start_piece waits for them. Needs p.q_vec (16-byte rows and
+// strides); the caller makes sure no wgmma still reads Q.
+template <class K>
+__device__ __forceinline__ void issue_q_copies(const DecodeParams& p, const DecodeRequestView& pv, uint8_t* q_smem) {
+  using T = typename K::T;
+  constexpr int kChunks = K::kD / 8;
+  const uint32_t base = sm80::smem_addr(q_smem);
+#pragma unroll 1
+  for (int c = threadIdx.x; c < K::kBlockM * kChunks; c += K::kConsumerThreads) {
+    const int row = c / kChunks, col = c % kChunks * 8;
+    const bool in = pv.row0 + row < pv.rows;
+    const T* src = decode_q_src<T, K::kL>(p, pv, in ? pv.row0 + row : pv.row0, col);  // row0 < rows: a real row
+    sm80::cp_async_16(base + q_chunk_offset<K>(row, col), src, in ? 16 : 0);
+  }
+  sm80::cp_async_commit();
 }
 
 // S[64 rows][32 keys] of warpgroup g = Q . K[32g .. 32g + 32)^T over 576
@@ -142,12 +168,20 @@ struct SoftmaxState {
 // loaded; key_limit[i] = how many keys row r0 + 8i may see (causal within the
 // request: its token's position + 1); O and the softmax state start empty.
 // Returns mask_from: tiles reaching past it need masking.
+// q_issued: the caller issued Q's copies earlier (issue_q_copies, after both
+// warpgroups' last Q K^T of the previous piece): each thread waits for its
+// own, then one barrier makes all of them visible.
 template <class K>
 __device__ __forceinline__ int start_piece(const DecodeParams& p, const DecodeRequestView& pv, uint8_t* q_smem,
-                                           int (&key_limit)[2], SoftmaxState& st,
-                                           float (&o)[K::kColsPerWarpgroup / 2]) {
-  named_barrier_sync(kBarConsumers, K::kConsumerThreads);
-  load_q<K>(p, pv, q_smem);
+                                           int (&key_limit)[2], SoftmaxState& st, float (&o)[K::kColsPerWarpgroup / 2],
+                                           bool q_issued = false) {
+  if (q_issued) {
+    sm80::cp_async_wait<0>();
+    fence_proxy_async_shared();
+  } else {
+    named_barrier_sync(kBarConsumers, K::kConsumerThreads);
+    load_q<K>(p, pv, q_smem);
+  }
   named_barrier_sync(kBarConsumers, K::kConsumerThreads);
   const int r0 = 16 * warp_in_warpgroup() + (threadIdx.x % 32) / 4;
 #pragma unroll

@@ -136,117 +136,137 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   uint32_t uses_a = 0, uses_b = 0;      // tiles consumed from each stage so far
   uint32_t handed_a = 0, handed_b = 0;  // hand-overs passed (the first also counts pairs)
   uint32_t pieces = 0;                  // pieces finished: the row-sum slots' parity
-  for_each_tile_piece<K::kBlockM>(
-      p, part, K::kBlockN, [&](const DecodeRequestView& pv, int tile_begin, int tile_end, int slot) {
-        int key_limit[2];
-        SoftmaxState st;
-        float o[K::kColsPerWarpgroup / 2];
-        const int mask_from = start_piece<K>(p, pv, q_smem, key_limit, st, o);
+  // The walk looks one piece ahead: the next piece's Q is copied (cp.async)
+  // as soon as both warpgroups' last Q K^T of this piece is done, under this
+  // piece's last products and its epilogue, instead of at the next piece's
+  // start (docs/hopper.md, "The seesaw"). Q rows that are not 16-byte
+  // aligned are loaded at the piece's start (start_piece).
+  const bool q_early = p.q_vec;
+  DecodePiece piece{}, next{};
+  DecodeRequestView pv{}, next_view{};
+  bool more = find_tile_piece<K::kBlockM>(p, part, K::kBlockN, 0, piece, pv);
+  if (more && q_early) issue_q_copies<K>(p, pv, q_smem);
+  for (; more; piece = next, pv = next_view) {
+    const int tile_begin = piece.tile_begin, tile_end = piece.tile_end, slot = piece.slot;
+    const bool has_next = find_tile_piece<K::kBlockM>(p, part, K::kBlockN, piece.r + 1, next, next_view);
+    more = has_next;
+    int key_limit[2];
+    SoftmaxState st;
+    float o[K::kColsPerWarpgroup / 2];
+    const int mask_from = start_piece<K>(p, pv, q_smem, key_limit, st, o, q_early);
+    const bool copy_next_q = q_early && has_next;
 
-        for (int t = tile_begin; t < tile_end; t += 2) {
-          const bool has_b = t + 1 < tile_end;
-          float* const m_slot = row_max + (handed_a & 1) * 2 * K::kBlockM;  // [r]: m_A, [64 + r]: m_B
-          float s[K::kBlockN / 2];
-          uint32_t pa[K::kBlockN / 16][4];
-          if (g == 0) {
-            // ---- warpgroup 0: tile A, O_L ----
-            const int key0 = t * K::kBlockN;
-            seesaw_qk<K, 0>(q_smem, tile_a, &full[0], uses_a & 1, s);
-            ++uses_a;
-            const int first_bad =
-                seesaw_clean_tile<K>(tile_a, key0, pv.seq_len, mask_from, &bad_key[0], kBarSeesawWarpgroup0);
-            float mx[2], m_a[2], base[2], alpha[2];
-            mask_and_row_max<K::kBlockN / 8>(s, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, mx);
+    for (int t = tile_begin; t < tile_end; t += 2) {
+      const bool has_b = t + 1 < tile_end;
+      // At the end of the last pair each warpgroup issues its share of the
+      // next piece's Q copies: both warpgroups' Q K^T are complete by then
+      // (warpgroup 0 passed hand-over B, or had the lone tile A; warpgroup 1
+      // passed hand-over A after its own Q K^T). One call site, a loop not
+      // unrolled: copies of it inside the pair's branches (under the
+      // products in flight) made H128 B128 S16384 2-5 % slower (docs/perf.md).
+      const bool q_now = copy_next_q && t + 2 >= tile_end;
+      float* const m_slot = row_max + (handed_a & 1) * 2 * K::kBlockM;  // [r]: m_A, [64 + r]: m_B
+      float s[K::kBlockN / 2];
+      uint32_t pa[K::kBlockN / 16][4];
+      if (g == 0) {
+        // ---- warpgroup 0: tile A, O_L ----
+        const int key0 = t * K::kBlockN;
+        seesaw_qk<K, 0>(q_smem, tile_a, &full[0], uses_a & 1, s);
+        ++uses_a;
+        const int first_bad =
+            seesaw_clean_tile<K>(tile_a, key0, pv.seq_len, mask_from, &bad_key[0], kBarSeesawWarpgroup0);
+        float mx[2], m_a[2], base[2], alpha[2];
+        mask_and_row_max<K::kBlockN / 8>(s, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, mx);
 #pragma unroll
-            for (int i = 0; i < 2; ++i) lazy_row_max(st.m[i], mx[i], m_a[i], base[i], alpha[i]);
-            seesaw_hand_over<K>(s, base, alpha, first_bad, key_limit, st, pa, m_a, m_slot, p_box_a, &handed[0]);
-            ++handed_a;
-            scale_o_rows<K::kColsPerWarpgroup>(o, alpha);
-            seesaw_pv_rs<K>(o, pa, tile_a, 0);  // O_L += P_A V_A[:, :256]
-            // Tile B's hand-over comes after warpgroup 1's softmax: finish
-            // P_A V_A meanwhile and free A's left V half at once, so that its
-            // refill starts before this pair's last products are issued.
-            wgmma_wait_group<0>();
-            fence_operands(o);
-            fence_fragments(pa);
-            mbarrier_arrive_per_warp(&empty[0 * K::kGroups + 0]);  // A's left V half
-            if (has_b) {
-              mbarrier_wait(&handed[1], handed_b & 1);  // P_B and m_B are published
-              ++handed_b;
-              float beta[2];
+        for (int i = 0; i < 2; ++i) lazy_row_max(st.m[i], mx[i], m_a[i], base[i], alpha[i]);
+        seesaw_hand_over<K>(s, base, alpha, first_bad, key_limit, st, pa, m_a, m_slot, p_box_a, &handed[0]);
+        ++handed_a;
+        scale_o_rows<K::kColsPerWarpgroup>(o, alpha);
+        seesaw_pv_rs<K>(o, pa, tile_a, 0);  // O_L += P_A V_A[:, :256]
+        // Tile B's hand-over comes after warpgroup 1's softmax: finish
+        // P_A V_A meanwhile and free A's left V half at once, so that its
+        // refill starts before this pair's last products are issued.
+        wgmma_wait_group<0>();
+        fence_operands(o);
+        fence_fragments(pa);
+        mbarrier_arrive_per_warp(&empty[0 * K::kGroups + 0]);  // A's left V half
+        if (has_b) {
+          mbarrier_wait(&handed[1], handed_b & 1);  // P_B and m_B are published
+          ++handed_b;
+          float beta[2];
 #pragma unroll
-              for (int i = 0; i < 2; ++i) {
-                const float m_b = m_slot[K::kBlockM + r0 + 8 * i];
-                beta[i] = lazy_rescale_factor(m_a[i], m_b);
-                st.l[i] *= beta[i];
-                st.m[i] = m_b;
-              }
-              scale_o_rows<K::kColsPerWarpgroup>(o, beta);
-              seesaw_pv_ss<K>(o, p_box_b, tile_b, 0);  // O_L += P_B V_B[:, :256]
-              wgmma_wait_group<0>();
-              fence_operands(o);
-              mbarrier_arrive_per_warp(&empty[1 * K::kGroups + 0]);  // B's left V half and its P box
-            } else {
-              st.m[0] = m_a[0];
-              st.m[1] = m_a[1];
-            }
-          } else {
-            // ---- warpgroup 1: tile B, O_R ----
-            const int key0 = (t + 1) * K::kBlockN;
-            float mx[2] = {-INFINITY, -INFINITY};
-            int first_bad = INT_MAX;
-            if (has_b) {
-              seesaw_qk<K, 1>(q_smem, tile_b, &full[K::kBoxes], uses_b & 1, s);
-              ++uses_b;
-              first_bad =
-                  seesaw_clean_tile<K>(tile_b, key0, pv.seq_len, mask_from, &bad_key[1], kBarSeesawWarpgroup0 + 1);
-              mask_and_row_max<K::kBlockN / 8>(s, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, mx);
-            }
-            mbarrier_wait(&handed[0], handed_a & 1);  // P_A and m_A are published
-            ++handed_a;
-            float m_b[2], base[2], alpha[2], beta[2];
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              const float m_a = m_slot[r0 + 8 * i];
-              alpha[i] = lazy_rescale_factor(st.m[i], m_a);  // warpgroup 0's alpha, bit for bit
-              lazy_row_max(m_a, mx[i], m_b[i], base[i], beta[i]);
-              st.l[i] *= alpha[i];
-              st.m[i] = m_b[i];
-            }
-            scale_o_rows<K::kColsPerWarpgroup>(o, alpha);
-            seesaw_pv_ss<K>(o, p_box_a, tile_a, 1);  // O_R += P_A V_A[:, 256:], in flight during the softmax
-            if (has_b) {
-              seesaw_hand_over<K>(s, base, beta, first_bad, key_limit, st, pa, m_b, m_slot + K::kBlockM, p_box_b,
-                                  &handed[1]);
-              ++handed_b;
-              wgmma_wait_group<0>();  // P_A V_A done: free A's right half before P_B V_B is issued
-              fence_operands(o);
-              mbarrier_arrive_per_warp(&empty[0 * K::kGroups + 1]);  // A's right V half and its P box
-              scale_o_rows<K::kColsPerWarpgroup>(o, beta);
-              seesaw_pv_rs<K>(o, pa, tile_b, 1);  // O_R += P_B V_B[:, 256:]
-              wgmma_wait_group<0>();
-              fence_operands(o);
-              fence_fragments(pa);
-              mbarrier_arrive_per_warp(&empty[1 * K::kGroups + 1]);  // B's right V half
-            } else {
-              wgmma_wait_group<0>();
-              fence_operands(o);
-              mbarrier_arrive_per_warp(&empty[0 * K::kGroups + 1]);
-            }
+          for (int i = 0; i < 2; ++i) {
+            const float m_b = m_slot[K::kBlockM + r0 + 8 * i];
+            beta[i] = lazy_rescale_factor(m_a[i], m_b);
+            st.l[i] *= beta[i];
+            st.m[i] = m_b;
           }
+          scale_o_rows<K::kColsPerWarpgroup>(o, beta);
+          seesaw_pv_ss<K>(o, p_box_b, tile_b, 0);  // O_L += P_B V_B[:, :256]
+          wgmma_wait_group<0>();
+          fence_operands(o);
+          mbarrier_arrive_per_warp(&empty[1 * K::kGroups + 0]);  // B's left V half and its P box
+        } else {
+          st.m[0] = m_a[0];
+          st.m[1] = m_a[1];
         }
-        // The row sums meet at an mbarrier (every consumer thread arrives), in
-        // slots that alternate by piece: with share_row_sums' named barrier
-        // compute-sanitizer's racecheck reported the slots as racing in this
-        // kernel, for a reason not found (docs/hopper.md, "The seesaw").
-        float sums[2];
-        share_row_sums_at<K>(st, g, row_sum + (pieces & 1) * 2 * K::kBlockM, sums, [&] {
-          mbarrier_arrive(&sums_met[0]);
-          mbarrier_wait(&sums_met[0], pieces & 1);
-        });
-        ++pieces;
-        write_o_rows<K>(p, pv, st, o, slot, g, sums);
-      });
+      } else {
+        // ---- warpgroup 1: tile B, O_R ----
+        const int key0 = (t + 1) * K::kBlockN;
+        float mx[2] = {-INFINITY, -INFINITY};
+        int first_bad = INT_MAX;
+        if (has_b) {
+          seesaw_qk<K, 1>(q_smem, tile_b, &full[K::kBoxes], uses_b & 1, s);
+          ++uses_b;
+          first_bad = seesaw_clean_tile<K>(tile_b, key0, pv.seq_len, mask_from, &bad_key[1], kBarSeesawWarpgroup0 + 1);
+          mask_and_row_max<K::kBlockN / 8>(s, key0, key0 + K::kBlockN > mask_from, key_limit, p.scale_log2, mx);
+        }
+        mbarrier_wait(&handed[0], handed_a & 1);  // P_A and m_A are published
+        ++handed_a;
+        float m_b[2], base[2], alpha[2], beta[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float m_a = m_slot[r0 + 8 * i];
+          alpha[i] = lazy_rescale_factor(st.m[i], m_a);  // warpgroup 0's alpha, bit for bit
+          lazy_row_max(m_a, mx[i], m_b[i], base[i], beta[i]);
+          st.l[i] *= alpha[i];
+          st.m[i] = m_b[i];
+        }
+        scale_o_rows<K::kColsPerWarpgroup>(o, alpha);
+        seesaw_pv_ss<K>(o, p_box_a, tile_a, 1);  // O_R += P_A V_A[:, 256:], in flight during the softmax
+        if (has_b) {
+          seesaw_hand_over<K>(s, base, beta, first_bad, key_limit, st, pa, m_b, m_slot + K::kBlockM, p_box_b,
+                              &handed[1]);
+          ++handed_b;
+          wgmma_wait_group<0>();  // P_A V_A done: free A's right half before P_B V_B is issued
+          fence_operands(o);
+          mbarrier_arrive_per_warp(&empty[0 * K::kGroups + 1]);  // A's right V half and its P box
+          scale_o_rows<K::kColsPerWarpgroup>(o, beta);
+          seesaw_pv_rs<K>(o, pa, tile_b, 1);  // O_R += P_B V_B[:, 256:]
+          wgmma_wait_group<0>();
+          fence_operands(o);
+          fence_fragments(pa);
+          mbarrier_arrive_per_warp(&empty[1 * K::kGroups + 1]);  // B's right V half
+        } else {
+          wgmma_wait_group<0>();
+          fence_operands(o);
+          mbarrier_arrive_per_warp(&empty[0 * K::kGroups + 1]);
+        }
+      }
+      if (q_now) issue_q_copies<K>(p, next_view, q_smem);
+    }
+    // The row sums meet at an mbarrier (every consumer thread arrives), in
+    // slots that alternate by piece: with share_row_sums' named barrier
+    // compute-sanitizer's racecheck reported the slots as racing in this
+    // kernel, for a reason not found (docs/hopper.md, "The seesaw").
+    float sums[2];
+    share_row_sums_at<K>(st, g, row_sum + (pieces & 1) * 2 * K::kBlockM, sums, [&] {
+      mbarrier_arrive(&sums_met[0]);
+      mbarrier_wait(&sums_met[0], pieces & 1);
+    });
+    ++pieces;
+    write_o_rows<K>(p, pv, st, o, slot, g, sums);
+  }
 #endif
 }
 
