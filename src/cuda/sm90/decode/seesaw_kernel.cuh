@@ -29,6 +29,9 @@
 // the pair's last products run (measured 4-5 % faster than freeing A after
 // issuing them, docs/perf.md).
 // An odd tile count ends with a lone tile A: WG1 has no S and m_B = m_A.
+// The walk looks one piece ahead: each warpgroup copies its share of the
+// next piece's Q (cp.async) at the end of the piece's last pair, so the copy
+// runs under the epilogue instead of in front of the next piece.
 //
 // The hand-overs are mbarriers (128 arrivals, one per thread of the handing
 // warpgroup: each thread's stores of P and m are ordered by its own arrive),
