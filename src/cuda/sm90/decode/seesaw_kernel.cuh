@@ -140,10 +140,11 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   uint32_t handed_a = 0, handed_b = 0;  // hand-overs passed (the first also counts pairs)
   uint32_t pieces = 0;                  // pieces finished: the row-sum slots' parity
   // The walk looks one piece ahead: the next piece's Q is copied (cp.async)
-  // as soon as both warpgroups' last Q K^T of this piece is done, under this
-  // piece's last products and its epilogue, instead of at the next piece's
-  // start (docs/hopper.md, "The seesaw"). Q rows that are not 16-byte
-  // aligned are loaded at the piece's start (start_piece).
+  // at the end of this piece's last pair, when both warpgroups' Q K^T are
+  // done, so that the copy runs under this piece's epilogue instead of at
+  // the next piece's start (docs/hopper.md, "Q of the next piece, early").
+  // Q rows that are not 16-byte aligned are loaded at the piece's start
+  // (start_piece).
   const bool q_early = p.q_vec;
   DecodePiece piece{}, next{};
   DecodeRequestView pv{}, next_view{};
@@ -151,13 +152,12 @@ __global__ void __launch_bounds__(K::kThreads, 1)
   if (more && q_early) issue_q_copies<K>(p, pv, q_smem);
   for (; more; piece = next, pv = next_view) {
     const int tile_begin = piece.tile_begin, tile_end = piece.tile_end, slot = piece.slot;
-    const bool has_next = find_tile_piece<K::kBlockM>(p, part, K::kBlockN, piece.r + 1, next, next_view);
-    more = has_next;
+    more = find_tile_piece<K::kBlockM>(p, part, K::kBlockN, piece.r + 1, next, next_view);
     int key_limit[2];
     SoftmaxState st;
     float o[K::kColsPerWarpgroup / 2];
     const int mask_from = start_piece<K>(p, pv, q_smem, key_limit, st, o, q_early);
-    const bool copy_next_q = q_early && has_next;
+    const bool copy_next_q = q_early && more;
 
     for (int t = tile_begin; t < tile_end; t += 2) {
       const bool has_b = t + 1 < tile_end;
